@@ -1,0 +1,185 @@
+"""The contract between the tuneop operator and the tuneop trainer.
+
+Everything both sides must agree on lives here and only here: environment variable
+names, file names on the checkpoint volume, exit codes and the progress record.
+Standard library only: the operator image has no TensorFlow and the trainer image has
+no kopf, but both install this one module. Tested from both sides (tests/unit for the
+format itself, tests/trainer for what the trainer writes, tests/e2e for what the
+operator reads).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CONTRACT_VERSION = 1
+
+# --- environment variables set on trainer containers by the operator ---------------
+ENV_LOGICAL_CPU_DEVICES = "TUNEOP_LOGICAL_CPU_DEVICES"
+"""No GPU and N>1 here: MirroredStrategy over N logical CPU devices."""
+ENV_CHECKPOINT_DIR = "TUNEOP_CHECKPOINT_DIR"
+"""The checkpoint directory (the PersistentVolume mount); default of `run --dir`."""
+ENV_SPEC_FILE = "TUNEOP_SPEC_FILE"
+"""The TuningJob spec the trainer reads (mounted from a ConfigMap); default of `--spec`."""
+ENV_METRICS_PORT = "TUNEOP_METRICS_PORT"
+"""Port of the trainer's Prometheus endpoint; 0 disables it."""
+ENV_METRICS_ADDRESS = "TUNEOP_METRICS_ADDRESS"
+"""Address the endpoint binds (the pod IP in the local cluster, where pods share a host)."""
+ENV_JOB_NAME = "TUNEOP_JOB_NAME"
+ENV_JOB_NAMESPACE = "TUNEOP_JOB_NAMESPACE"
+"""Name/namespace of the owning TuningJob; with both set the trainer reports progress
+into that TuningJob's status (see docs/design.md, "Progress")."""
+ENV_POD_NAME = "TUNEOP_POD_NAME"
+ENV_WORKER_INDEX = "TUNEOP_WORKER_INDEX"
+ENV_TF_CONFIG = "TF_CONFIG"
+
+DEFAULT_METRICS_PORT = 9464
+DEFAULT_CHECKPOINT_DIR = "/checkpoints"
+DEFAULT_SPEC_FILE = "/etc/tuneop/spec.yaml"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+# --- files in the checkpoint directory ---------------------------------------------
+PROGRESS_FILE = "progress.json"
+RESULTS_FILE = "results.json"
+BEST_MODEL_FILE = "best_model.keras"
+TUNER_DIR = "tuner"
+TRIALS_DIR = "trials"
+
+# --- exit codes ---------------------------------------------------------------------
+EXIT_COMPLETED = 0
+EXIT_FAILED = 1
+"""The search failed: trainer error or the user's code raised."""
+EXIT_INVALID_SPEC = 2
+"""The spec is wrong; the one-line message names the field. Retrying will not help."""
+EXIT_PREEMPTED = 75
+"""Stopped by SIGTERM after writing a checkpoint: preempted, resume me (EX_TEMPFAIL)."""
+
+EXIT_CODE_MEANING = {
+    EXIT_COMPLETED: "completed",
+    EXIT_FAILED: "failed",
+    EXIT_INVALID_SPEC: "invalid spec",
+    EXIT_PREEMPTED: "preempted",
+}
+
+# --- progress record ----------------------------------------------------------------
+PHASE_STARTING = "Starting"
+PHASE_RUNNING = "Running"
+PHASE_PREEMPTED = "Preempted"
+PHASE_COMPLETED = "Completed"
+PHASE_FAILED = "Failed"
+PHASES = (PHASE_STARTING, PHASE_RUNNING, PHASE_PREEMPTED, PHASE_COMPLETED, PHASE_FAILED)
+
+
+def now_rfc3339() -> str:
+    """UTC time in the RFC 3339 form Kubernetes uses (second precision, `Z`)."""
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclasses.dataclass
+class Progress:
+    """The trainer's heartbeat: written to `progress.json`, served on the metrics port
+    at `/progress`, and (camelCased by `to_status`) patched into the TuningJob's
+    `status.progress`. Times are RFC 3339 strings; None means "not yet"."""
+
+    phase: str = PHASE_STARTING
+    trial_id: str | None = None
+    trials_completed: int = 0
+    trials_total: int | None = None
+    execution: int = 0
+    epoch: int = 0
+    step: int = 0
+    resumed_from_step: int | None = None
+    """Set when this process restored a trial from a checkpoint: the step it resumed at."""
+    restores: int = 0
+    """How many times this search was restored from the volume (all processes)."""
+    last_progress_time: str | None = None
+    last_checkpoint_time: str | None = None
+    best_trial_id: str | None = None
+    best_score: float | None = None
+    best_hyperparameters: dict[str, Any] | None = None
+    objective: str | None = None
+    direction: str | None = None
+    message: str = ""
+    version: int = CONTRACT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    def to_status(self) -> dict[str, Any]:
+        """The camelCase form stored in TuningJob `status.progress`."""
+        return {_camel(k): v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Progress:
+        """Accepts both the snake_case file form and the camelCase status form;
+        unknown keys are ignored so a newer trainer does not break an older operator."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            snake = _snake(key)
+            if snake in names:
+                values[snake] = value
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> Progress:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("progress record must be a JSON object")
+        return cls.from_dict(data)
+
+
+def read_progress(checkpoint_dir: str | os.PathLike[str]) -> Progress | None:
+    """The progress record in a checkpoint directory, or None if there is none yet."""
+    path = Path(checkpoint_dir) / PROGRESS_FILE
+    try:
+        return Progress.from_json(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write `data` so that a kill at any instant leaves either the old or the new file:
+    temp file in the same directory, fsync, rename, fsync the directory."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_progress(checkpoint_dir: str | os.PathLike[str], progress: Progress) -> None:
+    write_atomic(Path(checkpoint_dir) / PROGRESS_FILE, progress.to_json().encode())
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _snake(name: str) -> str:
+    out = []
+    for ch in name:
+        if ch.isupper():
+            out.append("_" + ch.lower())
+        else:
+            out.append(ch)
+    return "".join(out)

@@ -1,0 +1,1 @@
+"""tuneop: the TuningJob operator."""

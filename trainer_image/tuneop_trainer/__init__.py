@@ -1,0 +1,1 @@
+"""tuneop_trainer: preemption-safe Keras Tuner searches that resume exactly."""
