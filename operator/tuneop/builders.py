@@ -1,0 +1,314 @@
+"""Pure builders of the TuningJob's children: `dict` in, `dict` out, no API calls.
+
+Every child is named deterministically (tuneop.names), carries the job labels and an
+owner reference to the TuningJob (except a retained checkpoint claim, which must outlive
+the job). Unit-tested in tests/unit/test_operator_builders.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tuneop_contract as contract
+import yaml
+
+from . import names
+from .spec import JobSpec
+
+Obj = dict[str, Any]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def owner_reference(job: Obj) -> Obj:
+    meta = job["metadata"]
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(job: Obj, name: str, *, owned: bool = True, extra: Obj | None = None) -> Obj:
+    job_name = job["metadata"]["name"]
+    meta: Obj = {
+        "name": name,
+        "namespace": job["metadata"]["namespace"],
+        "labels": {**names.job_labels(job_name), **(extra or {})},
+    }
+    if owned:
+        meta["ownerReferences"] = [owner_reference(job)]
+    return meta
+
+
+def build_pvc(job: Obj, spec: JobSpec) -> Obj | None:
+    """The checkpoint claim, or None when spec.checkpoint.existingClaim is used. Owned by
+    the job (deleted with it) only with reclaimPolicy Delete."""
+    ckpt = spec.checkpoint
+    if ckpt.existing_claim:
+        return None
+    pvc_spec: Obj = {
+        "accessModes": list(ckpt.access_modes),
+        "resources": {"requests": {"storage": ckpt.size}},
+    }
+    if ckpt.storage_class_name:
+        pvc_spec["storageClassName"] = ckpt.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(
+            job,
+            names.pvc_name(job["metadata"]["name"]),
+            owned=ckpt.reclaim_policy == "Delete",
+            extra={names.LABEL_COMPONENT: "checkpoint"},
+        ),
+        "spec": pvc_spec,
+    }
+
+
+def claim_name(job: Obj, spec: JobSpec) -> str:
+    return spec.checkpoint.existing_claim or names.pvc_name(job["metadata"]["name"])
+
+
+def build_configmap(job: Obj, spec: JobSpec) -> Obj:
+    """The spec file the trainer reads (`--spec /etc/tuneop/spec.yaml`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(job, names.configmap_name(job["metadata"]["name"])),
+        "data": {names.SPEC_KEY: yaml.safe_dump(spec.raw, sort_keys=True)},
+    }
+
+
+def build_service_account(job: Obj) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(job, names.service_account_name(job["metadata"]["name"])),
+    }
+
+
+def build_role(job: Obj) -> Obj:
+    """Least privilege for the trainer: get/patch the status of its own TuningJob only."""
+    job_name = job["metadata"]["name"]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(job, names.service_account_name(job_name)),
+        "rules": [
+            {
+                "apiGroups": [names.GROUP],
+                "resources": [f"{names.PLURAL}/status"],
+                "resourceNames": [job_name],
+                "verbs": ["get", "patch"],
+            }
+        ],
+    }
+
+
+def build_role_binding(job: Obj) -> Obj:
+    sa = names.service_account_name(job["metadata"]["name"])
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(job, sa),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": sa, "namespace": job["metadata"]["namespace"]}
+        ],
+    }
+
+
+def build_service(job: Obj) -> Obj:
+    """Headless Service giving workers stable DNS names (several workers only)."""
+    job_name = job["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(job, names.service_name(job_name)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {names.LABEL_JOB: job_name},
+            "ports": [{"name": "tf-worker", "port": names.TF_WORKER_PORT}],
+        },
+    }
+
+
+def worker_hosts(job: Obj, workers: int) -> list[str]:
+    job_name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
+    svc = names.service_name(job_name)
+    return [
+        f"{names.pod_name(job_name, i)}.{svc}.{ns}.svc:{names.TF_WORKER_PORT}"
+        for i in range(workers)
+    ]
+
+
+def build_tf_config(job: Obj, workers: int, index: int) -> str:
+    """TF_CONFIG of worker `index` for MultiWorkerMirroredStrategy."""
+    return json.dumps(
+        {
+            "cluster": {"worker": worker_hosts(job, workers)},
+            "task": {"type": "worker", "index": index},
+        },
+        sort_keys=True,
+    )
+
+
+def _field_env(name: str, path: str) -> Obj:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def build_env(job: Obj, spec: JobSpec, index: int, metrics_port: int) -> list[Obj]:
+    env: list[Obj] = [
+        {"name": contract.ENV_JOB_NAME, "value": job["metadata"]["name"]},
+        {"name": contract.ENV_JOB_NAMESPACE, "value": job["metadata"]["namespace"]},
+        _field_env(contract.ENV_POD_NAME, "metadata.name"),
+        _field_env(contract.ENV_METRICS_ADDRESS, "status.podIP"),
+        {"name": contract.ENV_METRICS_PORT, "value": str(metrics_port)},
+        {"name": contract.ENV_WORKER_INDEX, "value": str(index)},
+        {"name": contract.ENV_CHECKPOINT_DIR, "value": contract.DEFAULT_CHECKPOINT_DIR},
+        {"name": contract.ENV_SPEC_FILE, "value": contract.DEFAULT_SPEC_FILE},
+    ]
+    if spec.multi_worker:
+        env.append(
+            {
+                "name": contract.ENV_TF_CONFIG,
+                "value": build_tf_config(job, spec.distribution.workers, index),
+            }
+        )
+    return env + [dict(var) for var in spec.env]
+
+
+def build_resources(spec: JobSpec) -> Obj:
+    requests = dict(spec.resources.get("requests") or {})
+    limits = dict(spec.resources.get("limits") or {})
+    gpus = spec.distribution.gpus_per_worker
+    if gpus > 0:
+        limits[GPU_RESOURCE] = gpus
+    out: Obj = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def build_pod(
+    job: Obj,
+    spec: JobSpec,
+    index: int,
+    attempt: int,
+    *,
+    metrics_port: int = contract.DEFAULT_METRICS_PORT,
+    uid: int = names.TRAINER_UID,
+) -> Obj:
+    """Trainer pod `index` of pod group `attempt`: restricted pod security, fsGroup for
+    the volume, GPU limits + toleration, the grace period the trainer needs to write its
+    checkpoint, restartPolicy Never (the operator decides about restarts)."""
+    job_name = job["metadata"]["name"]
+    spec_dir = contract.DEFAULT_SPEC_FILE.rsplit("/", 1)[0]
+    container: Obj = {
+        "name": names.TRAINER_CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": [
+            "python",
+            "-m",
+            "tuneop_trainer",
+            "run",
+            "--spec",
+            contract.DEFAULT_SPEC_FILE,
+            "--dir",
+            contract.DEFAULT_CHECKPOINT_DIR,
+        ],
+        "env": build_env(job, spec, index, metrics_port),
+        "ports": [{"name": "metrics", "containerPort": metrics_port}],
+        "resources": build_resources(spec),
+        "volumeMounts": [
+            {"name": names.CHECKPOINT_VOLUME, "mountPath": contract.DEFAULT_CHECKPOINT_DIR},
+            {"name": names.SPEC_VOLUME, "mountPath": spec_dir, "readOnly": True},
+        ],
+        "terminationMessagePath": contract.TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+        },
+    }
+    if spec.multi_worker:
+        container["ports"].append({"name": "tf-worker", "containerPort": names.TF_WORKER_PORT})
+    tolerations: list[Obj] = [
+        {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+        *[dict(t) for t in spec.tolerations],
+    ]
+    pod_spec: Obj = {
+        "restartPolicy": "Never",
+        "serviceAccountName": names.service_account_name(job_name),
+        "automountServiceAccountToken": True,
+        "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": uid,
+            "runAsGroup": uid,
+            "fsGroup": uid,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "tolerations": tolerations,
+        "volumes": [
+            {
+                "name": names.CHECKPOINT_VOLUME,
+                "persistentVolumeClaim": {"claimName": claim_name(job, spec)},
+            },
+            {
+                "name": names.SPEC_VOLUME,
+                "configMap": {"name": names.configmap_name(job_name)},
+            },
+        ],
+    }
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.affinity:
+        pod_spec["affinity"] = spec.affinity
+    if spec.priority_class_name:
+        pod_spec["priorityClassName"] = spec.priority_class_name
+    if spec.multi_worker:
+        pod_spec["hostname"] = names.pod_name(job_name, index)
+        pod_spec["subdomain"] = names.service_name(job_name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _meta(
+            job,
+            names.pod_name(job_name, index),
+            extra={
+                names.LABEL_COMPONENT: "trainer",
+                names.LABEL_WORKER_INDEX: str(index),
+                names.LABEL_ATTEMPT: str(attempt),
+            },
+        ),
+        "spec": pod_spec,
+    }
+
+
+def build_children(job: Obj, spec: JobSpec) -> list[Obj]:
+    """Everything a pod group needs, in creation order (pods excluded)."""
+    out: list[Obj] = []
+    pvc = build_pvc(job, spec)
+    if pvc is not None:
+        out.append(pvc)
+    out += [
+        build_configmap(job, spec),
+        build_service_account(job),
+        build_role(job),
+        build_role_binding(job),
+    ]
+    if spec.multi_worker:
+        out.append(build_service(job))
+    return out

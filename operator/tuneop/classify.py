@@ -1,0 +1,152 @@
+"""Pure classification of a trainer pod: is it running, done, disrupted or failed?
+
+Disruption is not failure. A pod lost to scheduler preemption, the Eviction API, the
+taint manager, the kubelet (node pressure / shutdown), node loss, deletion by someone
+other than the operator, or a trainer that exited with the contract's "preempted" code
+is `PREEMPTED` and counts against the preemption budget only. A trainer that exits with
+another non-zero code (error, OOM, bad user code) is `FAILED`; the "invalid spec" exit
+code is `INVALID_SPEC` (retrying will not help)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import tuneop_contract as contract
+
+from . import names
+
+Obj = dict[str, Any]
+
+DISRUPTION_REASONS = (
+    "PreemptionByScheduler",
+    "PreemptionByKubeScheduler",  # the name before Kubernetes 1.27
+    "EvictionByEvictionAPI",
+    "DeletionByTaintManager",
+    "DeletionByPodGC",
+    "TerminationByKubelet",
+)
+
+
+class Outcome(enum.Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    TERMINATING = "Terminating"
+    """Being deleted but not gone yet: wait (its trainer is writing a checkpoint)."""
+    COMPLETED = "Completed"
+    PREEMPTED = "Preempted"
+    FAILED = "Failed"
+    INVALID_SPEC = "InvalidSpec"
+
+
+@dataclasses.dataclass(frozen=True)
+class Classification:
+    outcome: Outcome
+    reason: str = ""
+    message: str = ""
+    exit_code: int | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome in (
+            Outcome.COMPLETED,
+            Outcome.PREEMPTED,
+            Outcome.FAILED,
+            Outcome.INVALID_SPEC,
+        )
+
+
+def disruption_reason(pod: Obj) -> str | None:
+    """The reason of a True `DisruptionTarget` condition, if any."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return str(cond.get("reason") or "DisruptionTarget")
+    return None
+
+
+def trainer_termination(pod: Obj) -> Obj | None:
+    """`state.terminated` (or, failing that, `lastState.terminated`) of the trainer."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") != names.TRAINER_CONTAINER:
+            continue
+        for key in ("state", "lastState"):
+            terminated = (status.get(key) or {}).get("terminated")
+            if terminated:
+                return dict(terminated)
+    return None
+
+
+def node_lost(pod: Obj, node: Obj | None, node_known: bool) -> bool:
+    """The pod's node is gone from the API, or reports the pod's node as lost."""
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if not node_name:
+        return False
+    if node_known and node is None:
+        return True
+    return (pod.get("status") or {}).get("reason") == "NodeLost"
+
+
+def classify(pod: Obj, *, node: Obj | None = None, node_known: bool = False) -> Classification:
+    """Classify a trainer pod that still exists. `node` is the pod's Node (None with
+    `node_known=True` means the node does not exist any more)."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    disruption = disruption_reason(pod)
+    term = trainer_termination(pod)
+    exit_code = term.get("exitCode") if term else None
+    message = str((term or {}).get("message") or status.get("message") or "").strip()
+
+    if phase == "Succeeded" or (phase == "Failed" and exit_code == contract.EXIT_COMPLETED):
+        return Classification(Outcome.COMPLETED, "Completed", message, exit_code)
+    if phase == "Failed":
+        if disruption:
+            return Classification(Outcome.PREEMPTED, disruption, message, exit_code)
+        if exit_code == contract.EXIT_PREEMPTED:
+            return Classification(Outcome.PREEMPTED, "TrainerPreempted", message, exit_code)
+        if status.get("reason") in ("Evicted", "Shutdown", "NodeShutdown", "Terminated"):
+            return Classification(
+                Outcome.PREEMPTED, "TerminationByKubelet", message or status["reason"], exit_code
+            )
+        if status.get("reason") == "NodeLost":
+            return Classification(Outcome.PREEMPTED, "NodeLost", message, exit_code)
+        if deleting:
+            return Classification(Outcome.PREEMPTED, "DeletedExternally", message, exit_code)
+        if exit_code == contract.EXIT_INVALID_SPEC:
+            return Classification(Outcome.INVALID_SPEC, "InvalidSpec", message, exit_code)
+        reason = str((term or {}).get("reason") or "Error")
+        if reason == "OOMKilled":
+            message = message or "the trainer container was killed: out of memory"
+        return Classification(
+            Outcome.FAILED,
+            reason,
+            message or f"trainer exited with code {exit_code}",
+            exit_code,
+        )
+    if node_lost(pod, node, node_known):
+        return Classification(Outcome.PREEMPTED, "NodeLost", f"node {pod['spec']['nodeName']}")
+    if deleting:
+        return Classification(Outcome.TERMINATING, disruption or "DeletedExternally")
+    if phase == "Running":
+        return Classification(Outcome.RUNNING, "Running")
+    if phase == "Unknown":
+        return Classification(Outcome.RUNNING, "Unknown")
+    return Classification(Outcome.PENDING, status.get("reason") or "Pending", message)
+
+
+def classify_missing(last_seen: Obj | None) -> Classification:
+    """A pod of the running group vanished from the API. The operator never deletes a
+    pod of the current group without first moving to a new group, so someone else did:
+    the scheduler, the Eviction API, the taint manager, a person. The last version seen
+    (if the watch caught one) may say who."""
+    if last_seen is not None:
+        seen = classify(last_seen)
+        if seen.outcome in (Outcome.COMPLETED, Outcome.FAILED, Outcome.INVALID_SPEC):
+            return seen
+        reason = disruption_reason(last_seen)
+        if reason:
+            return Classification(Outcome.PREEMPTED, reason, "pod deleted", seen.exit_code)
+        if seen.outcome == Outcome.PREEMPTED:
+            return seen
+    return Classification(Outcome.PREEMPTED, "DeletedExternally", "pod deleted")

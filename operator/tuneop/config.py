@@ -1,0 +1,82 @@
+"""The operator's configuration: TUNEOP_OPERATOR_* environment variables, read and
+validated once at start-up (an invalid value stops the operator with a clear message).
+(The trainer's TUNEOP_* variables are in tuneop_contract; the prefix here differs so the
+two never collide.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from collections.abc import Mapping
+
+import tuneop_contract as contract
+
+PREFIX = "TUNEOP_OPERATOR_"
+
+
+class ConfigError(ValueError):
+    """An invalid TUNEOP_OPERATOR_* value; the message names the variable."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    namespaces: tuple[str, ...] = ()
+    """Namespaces to watch; empty = the whole cluster."""
+    metrics_port: int = 8080
+    health_port: int = 8081
+    peering_name: str = "tuneop"
+    """Cluster-wide kopf peering object; empty string = standalone (no peering)."""
+    priority: int = 0
+    """kopf peering priority; replicas must differ (default: random per process)."""
+    reconcile_seconds: float = 2.0
+    """Longest time between two reconciliations of a job (pod events wake it sooner)."""
+    trainer_metrics_port: int = contract.DEFAULT_METRICS_PORT
+    trainer_uid: int = 1000
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        env = os.environ if env is None else env
+
+        def get(name: str) -> str | None:
+            value = env.get(PREFIX + name)
+            return value.strip() if value is not None and value.strip() != "" else None
+
+        def integer(name: str, default: int, low: int, high: int) -> int:
+            raw = get(name)
+            if raw is None:
+                return default
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ConfigError(f"{PREFIX}{name}={raw!r}: not an integer") from None
+            if not low <= value <= high:
+                raise ConfigError(f"{PREFIX}{name}={value}: must be in [{low}, {high}]")
+            return value
+
+        namespaces = tuple(n.strip() for n in (get("NAMESPACES") or "").split(",") if n.strip())
+        raw_interval = get("RECONCILE_SECONDS")
+        try:
+            interval = float(raw_interval) if raw_interval is not None else 2.0
+        except ValueError:
+            raise ConfigError(f"{PREFIX}RECONCILE_SECONDS={raw_interval!r}: not a number") from None
+        if not 0.1 <= interval <= 300:
+            raise ConfigError(f"{PREFIX}RECONCILE_SECONDS={interval}: must be in [0.1, 300]")
+        level = (get("LOG_LEVEL") or "INFO").upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError(f"{PREFIX}LOG_LEVEL={level!r}: one of DEBUG, INFO, WARNING, ERROR")
+        peering = env.get(PREFIX + "PEERING", "tuneop").strip()
+        return cls(
+            namespaces=namespaces,
+            metrics_port=integer("METRICS_PORT", 8080, 0, 65535),
+            health_port=integer("HEALTH_PORT", 8081, 0, 65535),
+            peering_name=peering,
+            priority=integer("PRIORITY", random.randint(1, 2**31 - 1), 0, 2**31 - 1),
+            reconcile_seconds=interval,
+            trainer_metrics_port=integer(
+                "TRAINER_METRICS_PORT", contract.DEFAULT_METRICS_PORT, 0, 65535
+            ),
+            trainer_uid=integer("TRAINER_UID", 1000, 1, 2**31 - 1),
+            log_level=level,
+        )

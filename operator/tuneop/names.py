@@ -1,0 +1,65 @@
+"""API coordinates, child object names and labels: deterministic, so an operator restart
+at any instant finds (and never duplicates) what it created before."""
+
+from __future__ import annotations
+
+GROUP = "tuneop.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TuningJob"
+PLURAL = "tuningjobs"
+
+COMPONENT = "tuneop-operator"
+"""Event source component and field manager."""
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_JOB = "tuneop.io/tuningjob"
+LABEL_WORKER_INDEX = "tuneop.io/worker-index"
+LABEL_ATTEMPT = "tuneop.io/attempt"
+MANAGED_BY = "tuneop"
+
+TF_WORKER_PORT = 2222
+"""Port MultiWorkerMirroredStrategy workers listen on (in TF_CONFIG)."""
+
+CHECKPOINT_VOLUME = "checkpoints"
+SPEC_VOLUME = "spec"
+SPEC_KEY = "spec.yaml"
+TRAINER_CONTAINER = "trainer"
+TRAINER_UID = 1000
+
+
+def pvc_name(job: str) -> str:
+    return f"{job}-ckpt"
+
+
+def configmap_name(job: str) -> str:
+    return f"{job}-spec"
+
+
+def service_account_name(job: str) -> str:
+    return f"{job}-trainer"
+
+
+def service_name(job: str) -> str:
+    return f"{job}-workers"
+
+
+def pod_name(job: str, index: int) -> str:
+    return f"{job}-worker-{index}"
+
+
+def job_labels(job: str) -> dict[str, str]:
+    """Labels on every child; `LABEL_JOB` is what the operator selects by."""
+    return {
+        LABEL_NAME: "tuneop-trainer",
+        LABEL_INSTANCE: job,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_JOB: job,
+    }
+
+
+def job_selector(job: str) -> str:
+    return f"{LABEL_JOB}={job}"

@@ -1,0 +1,453 @@
+"""The level-based decision, as a pure function: given the TuningJob (spec + status),
+its pods and what is known of their nodes, return what to change. No API calls here:
+tuneop.kube applies a Decision, tests/unit/test_operator_reconcile.py drives this
+function through whole scenarios (preemption, failures and backoff, budgets, suspend,
+restore reporting, stall, TTL).
+
+Idempotence: counters move only together with `status.attempt` (the pod group index)
+in one status patch, which the executor writes before it deletes anything; pods of an
+older group are deleted without being counted again. Pods are created (by name, 409 is
+fine) before `attemptStarted` is written, so a restart between the two creates nothing
+twice and counts nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from . import names
+from . import status as st
+from .classify import Classification, Outcome, classify, classify_missing
+from .spec import JobSpec, validate
+
+Obj = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass
+class Decision:
+    status: Obj = dataclasses.field(default_factory=dict)
+    """Merge patch for .status (only what changed)."""
+    events: list[Event] = dataclasses.field(default_factory=list)
+    ensure_children: bool = False
+    create_pods: list[int] = dataclasses.field(default_factory=list)
+    create_attempt: int = 0
+    delete_pods: list[str] = dataclasses.field(default_factory=list)
+    delete_job: bool = False
+    requeue_after: float | None = None
+
+    def merged_status(self, job: Obj) -> Obj:
+        """The job's status after this decision's patch (for metrics and logs)."""
+        merged = dict(job.get("status") or {})
+        for key, value in self.status.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        return merged
+
+
+def _attempt_of(pod: Obj) -> str | None:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    value = labels.get(names.LABEL_ATTEMPT)
+    return str(value) if value is not None else None
+
+
+def _alive(pod: Obj) -> bool:
+    """Not yet being deleted (a delete call would still do something)."""
+    return not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+class _Builder:
+    """Accumulates the status patch; reads see earlier writes."""
+
+    def __init__(self, job: Obj, now: dt.datetime) -> None:
+        self.job = job
+        self.now = now
+        self.old: Obj = dict(job.get("status") or {})
+        self.decision = Decision()
+        self.generation = int(job["metadata"].get("generation") or 1)
+        self.conditions: list[Obj] = list(self.old.get("conditions") or [])
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self.decision.status:
+            return self.decision.status[key]
+        return self.old.get(key, default)
+
+    def put(self, key: str, value: Any) -> None:
+        if self.old.get(key) != value or key in self.decision.status:
+            self.decision.status[key] = value
+
+    def cond(self, type_: str, status: bool, reason: str, message: str = "") -> None:
+        self.conditions = st.set_condition(
+            self.conditions, type_, status, reason, message, self.generation, self.now
+        )
+        if self.conditions != (self.old.get("conditions") or []):
+            self.decision.status["conditions"] = self.conditions
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.decision.events.append(Event(type_, reason, message))
+
+    def count(self, key: str) -> int:
+        value = int(self.get(key) or 0) + 1
+        self.put(key, value)
+        return value
+
+
+def _apply_progress(b: _Builder) -> None:
+    progress = b.old.get("progress") or {}
+    if not isinstance(progress, dict) or not progress:
+        if b.get("trials") is None:
+            b.put("trials", "0/?")
+        return
+    done = int(progress.get("trialsCompleted") or 0)
+    total = progress.get("trialsTotal")
+    b.put("trialsCompleted", done)
+    if total is not None:
+        b.put("trialsTotal", int(total))
+    b.put("trials", f"{done}/{total if total is not None else '?'}")
+    if progress.get("trialId"):
+        b.put("currentTrial", str(progress["trialId"]))
+    if progress.get("bestTrialId") is not None:
+        best: Obj = {"id": str(progress["bestTrialId"])}
+        if progress.get("bestScore") is not None:
+            best["score"] = float(progress["bestScore"])
+        if progress.get("bestHyperparameters") is not None:
+            best["hyperparameters"] = progress["bestHyperparameters"]
+        b.put("bestTrial", best)
+    for key in ("lastProgressTime", "lastCheckpointTime"):
+        if progress.get(key):
+            b.put(key, progress[key])
+
+
+def _best_text(b: _Builder) -> str:
+    best = b.get("bestTrial") or {}
+    if not best:
+        return "no best trial reported"
+    score = best.get("score")
+    return f"best trial {best.get('id')} score {score if score is not None else '?'}"
+
+
+def _finish(b: _Builder, *, succeeded: bool, reason: str, message: str) -> None:
+    b.put("phase", st.PHASE_SUCCEEDED if succeeded else st.PHASE_FAILED)
+    b.put("completionTime", st.rfc3339(b.now))
+    b.put("message", message)
+    b.put("nextRetryTime", None)
+    b.cond(st.COND_RUNNING, False, reason, message)
+    b.cond(st.COND_STALLED, False, reason, "")
+    if succeeded:
+        b.cond(st.COND_COMPLETE, True, reason, message)
+        b.event("Normal", "Completed", message)
+    else:
+        b.cond(st.COND_FAILED, True, reason, message)
+        b.event("Warning", reason, message)
+
+
+def _delete_alive(b: _Builder, pods: list[Obj], *, keep_ended: bool = False) -> None:
+    for pod in pods:
+        if not _alive(pod):
+            continue
+        if keep_ended and classify(pod).ended:
+            continue
+        name = pod["metadata"]["name"]
+        if name not in b.decision.delete_pods:
+            b.decision.delete_pods.append(name)
+
+
+def _ttl(b: _Builder, spec: JobSpec) -> None:
+    ttl = spec.ttl_seconds_after_finished
+    if ttl is None:
+        return
+    done = st.parse_time(b.get("completionTime")) or b.now
+    left = (done + dt.timedelta(seconds=int(ttl)) - b.now).total_seconds()
+    if left <= 0:
+        b.decision.delete_job = True
+    else:
+        b.decision.requeue_after = left
+
+
+def decide(
+    job: Obj,
+    pods: list[Obj],
+    *,
+    now: dt.datetime,
+    nodes: dict[str, Obj | None] | None = None,
+    last_seen: dict[str, Obj] | None = None,
+) -> Decision:
+    """What to do next for `job`. `pods`: the job's pods (by label). `nodes`: Node objects
+    by name, None for a node known not to exist (names absent = unknown). `last_seen`:
+    the last version of each pod the watch delivered (says why a vanished pod went)."""
+    nodes = nodes or {}
+    last_seen = last_seen or {}
+    b = _Builder(job, now)
+    name = job["metadata"]["name"]
+    spec = JobSpec.from_dict(job.get("spec") or {})
+    b.put("observedGeneration", b.generation)
+    _apply_progress(b)
+
+    phase = b.get("phase") or st.PHASE_PENDING
+    if b.get("phase") is None:
+        b.put("phase", phase)
+    attempt = int(b.get("attempt") or 0)
+    started = bool(b.get("attemptStarted"))
+    workers = spec.distribution.workers
+    worker_names = [names.pod_name(name, i) for i in range(workers)]
+    current = {
+        p["metadata"]["name"]: p
+        for p in pods
+        if _attempt_of(p) == str(attempt) and p["metadata"]["name"] in worker_names
+    }
+    stale = [p for p in pods if p["metadata"]["name"] not in current]
+    _delete_alive(b, stale)
+    errors = validate(spec)
+
+    if phase in st.TERMINAL_PHASES:
+        failed = st.get_condition(b.conditions, st.COND_FAILED) or {}
+        reopen = (
+            phase == st.PHASE_FAILED
+            and failed.get("reason") == "InvalidSpec"
+            and failed.get("observedGeneration") != b.generation
+            and not errors
+        )
+        if not reopen:
+            if phase == st.PHASE_FAILED:
+                _delete_alive(b, list(current.values()))
+            else:
+                _delete_alive(b, list(current.values()), keep_ended=True)
+            _ttl(b, spec)
+            return b.decision
+        phase = st.PHASE_PENDING
+        b.put("phase", phase)
+        b.put("completionTime", None)
+        b.cond(st.COND_FAILED, False, "SpecChanged", "the spec changed; trying again")
+        b.event("Normal", "SpecChanged", "the spec is valid now; starting the trainer again")
+        if started:
+            attempt += 1
+            b.put("attempt", attempt)
+            b.put("attemptStarted", False)
+            started = False
+            _delete_alive(b, list(current.values()))
+            current = {}
+
+    if errors:
+        message = "invalid spec: " + "; ".join(str(e) for e in errors)
+        _delete_alive(b, list(current.values()))
+        _finish(b, succeeded=False, reason="InvalidSpec", message=message)
+        return b.decision
+
+    if spec.suspend:
+        if phase != st.PHASE_SUSPENDED:
+            b.put("phase", st.PHASE_SUSPENDED)
+            b.cond(st.COND_SUSPENDED, True, "Suspended", "spec.suspend is true")
+            b.cond(st.COND_RUNNING, False, "Suspended", "")
+            b.cond(st.COND_STALLED, False, "Suspended", "")
+            b.event(
+                "Normal",
+                "Suspended",
+                "stopping the trainer pods gracefully (they checkpoint); the volume is kept",
+            )
+            if started:
+                b.put("attempt", attempt + 1)
+                b.put("attemptStarted", False)
+        _delete_alive(b, pods)
+        b.put("message", "suspended" if not pods else f"suspending: {len(pods)} pod(s) stopping")
+        return b.decision
+    if phase == st.PHASE_SUSPENDED:
+        phase = st.PHASE_PENDING
+        b.put("phase", phase)
+        b.cond(st.COND_SUSPENDED, False, "Resumed", "spec.suspend is false")
+        b.event("Normal", "Resumed", "resuming the search from the checkpoint volume")
+
+    if not started:
+        if stale:
+            b.put("message", f"waiting for {len(stale)} old trainer pod(s) to terminate")
+            return b.decision
+        retry = st.parse_time(b.get("nextRetryTime"))
+        if retry is not None and b.now < retry:
+            b.put("message", f"retrying at {st.rfc3339(retry)} (backoff after a failure)")
+            b.decision.requeue_after = (retry - b.now).total_seconds()
+            return b.decision
+        b.decision.ensure_children = True
+        b.decision.create_pods = list(range(workers))
+        b.decision.create_attempt = attempt
+        b.put("attempt", attempt)
+        b.put("attemptStarted", True)
+        b.put("attemptStartTime", st.rfc3339(b.now))
+        b.put("nextRetryTime", None)
+        if not b.get("startTime"):
+            b.put("startTime", st.rfc3339(b.now))
+        if attempt > 0:
+            b.decision.status["progress"] = {"resumedFromStep": None}
+        b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
+        b.event(
+            "Normal",
+            "Created",
+            f"created trainer pod group {attempt}: "
+            + ", ".join(worker_names)
+            + (" (resuming from the checkpoint volume)" if attempt > 0 else ""),
+        )
+        return b.decision
+
+    outcomes: dict[str, Classification] = {}
+    for pod_name in worker_names:
+        pod = current.get(pod_name)
+        if pod is not None:
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            outcomes[pod_name] = classify(
+                pod,
+                node=nodes.get(node_name) if node_name else None,
+                node_known=bool(node_name) and node_name in nodes,
+            )
+        else:
+            seen = last_seen.get(pod_name)
+            if seen is not None and _attempt_of(seen) != str(attempt):
+                seen = None
+            outcomes[pod_name] = classify_missing(seen)
+    group = list(current.values())
+    kinds = {c.outcome for c in outcomes.values()}
+    chief = outcomes[worker_names[0]]
+    fp = spec.failure_policy
+
+    if chief.outcome == Outcome.COMPLETED and not kinds & {Outcome.FAILED, Outcome.INVALID_SPEC}:
+        _delete_alive(b, group, keep_ended=True)
+        _finish(b, succeeded=True, reason="Completed", message=f"search completed: {_best_text(b)}")
+        _ttl(b, spec)
+        return b.decision
+
+    if Outcome.INVALID_SPEC in kinds:
+        bad = next(
+            f"{n}: {c.message}" for n, c in outcomes.items() if c.outcome == Outcome.INVALID_SPEC
+        )
+        _delete_alive(b, group)
+        _finish(
+            b, succeeded=False, reason="InvalidSpec", message=f"trainer rejected the spec: {bad}"
+        )
+        return b.decision
+
+    if Outcome.FAILED in kinds:
+        what = "; ".join(
+            f"{n}: {c.reason}: {c.message}"
+            for n, c in outcomes.items()
+            if c.outcome == Outcome.FAILED
+        )
+        failures = b.count("failures")
+        _delete_alive(b, group)
+        if failures > fp.max_failures:
+            _finish(
+                b,
+                succeeded=False,
+                reason="FailureBudgetExceeded",
+                message=f"{failures} trainer failures exceed failurePolicy.maxFailures="
+                f"{fp.max_failures}; last: {what}",
+            )
+            return b.decision
+        delay = fp.backoff(failures)
+        b.event(
+            "Warning",
+            "TrainerFailed",
+            f"trainer failed ({failures}/{fp.max_failures} tolerated): {what}; retry in {delay}s",
+        )
+        b.put("attempt", attempt + 1)
+        b.put("attemptStarted", False)
+        b.count("restarts")
+        b.put("nextRetryTime", st.rfc3339(b.now + dt.timedelta(seconds=delay)))
+        b.put("message", f"trainer failed: {what}; retrying in {delay}s")
+        b.cond(st.COND_RUNNING, False, "TrainerFailed", what)
+        b.decision.requeue_after = float(delay)
+        return b.decision
+
+    if Outcome.PREEMPTED in kinds:
+        what = ", ".join(
+            f"{n}: {c.reason}" for n, c in outcomes.items() if c.outcome == Outcome.PREEMPTED
+        )
+        preemptions = b.count("preemptions")
+        _delete_alive(b, group)
+        if preemptions > fp.max_preemptions:
+            _finish(
+                b,
+                succeeded=False,
+                reason="PreemptionBudgetExceeded",
+                message=f"{preemptions} preemptions exceed failurePolicy.maxPreemptions="
+                f"{fp.max_preemptions}; last: {what}",
+            )
+            return b.decision
+        b.event(
+            "Warning",
+            "Preempted",
+            f"trainer pod group {attempt} disrupted ({what}); recreating "
+            + ("all workers" if workers > 1 else "the trainer")
+            + ", it resumes from the checkpoint",
+        )
+        b.put("attempt", attempt + 1)
+        b.put("attemptStarted", False)
+        b.count("restarts")
+        b.put("message", f"preempted ({what}); recreating the trainer pod group")
+        b.cond(st.COND_RUNNING, False, "Preempted", what)
+        return b.decision
+
+    if Outcome.TERMINATING in kinds:
+        b.put("message", "a trainer pod is being deleted; waiting for its checkpoint")
+        return b.decision
+
+    if all(
+        c.outcome == Outcome.RUNNING or c.outcome == Outcome.COMPLETED for c in outcomes.values()
+    ):
+        if phase != st.PHASE_RUNNING:
+            b.put("phase", st.PHASE_RUNNING)
+        b.cond(st.COND_RUNNING, True, "TrainerRunning", f"{workers} trainer pod(s) running")
+        _report_restore(b, attempt)
+        _check_stall(b, spec)
+        trial = b.get("currentTrial")
+        b.put(
+            "message",
+            f"running trial {trial}, {b.get('trials')} trials done" if trial else "trainer running",
+        )
+    else:
+        pending = ", ".join(
+            f"{n}: {c.reason}" for n, c in outcomes.items() if c.outcome == Outcome.PENDING
+        )
+        b.cond(st.COND_RUNNING, False, "PodsPending", pending)
+        b.put("message", f"waiting for trainer pods ({pending})")
+    return b.decision
+
+
+def _report_restore(b: _Builder, attempt: int) -> None:
+    progress = b.old.get("progress") or {}
+    resumed = progress.get("resumedFromStep") if isinstance(progress, dict) else None
+    if attempt <= 0 or not resumed or int(resumed) <= 0:
+        return
+    if b.get("restoredAttempt") == attempt:
+        return
+    b.count("restores")
+    b.put("restoredAttempt", attempt)
+    b.event(
+        "Normal",
+        "Restored",
+        f"trainer pod group {attempt} resumed trial {progress.get('trialId')} "
+        f"at step {int(resumed)} from the checkpoint",
+    )
+
+
+def _check_stall(b: _Builder, spec: JobSpec) -> None:
+    times = [st.parse_time(b.get("lastProgressTime")), st.parse_time(b.get("attemptStartTime"))]
+    known = [t for t in times if t is not None]
+    if not known:
+        return
+    idle = (b.now - max(known)).total_seconds()
+    stalled = st.condition_is(b.conditions, st.COND_STALLED)
+    if idle > spec.stall_timeout_seconds:
+        if not stalled:
+            message = (
+                f"no progress for {int(idle)}s (stallTimeoutSeconds={spec.stall_timeout_seconds})"
+            )
+            b.cond(st.COND_STALLED, True, "NoProgress", message)
+            b.event("Warning", "Stalled", message)
+    elif stalled or st.get_condition(b.conditions, st.COND_STALLED) is None:
+        b.cond(st.COND_STALLED, False, "Progressing", "")

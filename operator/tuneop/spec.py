@@ -1,0 +1,191 @@
+"""A typed view of TuningJob.spec, and the checks the OpenAPI schema and CEL cannot do.
+
+`JobSpec.from_dict` applies the same defaults as the CRD (a unit test keeps them in
+sync), so the operator behaves the same when it sees an object the API server did not
+default. `validate` returns `SpecError`s naming the field (`spec.env[2].name`); the
+operator turns them into condition Failed/InvalidSpec and a Warning Event."""
+
+from __future__ import annotations
+
+import dataclasses
+from decimal import Decimal
+from typing import Any
+
+import tuneop_contract as contract
+from kubernetes.utils.quantity import parse_quantity
+
+RESERVED_ENV_PREFIXES = ("TUNEOP_",)
+RESERVED_ENV_NAMES = (contract.ENV_TF_CONFIG,)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecError:
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    strategy: str = "Auto"
+    workers: int = 1
+    gpus_per_worker: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    existing_claim: str = ""
+    size: str = "1Gi"
+    storage_class_name: str = ""
+    access_modes: tuple[str, ...] = ("ReadWriteOnce",)
+    reclaim_policy: str = "Retain"
+    interval_steps: int = 50
+    interval_seconds: int = 60
+    keep: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class FailurePolicy:
+    max_failures: int = 3
+    backoff_seconds: int = 10
+    max_backoff_seconds: int = 300
+    max_preemptions: int = 20
+
+    def backoff(self, failures: int) -> int:
+        """Delay before the retry that follows failure number `failures` (1-based):
+        backoffSeconds doubled per earlier failure, capped at maxBackoffSeconds."""
+        if failures <= 0:
+            return 0
+        delay = self.backoff_seconds * 2 ** min(failures - 1, 32)
+        return int(min(delay, self.max_backoff_seconds))
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    raw: dict[str, Any]
+    """The spec as given (after API-server defaulting), passed to the trainer as is."""
+    image: str
+    image_pull_policy: str = "IfNotPresent"
+    distribution: Distribution = Distribution()
+    checkpoint: Checkpoint = Checkpoint()
+    failure_policy: FailurePolicy = FailurePolicy()
+    resources: dict[str, Any] = dataclasses.field(default_factory=dict)
+    node_selector: dict[str, str] = dataclasses.field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    affinity: dict[str, Any] = dataclasses.field(default_factory=dict)
+    priority_class_name: str = ""
+    env: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    stall_timeout_seconds: int = 900
+    suspend: bool = False
+    ttl_seconds_after_finished: int | None = None
+    termination_grace_period_seconds: int = 60
+
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any]) -> JobSpec:
+        dist = spec.get("distribution") or {}
+        ckpt = spec.get("checkpoint") or {}
+        fp = spec.get("failurePolicy") or {}
+        d_dist, d_ckpt, d_fp = Distribution(), Checkpoint(), FailurePolicy()
+        return cls(
+            raw=spec,
+            image=str(spec.get("image", "")),
+            image_pull_policy=spec.get("imagePullPolicy") or "IfNotPresent",
+            distribution=Distribution(
+                strategy=dist.get("strategy", d_dist.strategy),
+                workers=int(dist.get("workers", d_dist.workers)),
+                gpus_per_worker=int(dist.get("gpusPerWorker", d_dist.gpus_per_worker)),
+            ),
+            checkpoint=Checkpoint(
+                existing_claim=ckpt.get("existingClaim") or "",
+                size=str(ckpt.get("size") or d_ckpt.size),
+                storage_class_name=ckpt.get("storageClassName") or "",
+                access_modes=tuple(ckpt.get("accessModes") or d_ckpt.access_modes),
+                reclaim_policy=ckpt.get("reclaimPolicy", d_ckpt.reclaim_policy),
+                interval_steps=int(ckpt.get("intervalSteps", d_ckpt.interval_steps)),
+                interval_seconds=int(ckpt.get("intervalSeconds", d_ckpt.interval_seconds)),
+                keep=int(ckpt.get("keep", d_ckpt.keep)),
+            ),
+            failure_policy=FailurePolicy(
+                max_failures=int(fp.get("maxFailures", d_fp.max_failures)),
+                backoff_seconds=int(fp.get("backoffSeconds", d_fp.backoff_seconds)),
+                max_backoff_seconds=int(fp.get("maxBackoffSeconds", d_fp.max_backoff_seconds)),
+                max_preemptions=int(fp.get("maxPreemptions", d_fp.max_preemptions)),
+            ),
+            resources=dict(spec.get("resources") or {}),
+            node_selector=dict(spec.get("nodeSelector") or {}),
+            tolerations=list(spec.get("tolerations") or []),
+            affinity=dict(spec.get("affinity") or {}),
+            priority_class_name=spec.get("priorityClassName") or "",
+            env=list(spec.get("env") or []),
+            stall_timeout_seconds=int(spec.get("stallTimeoutSeconds", 900)),
+            suspend=bool(spec.get("suspend", False)),
+            ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
+            termination_grace_period_seconds=int(spec.get("terminationGracePeriodSeconds", 60)),
+        )
+
+    @property
+    def multi_worker(self) -> bool:
+        return self.distribution.workers > 1
+
+
+def _quantity(value: Any) -> Decimal | None:
+    try:
+        return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
+    except (ValueError, TypeError, ArithmeticError):
+        return None
+
+
+def validate(spec: JobSpec) -> list[SpecError]:
+    """Checks the schema cannot express; each error names the offending field."""
+    errors: list[SpecError] = []
+    if not spec.image.strip():
+        errors.append(SpecError("spec.image", "must not be empty"))
+    for i, var in enumerate(spec.env):
+        name = str(var.get("name", ""))
+        if name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES):
+            errors.append(
+                SpecError(f"spec.env[{i}].name", f"{name} is reserved (set by the operator)")
+            )
+    requests = spec.resources.get("requests") or {}
+    limits = spec.resources.get("limits") or {}
+    for section_name, section in (("requests", requests), ("limits", limits)):
+        for key, value in section.items():
+            field = f"spec.resources.{section_name}.{key}"
+            if key == "nvidia.com/gpu":
+                errors.append(SpecError(field, "set spec.distribution.gpusPerWorker instead"))
+            elif _quantity(value) is None:
+                errors.append(SpecError(field, f"{value!r} is not a valid quantity"))
+    for key, req in requests.items():
+        if key in limits:
+            low, high = _quantity(req), _quantity(limits[key])
+            if low is not None and high is not None and low > high:
+                errors.append(
+                    SpecError(
+                        f"spec.resources.requests.{key}",
+                        f"{req} exceeds spec.resources.limits.{key} ({limits[key]})",
+                    )
+                )
+    if spec.checkpoint.existing_claim and spec.checkpoint.reclaim_policy == "Delete":
+        errors.append(
+            SpecError(
+                "spec.checkpoint.reclaimPolicy",
+                "Delete cannot be used with existingClaim (an existing claim is never deleted)",
+            )
+        )
+    if not spec.checkpoint.existing_claim and _quantity(spec.checkpoint.size) is None:
+        errors.append(SpecError("spec.checkpoint.size", f"{spec.checkpoint.size!r} is invalid"))
+    if spec.distribution.workers > 1 and spec.distribution.strategy == "Mirrored":
+        errors.append(
+            SpecError(
+                "spec.distribution.strategy",
+                "Mirrored runs in one pod; workers > 1 needs MultiWorkerMirrored or Auto",
+            )
+        )
+    fp = spec.failure_policy
+    if fp.max_backoff_seconds < fp.backoff_seconds:
+        errors.append(
+            SpecError("spec.failurePolicy.maxBackoffSeconds", "must be >= backoffSeconds")
+        )
+    return errors

@@ -1,0 +1,249 @@
+"""The CRD file (manifests/crd/tuneop.io_tuningjobs.yaml) as an API contract: names,
+printer columns, a description on every field, defaults in sync with the operator's
+typed spec, and the sample valid against the schema. CEL rules need a real API server:
+tests/e2e/test_operator_api.py checks those."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tuneop import names
+from tuneop.spec import Checkpoint, Distribution, FailurePolicy, JobSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "manifests" / "crd" / "tuneop.io_tuningjobs.yaml"
+SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-emg.yaml"
+
+
+def crd() -> dict[str, Any]:
+    return yaml.safe_load(CRD_FILE.read_text())
+
+
+def schema() -> dict[str, Any]:
+    return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def walk(node: dict[str, Any], path: str = ""):
+    yield path, node
+    for key, child in (node.get("properties") or {}).items():
+        yield from walk(child, f"{path}.{key}")
+    if isinstance(node.get("items"), dict):
+        yield from walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from walk(node["additionalProperties"], f"{path}{{}}")
+
+
+def check(value: Any, node: dict[str, Any], path: str = "") -> list[str]:
+    """A small structural-schema validator (types, enum, bounds, pattern, required,
+    unknown fields); enough to catch a sample that drifted from the CRD."""
+    errors: list[str] = []
+    if value is None:
+        return [] if node.get("nullable") else [f"{path}: null"]
+    if node.get("x-kubernetes-int-or-string"):
+        if not isinstance(value, int | str):
+            errors.append(f"{path}: not int-or-string")
+        if isinstance(value, str) and "pattern" in node and not re.search(node["pattern"], value):
+            errors.append(f"{path}: {value!r} does not match {node['pattern']}")
+        return errors
+    kind = node.get("type")
+    types = {
+        "object": dict,
+        "array": list,
+        "string": str,
+        "integer": int,
+        "number": int | float,
+        "boolean": bool,
+    }
+    if (kind and not isinstance(value, types[kind])) or (kind != "boolean" and value is True):
+        return [f"{path}: {value!r} is not {kind}"]
+    if "enum" in node and value not in node["enum"]:
+        errors.append(f"{path}: {value!r} not in {node['enum']}")
+    if "minimum" in node and value < node["minimum"]:
+        errors.append(f"{path}: {value} < {node['minimum']}")
+    if "maximum" in node:
+        too_big = (
+            value >= node["maximum"] if node.get("exclusiveMaximum") else value > node["maximum"]
+        )
+        if too_big:
+            errors.append(f"{path}: {value} above {node['maximum']}")
+    if "pattern" in node and not re.search(node["pattern"], value):
+        errors.append(f"{path}: {value!r} does not match {node['pattern']}")
+    if kind == "object":
+        props = node.get("properties") or {}
+        for req in node.get("required") or []:
+            if req not in value:
+                errors.append(f"{path}.{req}: required")
+        for key, child in value.items():
+            if key in props:
+                errors += check(child, props[key], f"{path}.{key}")
+            elif isinstance(node.get("additionalProperties"), dict):
+                errors += check(child, node["additionalProperties"], f"{path}.{key}")
+            elif not node.get("x-kubernetes-preserve-unknown-fields") and path != ".metadata":
+                errors.append(f"{path}.{key}: unknown field (would be pruned)")
+    if kind == "array":
+        for i, item in enumerate(value):
+            errors += check(item, node["items"], f"{path}[{i}]")
+    return errors
+
+
+def apply_defaults(value: Any, node: dict[str, Any]) -> Any:
+    """Structural defaulting as the API server does it (defaults of absent fields,
+    recursively, also inside defaulted objects)."""
+    if isinstance(value, dict) and node.get("type") == "object":
+        out = dict(value)
+        for key, child in (node.get("properties") or {}).items():
+            if key not in out and "default" in child:
+                out[key] = child["default"]
+            if key in out:
+                out[key] = apply_defaults(out[key], child)
+        return out
+    return value
+
+
+def test_names_scope_and_printer_columns():
+    doc = crd()
+    assert doc["metadata"]["name"] == f"{names.PLURAL}.{names.GROUP}"
+    spec = doc["spec"]
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == names.KIND
+    assert spec["names"]["shortNames"] == ["tj"]
+    assert set(spec["names"]["categories"]) == {"all", "ml"}
+    version = spec["versions"][0]
+    assert version["name"] == names.VERSION and version["storage"] and version["served"]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["State"] == ".status.phase"
+    assert columns["Trials"] == ".status.trials"
+    assert columns["Best"] == ".status.bestTrial.score"
+    assert columns["Preemptions"] == ".status.preemptions"
+    assert columns["Age"] == ".metadata.creationTimestamp"
+
+
+def test_every_field_has_a_description():
+    missing = [
+        path
+        for path, node in walk(schema())
+        if path not in (".metadata",)
+        and not str(node.get("description", "")).strip()
+        and not path.endswith("{}")
+    ]
+    assert missing == []
+
+
+def test_spec_covers_the_agreed_shape():
+    spec_props = schema()["properties"]["spec"]["properties"]
+    for field in [
+        "image",
+        "imagePullPolicy",
+        "hypermodel",
+        "pythonPath",
+        "data",
+        "tuner",
+        "distribution",
+        "resources",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "priorityClassName",
+        "env",
+        "checkpoint",
+        "failurePolicy",
+        "stallTimeoutSeconds",
+        "suspend",
+        "ttlSecondsAfterFinished",
+        "terminationGracePeriodSeconds",
+    ]:
+        assert field in spec_props, field
+    tuner = spec_props["tuner"]["properties"]
+    assert set(tuner) >= {
+        "algorithm", "objective", "maxTrials", "maxEpochs", "factor", "hyperbandIterations",
+        "executionsPerTrial", "seed", "batchSize", "deterministic",
+    }  # fmt: skip
+    rules = [r["rule"] for _, n in walk(schema()) for r in n.get("x-kubernetes-validations", [])]
+    for immutable in ("tuner", "hypermodel", "distribution", "data"):
+        node = spec_props[immutable]
+        assert "self == oldSelf" in [r["rule"] for r in node["x-kubernetes-validations"]]
+    assert any("synthetic" in r and "loader" in r for r in rules)
+    assert any("workers" in r for r in rules)
+    assert any("existingClaim" in r for r in rules)
+
+
+def test_crd_defaults_match_the_operator_spec_defaults():
+    props = schema()["properties"]["spec"]["properties"]
+
+    def defaults(section: str) -> dict[str, Any]:
+        return {k: v["default"] for k, v in props[section]["properties"].items() if "default" in v}
+
+    assert defaults("distribution") == {
+        "strategy": Distribution.strategy,
+        "workers": Distribution.workers,
+        "gpusPerWorker": Distribution.gpus_per_worker,
+    }
+    assert defaults("failurePolicy") == {
+        "maxFailures": FailurePolicy.max_failures,
+        "backoffSeconds": FailurePolicy.backoff_seconds,
+        "maxBackoffSeconds": FailurePolicy.max_backoff_seconds,
+        "maxPreemptions": FailurePolicy.max_preemptions,
+    }
+    assert defaults("checkpoint") == {
+        "reclaimPolicy": Checkpoint.reclaim_policy,
+        "intervalSteps": Checkpoint.interval_steps,
+        "intervalSeconds": Checkpoint.interval_seconds,
+        "keep": Checkpoint.keep,
+    }
+    minimal = {"image": "x", "hypermodel": "m:H"}
+    defaulted = apply_defaults(minimal, schema()["properties"]["spec"])
+    from_crd, from_code = JobSpec.from_dict(defaulted), JobSpec.from_dict(minimal)
+    assert dataclasses_equal(from_crd, from_code)
+    assert defaulted["data"] == {"synthetic": {"samples": 256, "seed": 0}, "validationSplit": 0.2}
+    assert defaulted["tuner"]["objective"] == {"name": "val_accuracy", "direction": "max"}
+
+
+def dataclasses_equal(a: JobSpec, b: JobSpec) -> bool:
+    fields = [f for f in JobSpec.__dataclass_fields__ if f != "raw"]
+    return all(getattr(a, f) == getattr(b, f) for f in fields)
+
+
+def test_sample_is_valid_and_small():
+    sample = yaml.safe_load(SAMPLE.read_text())
+    assert sample["apiVersion"] == names.API_VERSION and sample["kind"] == names.KIND
+    assert check(sample, schema()) == []
+    tuner = sample["spec"]["tuner"]
+    assert tuner["algorithm"] == "Hyperband" and tuner["maxEpochs"] <= 3
+    assert sample["spec"]["data"]["synthetic"]["samples"] <= 256
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (("tuner", "algorithm"), "Genetic", "not in"),
+        (("tuner", "objective", "direction"), "up", "not in"),
+        (("tuner", "maxEpochs"), 0, "< 1"),
+        (("data", "validationSplit"), 1.0, "above"),
+        (("hypermodel",), "no-colon-here", "does not match"),
+        (("distribution", "gpusPerWorker"), -1, "< 0"),
+        (("resources", "limits", "memory"), "4 gigs", "does not match"),
+        (("checkpoint", "reclaimPolicy"), "Recycle", "not in"),
+        (("tuner", "maxTrail"), 3, "unknown field"),
+    ],
+)
+def test_schema_rejects_bad_values(path, value, expected):
+    sample = yaml.safe_load(SAMPLE.read_text())
+    node = sample["spec"]
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    errors = check(sample, schema())
+    assert any(expected in e for e in errors), errors
+
+
+def test_peering_crds_are_cluster_and_namespaced():
+    docs = list(yaml.safe_load_all((CRD_FILE.parent / "kopf-peering.yaml").read_text()))
+    assert {d["metadata"]["name"] for d in docs} == {
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+    }
