@@ -34,9 +34,17 @@ lint: ## Ruff, mypy (strict on the operator), hadolint
 	@for f in $(wildcard */Dockerfile); do echo "hadolint $$f"; $(VENV)/bin/hadolint $$f || exit 1; done
 
 .PHONY: test
-test: venv lint ## Set everything up and run the whole suite
+test: venv prometheus lint ## Set everything up and run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: test-unit
 test-unit: venv ## Unit tests only (seconds)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: prometheus
+prometheus: ## Install promtool/prometheus (Debian package) for the alert tests if missing
+	@hack/prometheus.sh >/dev/null
+
+.PHONY: manifests
+manifests: ## Render manifests/{rbac,operator,prometheus} and chart CRDs from charts/tuneop
+	hack/render-manifests.sh

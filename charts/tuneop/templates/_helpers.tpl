@@ -1,0 +1,57 @@
+{{/* Names and labels: every template takes its labels from here. */}}
+
+{{- define "tuneop.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "tuneop.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "tuneop.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "tuneop.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tuneop.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "tuneop.labels" -}}
+helm.sh/chart: {{ include "tuneop.chart" . }}
+{{ include "tuneop.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tuneop
+{{- end }}
+
+{{- define "tuneop.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "tuneop.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "tuneop.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "tuneop.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "tuneop.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The `job` label of the operator's scrape target (TuneopOperatorDown). */}}
+{{- define "tuneop.operatorJob" -}}
+{{- default (include "tuneop.metricsServiceName" .) .Values.prometheusRule.operatorJob }}
+{{- end }}

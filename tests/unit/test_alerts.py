@@ -1,0 +1,137 @@
+"""tuneop's Prometheus alerts, checked with the real promtool (Debian's prometheus package,
+installed by hack/prometheus.sh when missing).
+
+The rules live in charts/tuneop/templates/_alerts.tpl; hack/render-manifests.sh writes
+them as a PrometheusRule and as the plain rules file manifests/prometheus/tuneop-rules.yaml
+(drift between chart and files is tested in test_chart.py). The promtool unit tests in
+tests/unit/prometheus/ prove, among others, that TuneopTrialStalled fires when a running
+job's progress stops for longer than its stall timeout and not while progress advances.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES_FILE = ROOT / "manifests" / "prometheus" / "tuneop-rules.yaml"
+PROMETHEUS_RULE = ROOT / "manifests" / "prometheus" / "prometheusrule.yaml"
+PROMTOOL_TESTS = ROOT / "tests" / "unit" / "prometheus" / "tuneop-rules.test.yaml"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+
+ALERTS = {"TuneopTrialStalled", "TuneopJobFailed", "TuneopPreemptionStorm", "TuneopOperatorDown"}
+# The operator's metric names agreed for the alerts (labels namespace, tuningjob only).
+OPERATOR_METRICS = {
+    "tuneop_tuningjob_last_progress_timestamp_seconds",
+    "tuneop_tuningjob_last_checkpoint_timestamp_seconds",
+    "tuneop_tuningjob_stall_timeout_seconds",
+    "tuneop_tuningjob_trials_completed",
+    "tuneop_tuningjob_trials_planned",
+    "tuneop_tuningjob_best_score",
+    "tuneop_tuningjob_preemptions_total",
+    "tuneop_tuningjob_failures_total",
+    "tuneop_tuningjob_restores_total",
+    "tuneop_tuningjob_stalled",
+    "tuneop_tuningjob_phase",
+}
+PHASES = {"Pending", "Running", "Suspended", "Succeeded", "Failed"}
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found:
+        return found
+    out = subprocess.run(
+        ["bash", str(ROOT / "hack" / "prometheus.sh")],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
+    return str(Path(out.strip().splitlines()[-1]) / "promtool")
+
+
+def rules() -> list[dict[str, Any]]:
+    data = yaml.safe_load(RULES_FILE.read_text())
+    return [rule for group in data["groups"] for rule in group["rules"]]
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_promtool_accepts_the_rules_file(promtool: str) -> None:
+    result = run([promtool, "check", "rules", str(RULES_FILE)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(ALERTS)} rules found" in result.stdout
+
+
+def test_promtool_unit_tests_pass(promtool: str) -> None:
+    """Stalled fires after progress stops (and clears when it resumes), never for a job
+    that advances, finished, or has not reported yet; failed, preemption storm and
+    operator down fire on their conditions and only after their `for`."""
+    result = run([promtool, "test", "rules", str(PROMTOOL_TESTS)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_unit_tests_catch_a_broken_rule(promtool: str, tmp_path: Path) -> None:
+    """The unit tests are not vacuous: a stall rule that ignores the stall timeout (fires
+    as soon as the timestamp is older than 0 s) makes them fail."""
+    broken = RULES_FILE.read_text().replace(
+        "> max by (namespace, tuningjob) (tuneop_tuningjob_stall_timeout_seconds)",
+        "> 0 * max by (namespace, tuningjob) (tuneop_tuningjob_stall_timeout_seconds)",
+    )
+    assert broken != RULES_FILE.read_text()
+    rules_copy = tmp_path / "manifests" / "prometheus" / "tuneop-rules.yaml"
+    rules_copy.parent.mkdir(parents=True)
+    rules_copy.write_text(broken)
+    tests_copy = tmp_path / "tests" / "unit" / "prometheus" / PROMTOOL_TESTS.name
+    tests_copy.parent.mkdir(parents=True)
+    tests_copy.write_text(PROMTOOL_TESTS.read_text())
+    result = run([promtool, "test", "rules", str(tests_copy)])
+    assert result.returncode != 0
+    assert "TuneopTrialStalled" in result.stdout + result.stderr
+
+
+def test_rules_file_is_the_prometheusrule_spec() -> None:
+    rule = yaml.safe_load(PROMETHEUS_RULE.read_text())
+    assert rule["kind"] == "PrometheusRule"
+    assert rule["spec"] == yaml.safe_load(RULES_FILE.read_text())
+
+
+def test_the_agreed_alerts_exist_with_severity_and_runbook() -> None:
+    by_name = {rule["alert"]: rule for rule in rules()}
+    assert set(by_name) == ALERTS
+    for name, rule in by_name.items():
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}, name
+        assert {"summary", "description", "runbook_url"} <= set(rule["annotations"]), name
+        assert rule["annotations"]["runbook_url"].endswith("docs/runbooks.md#" + name.lower())
+
+
+def test_alerts_use_only_the_agreed_metrics_and_labels() -> None:
+    for rule in rules():
+        expr = rule["expr"]
+        names = set(re.findall(r"\btuneop_[a-z_]+", expr))
+        assert names <= OPERATOR_METRICS, (rule["alert"], names - OPERATOR_METRICS)
+        for grouping in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expr):
+            labels = {label.strip() for label in grouping.split(",")}
+            assert labels == {"namespace", "tuningjob"}, (rule["alert"], labels)
+        for phase in re.findall(r'phase="([^"]*)"', expr):
+            assert phase in PHASES, (rule["alert"], phase)
+
+
+def test_every_alert_has_a_complete_runbook_section() -> None:
+    text = RUNBOOKS.read_text()
+    sections = dict(re.findall(r"^## (\w+)\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S))
+    assert set(sections) == ALERTS
+    for name, body in sections.items():
+        for part in ("**Meaning.**", "**Impact.**", "**Diagnosis.**", "**Mitigation.**"):
+            assert part in body, (name, part)
+        assert "kubectl" in body, name
