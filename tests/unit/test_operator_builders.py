@@ -1,0 +1,172 @@
+"""The pure builders: names, labels, owner references, pod security, GPUs, volumes,
+TF_CONFIG, the trainer's least-privilege Role."""
+
+from __future__ import annotations
+
+import json
+
+import tuneop_contract as contract
+import yaml
+from tuneop import builders, names
+from tuneop.spec import JobSpec
+
+JOB = {
+    "apiVersion": names.API_VERSION,
+    "kind": names.KIND,
+    "metadata": {"name": "emg", "namespace": "ml", "uid": "u-1", "generation": 1},
+    "spec": {
+        "image": "tuneop/trainer:0.1.0",
+        "hypermodel": "tuneop_trainer.examples.emg:CNNHyperModel",
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+        "env": [{"name": "EXTRA", "value": "1"}],
+        "tolerations": [{"key": "spot", "operator": "Exists"}],
+        "priorityClassName": "low",
+        "nodeSelector": {"pool": "gpu"},
+    },
+}
+
+
+def spec_with(**changes) -> JobSpec:
+    return JobSpec.from_dict({**JOB["spec"], **changes})
+
+
+def env_of(pod) -> dict:
+    return {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_pod_contract_security_and_gpus():
+    pod = builders.build_pod(JOB, spec_with(), 0, 3)
+    meta, spec = pod["metadata"], pod["spec"]
+    assert meta["name"] == "emg-worker-0" and meta["namespace"] == "ml"
+    assert meta["labels"][names.LABEL_JOB] == "emg"
+    assert meta["labels"][names.LABEL_ATTEMPT] == "3"
+    assert meta["labels"][names.LABEL_MANAGED_BY] == "tuneop"
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "tuneop.io/v1alpha1",
+            "kind": "TuningJob",
+            "name": "emg",
+            "uid": "u-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    (container,) = spec["containers"]
+    assert container["command"] == [
+        "python", "-m", "tuneop_trainer", "run",
+        "--spec", "/etc/tuneop/spec.yaml", "--dir", "/checkpoints",
+    ]  # fmt: skip
+    assert container["resources"] == {
+        "requests": {"cpu": "1", "memory": "2Gi"},
+        "limits": {"memory": "4Gi", "nvidia.com/gpu": 1},
+    }
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    assert {"key": "spot", "operator": "Exists"} in spec["tolerations"]
+    # restricted pod security profile + fsGroup for the volume
+    psc = spec["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["fsGroup"] == psc["runAsUser"] != 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    csc = container["securityContext"]
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["capabilities"] == {"drop": ["ALL"]}
+    assert spec["restartPolicy"] == "Never"
+    assert spec["terminationGracePeriodSeconds"] == 60
+    assert spec["serviceAccountName"] == "emg-trainer"
+    assert spec["priorityClassName"] == "low" and spec["nodeSelector"] == {"pool": "gpu"}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"checkpoints": "/checkpoints", "spec": "/etc/tuneop"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "emg-ckpt"}
+    assert volumes["spec"]["configMap"] == {"name": "emg-spec"}
+    env = env_of(pod)
+    assert env[contract.ENV_JOB_NAME]["value"] == "emg"
+    assert env[contract.ENV_JOB_NAMESPACE]["value"] == "ml"
+    assert env[contract.ENV_POD_NAME]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env[contract.ENV_METRICS_ADDRESS]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "status.podIP"
+    )
+    assert env[contract.ENV_METRICS_PORT]["value"] == str(contract.DEFAULT_METRICS_PORT)
+    assert env["EXTRA"]["value"] == "1"
+    assert contract.ENV_TF_CONFIG not in env
+    assert "subdomain" not in spec
+
+
+def test_cpu_only_pod_has_no_gpu_limit_and_grace_period_follows_spec():
+    spec = spec_with(
+        distribution={"gpusPerWorker": 0}, terminationGracePeriodSeconds=120, resources={}
+    )
+    pod = builders.build_pod(JOB, spec, 0, 0)
+    assert pod["spec"]["containers"][0]["resources"] == {}
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 120
+
+
+def test_multi_worker_pods_get_tf_config_and_the_headless_service():
+    spec = spec_with(distribution={"strategy": "Auto", "workers": 3, "gpusPerWorker": 2})
+    pods = [builders.build_pod(JOB, spec, i, 0) for i in range(3)]
+    hosts = [f"emg-worker-{i}.emg-workers.ml.svc:{names.TF_WORKER_PORT}" for i in range(3)]
+    for i, pod in enumerate(pods):
+        tf_config = json.loads(env_of(pod)[contract.ENV_TF_CONFIG]["value"])
+        assert tf_config == {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}}
+        assert pod["spec"]["hostname"] == f"emg-worker-{i}"
+        assert pod["spec"]["subdomain"] == "emg-workers"
+        assert env_of(pod)[contract.ENV_WORKER_INDEX]["value"] == str(i)
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    service = builders.build_service(JOB)
+    assert service["metadata"]["name"] == "emg-workers"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {names.LABEL_JOB: "emg"}
+    kinds = [c["kind"] for c in builders.build_children(JOB, spec)]
+    assert kinds == [
+        "PersistentVolumeClaim", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service",
+    ]  # fmt: skip
+    assert "Service" not in [c["kind"] for c in builders.build_children(JOB, spec_with())]
+
+
+def test_pvc_retained_by_default_owned_with_delete_absent_with_existing_claim():
+    retained = builders.build_pvc(JOB, spec_with())
+    assert retained is not None
+    assert retained["metadata"]["name"] == "emg-ckpt"
+    assert "ownerReferences" not in retained["metadata"]
+    assert retained["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+    }
+    deleted = builders.build_pvc(
+        JOB,
+        spec_with(checkpoint={"reclaimPolicy": "Delete", "size": "5Gi", "storageClassName": "f"}),
+    )
+    assert deleted is not None
+    assert deleted["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert deleted["spec"]["storageClassName"] == "f"
+    assert deleted["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    existing = spec_with(checkpoint={"existingClaim": "mine"})
+    assert builders.build_pvc(JOB, existing) is None
+    pod = builders.build_pod(JOB, existing, 0, 0)
+    claims = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claims[0]["persistentVolumeClaim"]["claimName"] == "mine"
+
+
+def test_configmap_holds_the_spec_the_trainer_reads():
+    cm = builders.build_configmap(JOB, spec_with())
+    assert cm["metadata"]["name"] == "emg-spec"
+    assert yaml.safe_load(cm["data"]["spec.yaml"]) == JOB["spec"]
+
+
+def test_trainer_rbac_is_least_privilege():
+    role = builders.build_role(JOB)
+    assert role["rules"] == [
+        {
+            "apiGroups": ["tuneop.io"],
+            "resources": ["tuningjobs/status"],
+            "resourceNames": ["emg"],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    binding = builders.build_role_binding(JOB)
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "emg-trainer"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "emg-trainer", "namespace": "ml"}
+    ]
+    assert builders.build_service_account(JOB)["metadata"]["name"] == "emg-trainer"

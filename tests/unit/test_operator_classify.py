@@ -1,0 +1,81 @@
+"""The disruption classifier: disruption is not failure."""
+
+from __future__ import annotations
+
+import pytest
+import tuneop_contract as contract
+from tuneop.classify import Outcome, classify, classify_missing
+
+
+def pod(phase="Running", *, exit_code=None, reason=None, message="", disruption=None,
+        deleting=False, status_reason=None, node="gpu-node-0"):  # fmt: skip
+    status: dict = {"phase": phase, "conditions": []}
+    if disruption:
+        status["conditions"].append(
+            {"type": "DisruptionTarget", "status": "True", "reason": disruption}
+        )
+    if status_reason:
+        status["reason"] = status_reason
+    if exit_code is not None:
+        terminated = {"exitCode": exit_code, "reason": reason or "Error", "message": message}
+        status["containerStatuses"] = [{"name": "trainer", "state": {"terminated": terminated}}]
+    meta: dict = {"name": "j-worker-0", "labels": {}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": status}
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["PreemptionByScheduler", "EvictionByEvictionAPI", "DeletionByTaintManager",
+     "TerminationByKubelet"],
+)  # fmt: skip
+def test_disruption_target_reasons_are_preemptions_even_with_an_error_exit(reason):
+    result = classify(pod("Failed", exit_code=137, disruption=reason))
+    assert result.outcome == Outcome.PREEMPTED and result.reason == reason
+
+
+def test_trainer_preempted_exit_code_is_a_preemption():
+    result = classify(pod("Failed", exit_code=contract.EXIT_PREEMPTED))
+    assert result.outcome == Outcome.PREEMPTED and result.reason == "TrainerPreempted"
+
+
+def test_deleted_by_someone_else_while_terminating_then_ended():
+    assert classify(pod("Running", deleting=True)).outcome == Outcome.TERMINATING
+    ended = classify(pod("Failed", exit_code=143, deleting=True))
+    assert ended.outcome == Outcome.PREEMPTED and ended.reason == "DeletedExternally"
+
+
+def test_kubelet_eviction_and_node_loss():
+    evicted = classify(pod("Failed", status_reason="Evicted"))
+    assert evicted.outcome == Outcome.PREEMPTED and evicted.reason == "TerminationByKubelet"
+    gone = classify(pod("Running"), node=None, node_known=True)
+    assert gone.outcome == Outcome.PREEMPTED and gone.reason == "NodeLost"
+    unknown_node = classify(pod("Running"), node=None, node_known=False)
+    assert unknown_node.outcome == Outcome.RUNNING
+
+
+def test_real_failures_keep_the_trainer_message():
+    failed = classify(pod("Failed", exit_code=1, message="ImportError: no module named x"))
+    assert failed.outcome == Outcome.FAILED
+    assert failed.message == "ImportError: no module named x" and failed.exit_code == 1
+    oom = classify(pod("Failed", exit_code=137, reason="OOMKilled"))
+    assert oom.outcome == Outcome.FAILED and oom.reason == "OOMKilled"
+    assert "out of memory" in oom.message
+    invalid = classify(pod("Failed", exit_code=contract.EXIT_INVALID_SPEC, message="spec.x: bad"))
+    assert invalid.outcome == Outcome.INVALID_SPEC and invalid.message == "spec.x: bad"
+
+
+def test_completed_pending_running():
+    assert classify(pod("Succeeded", exit_code=0)).outcome == Outcome.COMPLETED
+    assert classify(pod("Pending")).outcome == Outcome.PENDING
+    assert classify(pod("Running")).outcome == Outcome.RUNNING
+
+
+def test_vanished_pods_use_the_last_seen_version():
+    assert classify_missing(None).reason == "DeletedExternally"
+    evicted = classify_missing(pod("Running", disruption="EvictionByEvictionAPI"))
+    assert evicted.outcome == Outcome.PREEMPTED and evicted.reason == "EvictionByEvictionAPI"
+    assert classify_missing(pod("Succeeded", exit_code=0)).outcome == Outcome.COMPLETED
+    assert classify_missing(pod("Failed", exit_code=1)).outcome == Outcome.FAILED
+    assert classify_missing(pod("Running")).outcome == Outcome.PREEMPTED

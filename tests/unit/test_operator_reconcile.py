@@ -1,0 +1,320 @@
+"""The reconcile decision driven through whole scenarios. `World` is a test helper that
+applies each Decision the way tuneop.kube does (merge-patch status, create/delete pods)
+to in-memory dicts, so the pure decision logic is exercised step by step."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import tuneop_contract as contract
+from tuneop import builders, names
+from tuneop import status as st
+from tuneop.reconcile import Decision, decide
+from tuneop.spec import JobSpec
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+class World:
+    def __init__(self, workers: int = 1, **spec: Any) -> None:
+        self.job: dict[str, Any] = {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+            "spec": {
+                "image": "img",
+                "hypermodel": "m:H",
+                "distribution": {"workers": workers},
+                "failurePolicy": {
+                    "maxFailures": 2,
+                    "backoffSeconds": 10,
+                    "maxBackoffSeconds": 15,
+                    "maxPreemptions": 2,
+                },
+                **spec,
+            },
+        }
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.now = T0
+        self.events: list[tuple[str, str, str]] = []
+        self.children_ensured = 0
+        self.last_seen: dict[str, dict[str, Any]] = {}
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.job.setdefault("status", {})
+
+    def step(self, seconds: float = 2) -> Decision:
+        self.now += dt.timedelta(seconds=seconds)
+        d = decide(self.job, list(self.pods.values()), now=self.now, last_seen=self.last_seen)
+        spec = JobSpec.from_dict(self.job["spec"])
+        if d.ensure_children:
+            self.children_ensured += 1
+        for i in d.create_pods:
+            pod = builders.build_pod(self.job, spec, i, d.create_attempt)
+            self.pods.setdefault(pod["metadata"]["name"], pod)
+        self.job["status"] = d.merged_status(self.job)
+        self.job["status"] = {k: v for k, v in self.job["status"].items() if v is not None}
+        if "progress" in self.job["status"]:
+            progress = self.job["status"]["progress"]
+            self.job["status"]["progress"] = {k: v for k, v in progress.items() if v is not None}
+        for name in d.delete_pods:
+            self.pods[name]["metadata"]["deletionTimestamp"] = st.rfc3339(self.now)
+        self.events += [(e.type, e.reason, e.message) for e in d.events]
+        return d
+
+    # --- what the cluster and the trainer do -----------------------------------
+    def run_pods(self) -> None:
+        for pod in self.pods.values():
+            pod["status"] = {"phase": "Running"}
+
+    def terminate(self, name: str, exit_code: int, message: str = "", **status: Any) -> None:
+        pod = self.pods[name]
+        phase = "Succeeded" if exit_code == 0 else "Failed"
+        terminated = {"exitCode": exit_code, "reason": "Error", "message": message}
+        pod["status"] = {
+            "phase": phase,
+            "containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}],
+            **status,
+        }
+        self.last_seen[name] = pod
+
+    def vanish(self, name: str) -> None:
+        self.last_seen[name] = self.pods.pop(name)
+
+    def gc_deleted(self) -> None:
+        for name in [n for n, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]:
+            self.vanish(name)
+
+    def progress(self, **fields: Any) -> None:
+        current = self.status.get("progress") or {}
+        fresh = contract.Progress.from_dict(current)
+        for key, value in fields.items():
+            setattr(fresh, key, value)
+        fresh.last_progress_time = st.rfc3339(self.now)
+        self.status["progress"] = {k: v for k, v in fresh.to_status().items() if v is not None}
+
+    def reasons(self) -> list[str]:
+        return [reason for _, reason, _ in self.events]
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        cond = st.get_condition(self.status.get("conditions") or [], type_)
+        assert cond is not None, type_
+        return cond
+
+
+def start(world: World) -> None:
+    d = world.step()
+    assert d.ensure_children and d.create_pods == list(range(len(d.create_pods)))
+    world.run_pods()
+    world.step()
+    assert world.status["phase"] == st.PHASE_RUNNING
+
+
+def test_happy_path_runs_to_completion_with_best_trial():
+    w = World()
+    start(w)
+    assert list(w.pods) == ["j-worker-0"]
+    assert w.status["attempt"] == 0 and w.status["startTime"]
+    w.progress(phase=contract.PHASE_RUNNING, trial_id="0001", trials_total=4, trials_completed=1,
+               best_trial_id="0000", best_score=0.5, best_hyperparameters={"units": 8})  # fmt: skip
+    w.step()
+    assert w.status["trials"] == "1/4"
+    assert w.status["currentTrial"] == "0001"
+    assert w.status["bestTrial"] == {"id": "0000", "score": 0.5, "hyperparameters": {"units": 8}}
+    assert w.condition(st.COND_RUNNING)["status"] == "True"
+    assert w.condition(st.COND_RUNNING)["observedGeneration"] == 1
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+    assert w.condition(st.COND_COMPLETE)["status"] == "True"
+    assert w.status["completionTime"]
+    assert w.reasons() == ["Created", "Completed"]
+    assert "best trial 0000 score 0.5" in w.events[-1][2]
+    # terminal: nothing more happens, the completed pod is kept
+    d = w.step()
+    assert d.delete_pods == [] and not d.create_pods and not d.events
+
+
+def test_preemption_recreates_counts_and_reports_the_restore():
+    w = World()
+    start(w)
+    w.progress(trial_id="0002", step=7)
+    pod = w.pods["j-worker-0"]
+    pod["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ]
+    w.vanish("j-worker-0")  # the scheduler deleted it; the watch saw the condition
+    w.step()
+    assert w.status["preemptions"] == 1 and w.status.get("failures") is None
+    assert w.status["attempt"] == 1 and w.status["restarts"] == 1
+    assert w.reasons()[-1] == "Preempted" and "PreemptionByScheduler" in w.events[-1][2]
+    d = w.step()
+    assert d.create_pods == [0] and d.create_attempt == 1
+    assert w.pods["j-worker-0"]["metadata"]["labels"][names.LABEL_ATTEMPT] == "1"
+    w.run_pods()
+    w.step()
+    assert w.status.get("restores") is None  # no resumed step reported yet
+    w.progress(trial_id="0002", step=8, resumed_from_step=7, restores=1)
+    w.step()
+    assert w.status["restores"] == 1 and w.reasons()[-1] == "Restored"
+    assert "step 7" in w.events[-1][2]
+    w.step()
+    assert w.status["restores"] == 1  # reported once per pod group
+
+
+def test_pod_deleted_by_a_person_waits_for_the_checkpoint_then_recreates():
+    w = World()
+    start(w)
+    w.pods["j-worker-0"]["metadata"]["deletionTimestamp"] = "x"  # kubectl delete pod
+    d = w.step()
+    assert d.delete_pods == [] and not d.create_pods
+    assert "waiting" in w.status["message"]
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
+    w.step()
+    assert w.status["preemptions"] == 1 and w.status["attempt"] == 1
+    d = w.step()
+    assert not d.create_pods  # the old pod still exists: same name, wait
+    w.gc_deleted()
+    d = w.step()
+    assert d.create_pods == [0]
+
+
+def test_failures_back_off_exponentially_then_exhaust_the_budget():
+    w = World()
+    start(w)
+    w.terminate("j-worker-0", 1, "ValueError: bad layer")
+    w.step()
+    assert w.status["failures"] == 1 and w.status["attempt"] == 1
+    assert w.reasons()[-1] == "TrainerFailed" and "ValueError: bad layer" in w.events[-1][2]
+    w.gc_deleted()
+    assert w.step(5).create_pods == []  # backoff 10 s
+    assert "retrying at" in w.status["message"]
+    assert w.step(6).create_pods == [0]
+    w.run_pods()
+    w.step()
+    w.terminate("j-worker-0", 1, "ValueError: bad layer")
+    w.step()
+    assert w.status["failures"] == 2
+    w.gc_deleted()
+    assert w.step(14).create_pods == []  # backoff 20 s capped at 15 s
+    assert w.step(2).create_pods == [0]
+    w.run_pods()
+    w.terminate("j-worker-0", 1, "ValueError: bad layer")
+    w.step()
+    assert w.status["phase"] == st.PHASE_FAILED
+    failed = w.condition(st.COND_FAILED)
+    assert failed["reason"] == "FailureBudgetExceeded"
+    assert "ValueError: bad layer" in failed["message"] and "maxFailures=2" in failed["message"]
+    assert w.status.get("preemptions") is None
+
+
+def test_preemption_budget_is_separate_and_exhausts():
+    w = World()
+    for _ in range(3):
+        start(w)
+        w.vanish("j-worker-0")
+        w.step()
+    assert w.status["phase"] == st.PHASE_FAILED
+    assert w.condition(st.COND_FAILED)["reason"] == "PreemptionBudgetExceeded"
+    assert w.status["preemptions"] == 3 and w.status.get("failures") is None
+
+
+def test_invalid_spec_from_the_trainer_fails_at_once_with_its_message():
+    w = World()
+    start(w)
+    w.terminate("j-worker-0", contract.EXIT_INVALID_SPEC, "spec.data.path: /x not found")
+    w.step()
+    assert w.status["phase"] == st.PHASE_FAILED
+    cond = w.condition(st.COND_FAILED)
+    assert cond["reason"] == "InvalidSpec" and "spec.data.path: /x not found" in cond["message"]
+
+
+def test_operator_side_invalid_spec_creates_nothing_and_names_the_field():
+    w = World(env=[{"name": "TF_CONFIG", "value": "{}"}])
+    d = w.step()
+    assert not d.create_pods and not d.ensure_children
+    assert w.status["phase"] == st.PHASE_FAILED
+    cond = w.condition(st.COND_FAILED)
+    assert cond["reason"] == "InvalidSpec" and "spec.env[0].name" in cond["message"]
+    assert w.events[-1][:2] == ("Warning", "InvalidSpec")
+    # fixing the spec (new generation) starts the job
+    w.job["spec"]["env"] = []
+    w.job["metadata"]["generation"] = 2
+    d = w.step()
+    assert d.create_pods == [0] and w.condition(st.COND_FAILED)["status"] == "False"
+
+
+def test_a_multi_worker_group_is_restarted_together():
+    w = World(workers=3)
+    start(w)
+    assert sorted(w.pods) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    w.vanish("j-worker-1")
+    d = w.step()
+    assert sorted(d.delete_pods) == ["j-worker-0", "j-worker-2"]
+    assert w.status["preemptions"] == 1
+    assert w.step().create_pods == []  # old workers still terminating
+    w.gc_deleted()
+    d = w.step()
+    assert d.create_pods == [0, 1, 2] and d.create_attempt == 1
+
+
+def test_suspend_stops_pods_without_counting_and_resume_restarts():
+    w = World()
+    start(w)
+    w.job["spec"]["suspend"] = True
+    d = w.step()
+    assert d.delete_pods == ["j-worker-0"]
+    assert w.status["phase"] == st.PHASE_SUSPENDED
+    assert w.condition(st.COND_SUSPENDED)["status"] == "True"
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
+    w.gc_deleted()
+    w.step()
+    assert w.status["message"] == "suspended"
+    assert w.status.get("preemptions") is None and w.status.get("failures") is None
+    w.job["spec"]["suspend"] = False
+    d = w.step()
+    assert d.create_pods == [0] and d.create_attempt == 1
+    assert w.condition(st.COND_SUSPENDED)["status"] == "False"
+    assert w.reasons() == ["Created", "Suspended", "Resumed", "Created"]
+
+
+def test_stall_is_detected_and_cleared():
+    w = World(stallTimeoutSeconds=60)
+    start(w)
+    w.progress(trial_id="0000", step=1)
+    w.step(30)
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+    w.step(40)
+    assert w.condition(st.COND_STALLED)["status"] == "True"
+    assert w.reasons()[-1] == "Stalled"
+    w.step()
+    assert w.reasons().count("Stalled") == 1
+    w.progress(step=2)
+    w.step()
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+
+
+def test_ttl_deletes_the_finished_job():
+    w = World(ttlSecondsAfterFinished=30)
+    start(w)
+    w.terminate("j-worker-0", 0)
+    d = w.step()
+    assert d.requeue_after == 30 and not d.delete_job
+    assert w.step(31).delete_job
+
+
+def test_operator_restart_between_create_and_status_patch_creates_no_duplicates():
+    w = World()
+    d = decide(w.job, [], now=T0)
+    assert d.create_pods == [0]
+    # pods were created, then the operator died before patching status:
+    pod = builders.build_pod(w.job, JobSpec.from_dict(w.job["spec"]), 0, 0)
+    w.pods[pod["metadata"]["name"]] = pod
+    d = w.step()  # the restarted operator decides the same (create by name -> 409, fine)
+    assert d.create_pods == [0] and d.create_attempt == 0
+    assert len(w.pods) == 1 and w.status["attemptStarted"] is True
+    w.run_pods()
+    w.step()
+    assert w.status["phase"] == st.PHASE_RUNNING and w.status.get("preemptions") is None
