@@ -1,0 +1,7 @@
+"""`python -m tuneop`: run the operator."""
+
+import sys
+
+from tuneop.main import main
+
+sys.exit(main())

@@ -1,0 +1,246 @@
+"""The operator's only side effects: a small JSON REST layer over the `kubernetes`
+client's configuration (in-cluster or KUBECONFIG), and `apply`, which carries out a
+reconcile.Decision in a crash-safe order: create children and pods (409 = exists),
+patch status, delete pods, post Events, delete the job (TTL)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import socket
+import urllib.parse
+from typing import Any
+
+import kubernetes
+
+from . import builders, names
+from .reconcile import Decision, Event
+from .spec import JobSpec
+
+Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: str, method: str, path: str) -> None:
+        self.status = status
+        self.body = body
+        try:
+            self.reason = str(json.loads(body).get("message", body))
+        except (ValueError, AttributeError):
+            self.reason = body
+        super().__init__(f"{method} {path}: HTTP {status}: {self.reason}")
+
+
+def load_config() -> kubernetes.client.Configuration:
+    """In-cluster config when running in a pod, else $KUBECONFIG / ~/.kube/config."""
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return configuration
+
+
+_PATHS = {
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "ServiceAccount": ("/api/v1", "serviceaccounts"),
+    "Service": ("/api/v1", "services"),
+    "Pod": ("/api/v1", "pods"),
+    "Event": ("/api/v1", "events"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    names.KIND: (f"/apis/{names.API_VERSION}", names.PLURAL),
+}
+
+
+def collection(kind: str, namespace: str) -> str:
+    prefix, plural = _PATHS[kind]
+    return f"{prefix}/namespaces/{namespace}/{plural}"
+
+
+class Kube:
+    def __init__(self, configuration: kubernetes.client.Configuration | None = None) -> None:
+        self.api = kubernetes.client.ApiClient(configuration or load_config())
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj | None:
+        url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
+        _, url, headers, body_, _ = self.api.param_serialize(
+            method=method,
+            resource_path=url_path,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(method, url, header_params=headers, body=body_)
+        response.read()  # type: ignore[no-untyped-call]
+        data = response.data.decode() if isinstance(response.data, bytes) else response.data
+        if response.status >= 400:
+            raise ApiError(response.status, data or "", method, path)
+        return json.loads(data) if data else None
+
+    # --- reads -------------------------------------------------------------------
+    def get(self, path: str) -> Obj | None:
+        try:
+            return self.request("GET", path)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def get_job(self, namespace: str, name: str) -> Obj | None:
+        return self.get(f"{collection(names.KIND, namespace)}/{name}")
+
+    def list_pods(self, namespace: str, job: str) -> list[Obj]:
+        found = self.request(
+            "GET",
+            collection("Pod", namespace),
+            query={"labelSelector": names.job_selector(job)},
+        )
+        return list((found or {}).get("items") or [])
+
+    def get_node(self, name: str) -> Obj | None:
+        return self.get(f"/api/v1/nodes/{name}")
+
+    # --- writes ------------------------------------------------------------------
+    def create(self, obj: Obj) -> bool:
+        """Create `obj`; False if it exists already (409)."""
+        meta = obj["metadata"]
+        try:
+            self.request("POST", collection(obj["kind"], meta["namespace"]), obj)
+        except ApiError as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
+    def delete(self, kind: str, namespace: str, name: str, **options: Any) -> bool:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+        try:
+            self.request("DELETE", f"{collection(kind, namespace)}/{name}", body)
+        except ApiError as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def patch_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
+        return self.request(
+            "PATCH",
+            f"{collection(names.KIND, namespace)}/{name}/status",
+            {"status": status},
+            content_type=MERGE_PATCH,
+        )
+
+    def post_event(self, job: Obj, event: Event) -> None:
+        meta = job["metadata"]
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "source": {"component": names.COMPONENT},
+            "reportingComponent": names.COMPONENT,
+            "reportingInstance": os.environ.get("HOSTNAME") or socket.gethostname(),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.request("POST", collection("Event", meta["namespace"]), body)
+
+
+class StaleGroup(Exception):
+    """A pod with the wanted name belongs to an older pod group: wait for it to go."""
+
+
+def create_pod(kube: Kube, pod: Obj) -> None:
+    if kube.create(pod):
+        return
+    meta = pod["metadata"]
+    existing = kube.get(f"{collection('Pod', meta['namespace'])}/{meta['name']}") or {}
+    have = ((existing.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ATTEMPT)
+    if have is not None and have != meta["labels"][names.LABEL_ATTEMPT]:
+        raise StaleGroup(f"pod {meta['name']} of pod group {have} still exists")
+
+
+def apply(
+    kube: Kube,
+    job: Obj,
+    decision: Decision,
+    *,
+    metrics_port: int,
+    uid: int,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
+) -> None:
+    meta = job["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    spec = JobSpec.from_dict(job.get("spec") or {})
+    if decision.ensure_children:
+        for child in builders.build_children(job, spec):
+            if kube.create(child):
+                logger.info("created %s %s", child["kind"], child["metadata"]["name"])
+    for index in decision.create_pods:
+        pod = builders.build_pod(
+            job, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
+        )
+        create_pod(kube, pod)
+    if decision.status:
+        kube.patch_status(namespace, name, decision.status)
+    for pod_name in decision.delete_pods:
+        if kube.delete("Pod", namespace, pod_name):
+            logger.info("deleted pod %s", pod_name)
+    for event in decision.events:
+        logger.info("%s %s: %s", event.type, event.reason, event.message)
+        try:
+            kube.post_event(job, event)
+        except ApiError as err:  # an Event lost is not worth a retry of the decision
+            logger.warning("could not post event %s: %s", event.reason, err)
+    if decision.delete_job:
+        logger.info("ttlSecondsAfterFinished passed: deleting the TuningJob")
+        kube.delete(names.KIND, namespace, name)
+
+
+def cleanup(
+    kube: Kube, job: Obj, logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log
+) -> None:
+    """On job deletion: pods and the service go at once (they are owned too, but the
+    garbage collector may lag); the created claim only with reclaimPolicy Delete."""
+    meta = job["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    spec = JobSpec.from_dict(job.get("spec") or {})
+    for pod in kube.list_pods(namespace, name):
+        kube.delete("Pod", namespace, pod["metadata"]["name"])
+    kube.delete("Service", namespace, names.service_name(name))
+    kube.delete("ConfigMap", namespace, names.configmap_name(name))
+    kube.delete("RoleBinding", namespace, names.service_account_name(name))
+    kube.delete("Role", namespace, names.service_account_name(name))
+    kube.delete("ServiceAccount", namespace, names.service_account_name(name))
+    if not spec.checkpoint.existing_claim and spec.checkpoint.reclaim_policy == "Delete":
+        if kube.delete("PersistentVolumeClaim", namespace, names.pvc_name(name)):
+            logger.info("deleted the checkpoint claim (reclaimPolicy Delete)")
+    else:
+        logger.info("kept the checkpoint claim %s", builders.claim_name(job, spec))

@@ -1,0 +1,70 @@
+"""Entry point: `python -m tuneop` (or the `tuneop` script). Reads the Config, serves
+metrics, makes sure the kopf peering object exists, then runs kopf: one active replica
+at a time (peering), liveness at :8081/healthz."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import kopf
+
+from . import handlers as _handlers  # registers the handlers
+from . import kube, metrics
+from .config import Config, ConfigError
+from .runtime import Runtime
+
+del _handlers
+
+log = logging.getLogger("tuneop")
+
+
+def ensure_peering(client: kube.Kube, name: str) -> None:
+    """Create the cluster-wide kopf peering object (the CRDs come from
+    manifests/crd/kopf-peering.yaml)."""
+    body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+    try:
+        client.request("POST", "/apis/kopf.dev/v1/clusterkopfpeerings", body)
+    except kube.ApiError as err:
+        if err.status == 409:
+            return
+        if err.status == 404:
+            raise SystemExit(
+                "tuneop: the kopf peering CRDs are missing: "
+                "kubectl apply -f manifests/crd/kopf-peering.yaml (or set TUNEOP_OPERATOR_PEERING=)"
+            ) from err
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = Config.from_env()
+    except ConfigError as err:
+        print(f"tuneop: invalid configuration: {err}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    client = kube.Kube()
+    metrics.register()
+    metrics.serve(config.metrics_port)
+    if config.peering_name:
+        ensure_peering(client, config.peering_name)
+    log.info(
+        "tuneop starting: namespaces=%s peering=%s priority=%d",
+        ",".join(config.namespaces) or "<all>",
+        config.peering_name or "<standalone>",
+        config.priority,
+    )
+    kopf.run(
+        standalone=not config.peering_name,
+        peering_name=config.peering_name or None,
+        priority=config.priority,
+        clusterwide=not config.namespaces,
+        namespaces=config.namespaces,
+        liveness_endpoint=(
+            f"http://0.0.0.0:{config.health_port}/healthz" if config.health_port else None
+        ),
+        memo=kopf.Memo(runtime=Runtime(config, client)),
+    )
+    return 0

@@ -1,0 +1,88 @@
+"""Process-wide state shared by the kopf handlers: the config, the API layer, one wake-up
+event per job (pod events wake the job's reconcile loop early) and the last version of
+each pod the watch delivered (it tells why a pod that vanished went)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import threading
+from typing import Any
+
+from . import kube as kube_mod
+from . import metrics, names
+from .config import Config
+from .reconcile import decide
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+
+
+class Runtime:
+    def __init__(self, config: Config, kube: kube_mod.Kube) -> None:
+        self.config = config
+        self.kube = kube
+        self._lock = threading.Lock()
+        self._triggers: dict[Key, asyncio.Event] = {}
+        self._seen: dict[Key, dict[str, Obj]] = {}
+
+    def trigger(self, key: Key) -> asyncio.Event:
+        with self._lock:
+            return self._triggers.setdefault(key, asyncio.Event())
+
+    def pod_seen(self, namespace: str, job: str, pod: Obj) -> None:
+        with self._lock:
+            self._seen.setdefault((namespace, job), {})[pod["metadata"]["name"]] = pod
+            event = self._triggers.get((namespace, job))
+        if event is not None:
+            event.set()
+
+    def last_seen(self, key: Key) -> dict[str, Obj]:
+        with self._lock:
+            return dict(self._seen.get(key) or {})
+
+    def forget(self, key: Key) -> None:
+        with self._lock:
+            self._seen.pop(key, None)
+            self._triggers.pop(key, None)
+        metrics.JOBS.forget(*key)
+
+    def reconcile_once(
+        self,
+        namespace: str,
+        name: str,
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    ) -> None:
+        """One level-based pass: read the job and its pods, decide, apply."""
+        job = self.kube.get_job(namespace, name)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return
+        pods = self.kube.list_pods(namespace, name)
+        nodes: dict[str, Obj | None] = {}
+        for pod in pods:
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name and node_name not in nodes:
+                nodes[node_name] = self.kube.get_node(node_name)
+        decision = decide(
+            job,
+            pods,
+            now=dt.datetime.now(dt.UTC),
+            nodes=nodes,
+            last_seen=self.last_seen((namespace, name)),
+        )
+        kube_mod.apply(
+            self.kube,
+            job,
+            decision,
+            metrics_port=self.config.trainer_metrics_port,
+            uid=self.config.trainer_uid,
+            logger=logger,
+        )
+        metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
+
+
+def job_of(pod: Obj) -> str | None:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    value = labels.get(names.LABEL_JOB)
+    return str(value) if value else None
