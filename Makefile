@@ -34,7 +34,7 @@ lint: ## Ruff, mypy (strict on the operator), hadolint
 	@for f in $(wildcard */Dockerfile); do echo "hadolint $$f"; $(VENV)/bin/hadolint $$f || exit 1; done
 
 .PHONY: test
-test: venv prometheus lint ## Set everything up and run the whole suite
+test: venv prometheus cluster-tools lint ## Set everything up and run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 .PHONY: test-unit
@@ -48,3 +48,17 @@ prometheus: ## Install promtool/prometheus (Debian package) for the alert tests 
 .PHONY: manifests
 manifests: ## Render manifests/{rbac,operator,prometheus} and chart CRDs from charts/tuneop
 	hack/render-manifests.sh
+
+# The local cluster (tests/localcluster): binaries built from the Go module proxy at the
+# versions in hack/cluster-tools/versions.env, cached in $(CACHE)/bin/<key>/.
+.PHONY: cluster-tools
+cluster-tools: ## Build the pinned k8s/etcd/helm/kubeconform binaries (cold ~8 min, then cached)
+	@hack/cluster-tools/build.sh
+
+.PHONY: cluster-up
+cluster-up: venv cluster-tools ## Start the local control plane in the background
+	@$(PY) -m tests.localcluster up $(CLUSTER_UP_ARGS)
+
+.PHONY: cluster-down
+cluster-down: venv ## Stop the local control plane (no leftover processes)
+	@$(PY) -m tests.localcluster down

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Build the local-cluster binaries from the Go module proxy at the versions pinned in
+# hack/cluster-tools/versions.env: kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl (k8s.io/kubernetes through a generated wrapper module that
+# replaces every staging module k8s.io/<name> with v0.X.Y), etcd (wrapper main around
+# etcdmain), helm and kubeconform.
+#
+# Output: $TUNEOP_CACHE/bin/<key>/ (default ~/.cache/tuneop/bin/<key>), where <key> is
+# "<kubernetes version>-<sha256 of versions.env, 10 hex>". The directory appears
+# atomically (built in a temp dir, then renamed), so its existence means "complete".
+# Prints the directory as the last line of stdout. Warm call: instant.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=/dev/null
+source "$here/versions.env"
+cache=${TUNEOP_CACHE:-$HOME/.cache/tuneop}
+key="${KUBERNETES_VERSION}-$(sha256sum "$here/versions.env" | cut -c1-10)"
+out="$cache/bin/$key"
+if [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -x "$out/kubectl" ]]; then
+  echo "$out"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "cluster-tools: go not found on PATH" >&2; exit 1; }
+log() { echo "cluster-tools: $*" >&2; }
+
+export GOFLAGS="-mod=mod -trimpath"
+export GOTOOLCHAIN=local
+export CGO_ENABLED=0
+# sum.golang.org is not reachable from this machine; the module proxy (over TLS) is
+# the source of truth and each wrapper's go.sum records what it served.
+export GOSUMDB=${GOSUMDB_OVERRIDE:-off}
+export GOPROXY=${GOPROXY:-https://proxy.golang.org}
+proxy=${GOPROXY%%,*}
+par=${CLUSTER_TOOLS_PARALLELISM:-2}
+
+mkdir -p "$cache/bin"
+tmp=$(mktemp -d "$cache/bin/.build-$key.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/bin" "$tmp/k8s" "$tmp/etcd"
+start=$SECONDS
+
+# --- k8s.io/kubernetes: wrapper module -------------------------------------------------
+kv=$KUBERNETES_VERSION
+stv="v0.${kv#v1.}"  # v1.35.4 -> v0.35.4
+curl -fsSL "$proxy/k8s.io/kubernetes/@v/$kv.mod" -o "$tmp/k8s/upstream.mod"
+staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "$tmp/k8s/upstream.mod")
+[[ -n "$staging" ]] || { log "no staging replaces found in k8s.io/kubernetes@$kv go.mod"; exit 1; }
+gover=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$tmp/k8s/upstream.mod")
+godebug=$(sed -n 's/^godebug \(.*\)$/godebug \1/p' "$tmp/k8s/upstream.mod")
+{
+  echo "module tuneop.local/k8s-wrapper"
+  echo
+  echo "go $gover"
+  [[ -n "$godebug" ]] && echo "$godebug"
+  echo
+  echo "require k8s.io/kubernetes $kv"
+  echo
+  echo "replace ("
+  for m in $staging; do echo "	$m => $m $stv"; done
+  echo ")"
+} >"$tmp/k8s/go.mod"
+log "k8s.io/kubernetes $kv with $(wc -w <<<"$staging") staging modules at $stv"
+
+major=${kv#v}; major=${major%%.*}
+minor=${kv#v*.}; minor=${minor%%.*}
+date_=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+kldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kldflags+=" -X $pkg.gitVersion=$kv -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+  kldflags+=" -X $pkg.gitCommit=module-proxy-$kv -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date_"
+done
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  log "building $cmd ($((SECONDS - start))s)"
+  (cd "$tmp/k8s" && go build -p "$par" -ldflags="$kldflags" -o "$tmp/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+done
+
+# --- etcd: wrapper main around etcdmain ---------------------------------------------------
+cp "$here/etcd_main.go" "$tmp/etcd/main.go"
+printf 'module tuneop.local/etcd-wrapper\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+  "$ETCD_VERSION" >"$tmp/etcd/go.mod"
+log "building etcd $ETCD_VERSION ($((SECONDS - start))s)"
+(cd "$tmp/etcd" && go mod tidy && go build -p "$par" \
+  -ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-proxy-$ETCD_VERSION" \
+  -o "$tmp/bin/etcd" .)
+
+# --- helm and kubeconform: straight from their own modules --------------------------------
+log "building helm $HELM_VERSION ($((SECONDS - start))s)"
+GOFLAGS="-trimpath" GOBIN="$tmp/bin" go install -p "$par" \
+  -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+  "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+log "building kubeconform $KUBECONFORM_VERSION ($((SECONDS - start))s)"
+GOFLAGS="-trimpath" GOBIN="$tmp/bin" go install -p "$par" \
+  -ldflags="-s -w -X main.version=$KUBECONFORM_VERSION" \
+  "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+
+cp "$here/versions.env" "$tmp/bin/versions.env"
+"$tmp/bin/kubectl" version --client >&2
+mv -T "$tmp/bin" "$out" 2>/dev/null || [[ -x "$out/kube-apiserver" ]]  # lost a race: fine
+log "done in $((SECONDS - start))s: $out ($(du -sh "$out" | cut -f1))"
+echo "$out"

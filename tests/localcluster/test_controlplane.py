@@ -1,0 +1,125 @@
+"""The local control plane is a real, secured Kubernetes API (issue 3, part 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.localcluster.controlplane import ControlPlane, KubectlError
+
+pytestmark = pytest.mark.cluster
+
+WIDGET_CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.test.tuneop.io}
+spec:
+  group: test.tuneop.io
+  names: {kind: Widget, plural: widgets, singular: widget}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              replicas: {type: integer, minimum: 1}
+"""
+
+
+def widget(name: str, replicas: int) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "test.tuneop.io/v1",
+            "kind": "Widget",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicas": replicas},
+        }
+    )
+
+
+def test_readyz_answers_ok_through_kubectl(control_plane: ControlPlane) -> None:
+    assert control_plane.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
+    version = json.loads(control_plane.kubectl("version", "-o", "json").stdout)
+    pinned = control_plane.bin_dir.joinpath("versions.env").read_text()
+    assert f"KUBERNETES_VERSION={version['serverVersion']['gitVersion']}" in pinned
+    assert version["clientVersion"]["gitVersion"] == version["serverVersion"]["gitVersion"]
+
+
+def test_schema_validation_rejects_an_invalid_custom_resource(
+    control_plane: ControlPlane,
+) -> None:
+    control_plane.kubectl("apply", "-f", "-", input=WIDGET_CRD)
+    control_plane.kubectl(
+        "wait", "--for=condition=Established", "crd/widgets.test.tuneop.io", "--timeout=60s"
+    )
+    control_plane.kubectl("apply", "-f", "-", input=widget("good", 2))
+    with pytest.raises(KubectlError) as err:
+        control_plane.kubectl("apply", "-f", "-", input=widget("bad", 0))
+    assert "spec.replicas" in err.value.stderr
+    assert "should be greater than or equal to 1" in err.value.stderr
+    names = control_plane.kubectl("get", "widgets", "-o", "name").stdout.split()
+    assert names == ["widget.test.tuneop.io/good"]
+
+
+def test_rbac_forbids_a_user_in_no_group_until_a_role_grants_it(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    cert, key = control_plane.issue_cert("jane", "jane", [], [], server=False)
+    jane = control_plane.write_kubeconfig(tmp_path / "jane.kubeconfig", "jane", cert, key)
+    whoami = json.loads(
+        control_plane.kubectl("auth", "whoami", "-o", "json", kubeconfig=jane).stdout
+    )
+    assert whoami["status"]["userInfo"]["username"] == "jane"
+
+    denied = control_plane.kubectl(
+        "get", "configmaps", "-n", "default", kubeconfig=jane, check=False
+    )
+    assert denied.returncode != 0
+    assert 'User "jane" cannot list resource "configmaps"' in denied.stderr
+
+    control_plane.kubectl(
+        "create", "role", "cm-reader", "-n", "default", "--verb=list", "--resource=configmaps"
+    )
+    control_plane.kubectl(
+        "create", "rolebinding", "jane-cm-reader", "-n", "default", "--role=cm-reader",
+        "--user=jane",
+    )  # fmt: skip
+    control_plane.kubectl("get", "configmaps", "-n", "default", kubeconfig=jane)
+    still_denied = control_plane.kubectl(
+        "get", "secrets", "-n", "default", kubeconfig=jane, check=False
+    )
+    assert "forbidden" in still_denied.stderr.lower()
+
+
+def test_service_account_tokens_are_issued_and_accepted(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    token = control_plane.kubectl("create", "token", "default", "-n", "default").stdout.strip()
+    sa = control_plane.write_kubeconfig(tmp_path / "sa.kubeconfig", "sa", token=token)
+    whoami = json.loads(control_plane.kubectl("auth", "whoami", "-o", "json", kubeconfig=sa).stdout)
+    assert whoami["status"]["userInfo"]["username"] == "system:serviceaccount:default:default"
+    # The controller-manager's root-CA publisher is running: every namespace gets the CA.
+    control_plane.kubectl("create", "namespace", "ca-check")
+    ca = control_plane.kubectl(
+        "wait", "--for=create", "configmap/kube-root-ca.crt", "-n", "ca-check", "--timeout=60s"
+    )
+    assert ca.returncode == 0
+
+
+def test_stop_leaves_no_processes_and_is_idempotent(tmp_path: Path) -> None:
+    cp = ControlPlane(tmp_path)
+    cp.start()
+    pids = cp.pids
+    assert len(pids) == 4 and cp.leftover_pids(pids) == pids
+    cp.stop()
+    assert cp.leftover_pids(pids) == []
+    assert not cp.running
+    cp.stop()
