@@ -10,9 +10,14 @@ job's progress stops for longer than its stall timeout and not while progress ad
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import re
 import shutil
+import socket
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +140,122 @@ def test_every_alert_has_a_complete_runbook_section() -> None:
         for part in ("**Meaning.**", "**Impact.**", "**Diagnosis.**", "**Mitigation.**"):
             assert part in body, (name, part)
         assert "kubectl" in body, name
+
+
+# --- a real Prometheus scraping the operator's real metrics collector -------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def _rfc3339(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.slow
+def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
+    promtool: str, tmp_path: Path
+) -> None:
+    """Debian's prometheus on a free loopback port scrapes an exporter built from the
+    operator's own metrics collector (tuneop.metrics.JobMetrics, fed job spec/status as
+    the operator does) under the scrape job name the alerts expect, and evaluates the
+    shipped rules file: a Running job whose progress is older than its stall timeout is
+    alerting (pending), a Running job with fresh progress is not, a Failed job is, and
+    TuneopOperatorDown is silent while the target is up."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from tuneop.metrics import JobMetrics
+
+    prometheus = Path(promtool).with_name("prometheus")
+    now = time.time()
+    jobs = JobMetrics()
+    jobs.observe(
+        "ml",
+        "stuck",
+        {"stallTimeoutSeconds": 60},
+        {"phase": "Running", "lastProgressTime": _rfc3339(now - 600), "preemptions": 1},
+    )
+    jobs.observe(
+        "ml",
+        "advancing",
+        {"stallTimeoutSeconds": 60},
+        {"phase": "Running", "lastProgressTime": _rfc3339(now)},
+    )
+    jobs.observe("ml", "broken", {}, {"phase": "Failed", "failures": 3})
+    registry = CollectorRegistry()
+    registry.register(jobs)
+    exporter_port = _free_port()
+    server, thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
+
+    prom_port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(RULES_FILE)],
+                "scrape_configs": [
+                    {
+                        "job_name": "tuneop-metrics",
+                        "honor_labels": True,
+                        "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}],
+                    }
+                ],
+            }
+        )
+    )
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            str(prometheus),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    api = f"http://127.0.0.1:{prom_port}/api/v1"
+    try:
+        active: dict[str, set[str]] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
+            try:
+                groups = _get(f"{api}/rules?type=alert")["data"]["groups"]
+            except OSError:
+                continue
+            active = {
+                rule["name"]: {a["labels"].get("tuningjob", "") for a in rule["alerts"]}
+                for group in groups
+                for rule in group["rules"]
+            }
+            up = _get(f"{api}/query?query=up")["data"]["result"]
+            if active.get("TuneopTrialStalled") and active.get("TuneopJobFailed") and up:
+                break
+        assert active.get("TuneopTrialStalled") == {"stuck"}, active
+        assert active.get("TuneopJobFailed") == {"broken"}, active
+        assert active.get("TuneopOperatorDown") == set(), active
+        assert active.get("TuneopPreemptionStorm") == set(), active
+        # The labels survived the scrape (honor_labels) exactly as the alerts group them.
+        result = _get(f"{api}/query?query=tuneop_tuningjob_stall_timeout_seconds")["data"]
+        assert {(r["metric"]["namespace"], r["metric"]["tuningjob"]) for r in result["result"]} >= {
+            ("ml", "stuck"),
+            ("ml", "advancing"),
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        server.shutdown()
+        thread.join(timeout=5)
