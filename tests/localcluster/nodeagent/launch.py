@@ -1,0 +1,86 @@
+"""Container launcher of the local node agent (TEST INFRASTRUCTURE, not product).
+
+Run as ``unshare --mount --uts --propagation private python -S launch.py <spec.json>``
+(or ``python -m tests.localcluster.nodeagent.launch <spec.json>``): inside the fresh,
+private mount namespace it bind-mounts every ``{"source", "target", "readOnly"}`` of the
+spec (creating missing mount points, which it records in ``createdPaths`` so the agent
+can remove them later), sets the hostname, changes to ``workingDir`` and execs ``argv``
+with ``env``. The exec keeps the pid, so the agent's SIGTERM reaches the container's
+process itself. Nothing mounted here is visible outside the namespace, and the
+namespace disappears with its last process. Standard library only (runs with -S).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+PR_SET_PDEATHSIG = 1
+
+
+def _mount(libc: ctypes.CDLL, source: str, target: str, flags: int) -> None:
+    if libc.mount(source.encode(), target.encode(), None, flags, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def _make_mountpoint(source: str, target: str, created: list[str]) -> None:
+    if os.path.lexists(target):
+        return
+    parent = os.path.dirname(target)
+    missing = []
+    while parent and not os.path.lexists(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    created.extend(reversed(missing))
+    if os.path.isdir(source):
+        os.mkdir(target)
+    else:
+        with open(target, "a"):
+            pass
+    created.append(target)
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    libc = ctypes.CDLL(None, use_errno=True)
+    # Die with the agent thread that started us (safety net if the agent is killed).
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    created: list[str] = []
+    try:
+        for mount in spec.get("mounts", []):
+            source, target = mount["source"], mount["target"]
+            _make_mountpoint(source, target, created)
+            _mount(libc, source, target, MS_BIND | MS_REC)
+            if mount.get("readOnly"):
+                _mount(libc, source, target, MS_BIND | MS_REMOUNT | MS_RDONLY)
+    finally:
+        if created and spec.get("createdPaths"):
+            with open(spec["createdPaths"], "a") as f:
+                f.write("".join(p + "\n" for p in created))
+    if spec.get("hostname"):
+        with contextlib.suppress(OSError):
+            socket.sethostname(spec["hostname"])
+    os.chdir(spec.get("workingDir") or "/")
+    args = spec["argv"]
+    os.execvpe(args[0], args, spec["env"])
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv))
+    except OSError as exc:
+        print(f"tuneop node agent: cannot start container: {exc}", file=sys.stderr)
+        sys.exit(128)

@@ -1,0 +1,137 @@
+"""Local-path volume provisioner (test infrastructure).
+
+An external provisioner in the Kubernetes sense: for every PVC of a StorageClass whose
+provisioner is :data:`PROVISIONER` it creates a hostPath PersistentVolume under
+``<root>/<pv-name>`` pre-bound to the claim (``claimRef``); the real PV controller in
+kube-controller-manager completes the binding. The directory outlives pods. When a
+PV with reclaimPolicy Delete is Released, the directory and the PV are deleted.
+Polls once a second (the cluster is small).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+log = logging.getLogger("tuneop.nodeagent")
+PROVISIONER = "tuneop.io/local-path"
+STORAGE_CLASS = "local-path"
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+
+
+def storage_class() -> dict[str, Any]:
+    """The default StorageClass of the local cluster."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": STORAGE_CLASS,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+        "provisioner": PROVISIONER,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }
+
+
+def persistent_volume(pvc: dict[str, Any], root: Path, reclaim: str) -> dict[str, Any]:
+    """The hostPath PV for a claim (pure)."""
+    meta = pvc["metadata"]
+    name = f"pvc-{meta['uid']}"
+    storage = ((pvc["spec"].get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "annotations": {PROVISIONED_BY: PROVISIONER}},
+        "spec": {
+            "capacity": {"storage": storage},
+            "accessModes": pvc["spec"].get("accessModes") or ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": reclaim,
+            "storageClassName": pvc["spec"]["storageClassName"],
+            "volumeMode": pvc["spec"].get("volumeMode") or "Filesystem",
+            "hostPath": {"path": str(root / name), "type": "DirectoryOrCreate"},
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+            },
+        },
+    }
+
+
+class LocalPathProvisioner:
+    def __init__(self, api: client.ApiClient, root: Path) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.storage = client.StorageV1Api(api)
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="local-path", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.reconcile()
+            except Exception as exc:
+                log.warning("local-path provisioner: %s", exc)
+            self._stop.wait(1.0)
+
+    def reconcile(self) -> None:
+        classes = {
+            sc.metadata.name: sc.reclaim_policy or "Delete"
+            for sc in self.storage.list_storage_class().items
+            if sc.provisioner == PROVISIONER
+        }
+        existing = {pv.metadata.name: pv for pv in self.core.list_persistent_volume().items}
+        for pvc in self.core.list_persistent_volume_claim_for_all_namespaces().items:
+            cls = pvc.spec.storage_class_name
+            if cls not in classes or pvc.spec.volume_name or pvc.metadata.deletion_timestamp:
+                continue
+            if f"pvc-{pvc.metadata.uid}" in existing:
+                continue
+            body = persistent_volume(
+                self.api.sanitize_for_serialization(pvc), self.root, classes[cls]
+            )
+            (self.root / body["metadata"]["name"]).mkdir(parents=True, exist_ok=True)
+            try:
+                self.core.create_persistent_volume(body, _preload_content=False)
+                log.info("provisioned %s for %s/%s", body["metadata"]["name"],
+                         pvc.metadata.namespace, pvc.metadata.name)  # fmt: skip
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+        for pv in existing.values():
+            annotations = pv.metadata.annotations or {}
+            if (
+                annotations.get(PROVISIONED_BY) == PROVISIONER
+                and pv.status.phase in ("Released", "Failed")
+                and pv.spec.persistent_volume_reclaim_policy == "Delete"
+                and not pv.metadata.deletion_timestamp
+            ):
+                if pv.spec.host_path is not None:
+                    path = Path(pv.spec.host_path.path)
+                    if path.parent == self.root:
+                        shutil.rmtree(path, ignore_errors=True)
+                try:
+                    self.core.delete_persistent_volume(pv.metadata.name, _preload_content=False)
+                except client.ApiException as exc:
+                    if exc.status != 404:
+                        raise

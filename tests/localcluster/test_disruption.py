@@ -1,0 +1,112 @@
+"""Disruption helpers against the real control plane: the conditions the operator reads."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from tests.localcluster import disruption
+from tests.localcluster.cluster import LocalCluster
+from tests.localcluster.nodeagent.agent import NodeConfig
+from tests.localcluster.test_nodeagent import PY_SLEEP, create, python_pod, watch_until_deleted
+
+
+def test_preemptor_pod_requests_the_gpus() -> None:
+    pod = disruption.preemptor_pod("p", 4, "high", node="gpu-node-0")
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert pod["spec"]["priorityClassName"] == "high"
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-0"}
+
+
+def disruption_target(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for cond in pod["status"].get("conditions") or []:
+        if cond["type"] == "DisruptionTarget":
+            return dict(cond)
+    return None
+
+
+def start_and_watch(cluster: LocalCluster, ns: str, name: str) -> tuple[threading.Thread, dict]:
+    """Wait until the pod's process runs, then watch it until it is deleted."""
+    cluster.wait_for(lambda: "started" in cluster.logs(ns, name), 60, f"{name} started")
+    rv = cluster.core.read_namespaced_pod(name, ns).metadata.resource_version
+    final: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: final.update(watch_until_deleted(cluster, ns, name, rv)), daemon=True
+    )
+    thread.start()
+    return thread, final
+
+
+@pytest.mark.cluster
+def test_eviction_marks_disruption_target(cluster: LocalCluster) -> None:
+    ns = cluster.create_namespace("disrupt-evict")
+    create(cluster, ns, python_pod("victim", PY_SLEEP, terminationGracePeriodSeconds=5))
+    thread, final = start_and_watch(cluster, ns, "victim")
+    disruption.evict_pod(cluster.api, ns, "victim")
+    thread.join(90)
+    cond = disruption_target(final)
+    assert cond is not None and cond["status"] == "True"
+    assert cond["reason"] == "EvictionByEvictionAPI"
+    assert final["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
+
+
+@pytest.mark.cluster
+def test_scheduler_preempts_for_a_higher_priority_gpu_pod(cluster: LocalCluster) -> None:
+    ns = cluster.create_namespace("disrupt-preempt")
+    victim = python_pod(
+        "low",
+        PY_SLEEP,
+        terminationGracePeriodSeconds=5,
+        nodeSelector={"kubernetes.io/hostname": "gpu-node-0"},
+        container={"resources": {"limits": {"nvidia.com/gpu": "4"}}},
+    )
+    create(cluster, ns, victim)
+    thread, final = start_and_watch(cluster, ns, "low")
+    name = disruption.preempt_with_priority(cluster.api, ns, gpus=4, node="gpu-node-0")
+    thread.join(120)
+    cond = disruption_target(final)
+    assert cond is not None and cond["reason"] == "PreemptionByScheduler", final["status"]
+    preemptor = cluster.wait_for_pod_running(ns, name, timeout=90)
+    assert preemptor.spec.node_name == "gpu-node-0"
+    disruption.delete_pod(cluster.api, ns, name, grace_seconds=0)
+    cluster.wait_for_pod_gone(ns, name)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_crashed_node_goes_not_ready_and_its_pods_are_evicted(cluster: LocalCluster) -> None:
+    agent = cluster.add_node(NodeConfig(name="crash-node", gpus=1))
+    ns = cluster.create_namespace("disrupt-crash")
+    body = python_pod("doomed", PY_SLEEP, nodeSelector={"kubernetes.io/hostname": "crash-node"})
+    create(cluster, ns, body)
+    cluster.wait_for(lambda: "started" in cluster.logs(ns, "doomed"), 60, "doomed started")
+    pids = set(agent.pids)
+    disruption.crash_node(cluster, "crash-node")
+    assert not any(cluster_pid_alive(pid) for pid in pids)
+
+    def evicted() -> Any:
+        pod = cluster.pod(ns, "doomed")
+        if pod is None or pod.metadata.deletion_timestamp is None:
+            return None
+        return next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget"), None)
+
+    cond = cluster.wait_for(evicted, 120, "taint-based eviction of the crashed node's pod")
+    assert cond.reason == "DeletionByTaintManager"
+    node = cluster.core.read_node("crash-node")
+    ready = next(c for c in node.status.conditions if c.type == "Ready")
+    assert ready.status == "Unknown"
+    # The node comes back: its kubelet finishes the deletion, as a real one would.
+    disruption.recover_node(cluster, "crash-node")
+    cluster.wait_for_pod_gone(ns, "doomed", timeout=60)
+    cluster.remove_node("crash-node")
+
+
+def cluster_pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
