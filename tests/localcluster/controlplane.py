@@ -179,7 +179,8 @@ class ControlPlane:
                 time.sleep(0.05)
         _live.discard(self)
 
-    def leftover_pids(self, pids: list[int]) -> list[int]:
+    @staticmethod
+    def leftover_pids(pids: list[int]) -> list[int]:
         """Which of ``pids`` (e.g. a saved ``self.pids``) still exist (not zombies)."""
         alive = []
         for pid in pids:

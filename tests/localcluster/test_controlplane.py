@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.localcluster import tools
 from tests.localcluster.controlplane import ControlPlane, KubectlError
 
 pytestmark = pytest.mark.cluster
@@ -123,3 +127,35 @@ def test_stop_leaves_no_processes_and_is_idempotent(tmp_path: Path) -> None:
     assert cp.leftover_pids(pids) == []
     assert not cp.running
     cp.stop()
+
+
+def record_hook(cp: ControlPlane, state: Path) -> Callable[[], None]:
+    """A `--hook` for the CLI test: proves hooks get the running control plane."""
+    (state / "hook-ran").write_text(cp.kubectl("get", "--raw", "/readyz").stdout)
+    return lambda: (state / "hook-cleaned-up").write_text("yes")
+
+
+def test_cli_up_runs_hooks_prints_kubeconfig_and_down_leaves_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "tests.localcluster", *args, "--state-dir", str(state)]
+        return subprocess.run(cmd, cwd=tools.REPO_ROOT, capture_output=True, text=True, timeout=300)
+
+    hook = f"{__name__}:record_hook"
+    started = cli("up", "--hook", hook)
+    assert started.returncode == 0, started.stderr
+    kubeconfig = state / "admin.kubeconfig"
+    assert started.stdout.splitlines()[-1] == f"export KUBECONFIG={kubeconfig}"
+    pids = json.loads((state / "ready").read_text())["pids"]
+    try:
+        assert (state / "hook-ran").read_text().strip() == "ok"
+        again = cli("up")  # already running: just the export line
+        assert again.stdout.splitlines() == [f"export KUBECONFIG={kubeconfig}"]
+        assert cli("status").returncode == 0
+    finally:
+        stopped = cli("down")
+    assert stopped.returncode == 0, stopped.stderr
+    assert (state / "hook-cleaned-up").read_text() == "yes"
+    assert ControlPlane.leftover_pids(pids) == []
+    assert cli("status").returncode == 1
