@@ -36,6 +36,13 @@ def ensure_peering(client: kube.Kube, name: str) -> None:
         raise
 
 
+class _QuietPodEvents(logging.Filter):
+    """kopf logs every successful handler call; the pod watch would flood the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Handler 'pod_event' succeeded" not in record.getMessage()
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         config = Config.from_env()
@@ -45,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("kopf.objects").addFilter(_QuietPodEvents())
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     client = kube.Kube()
     metrics.register()
     metrics.serve(config.metrics_port)

@@ -190,6 +190,9 @@ def decide(
     name = job["metadata"]["name"]
     spec = JobSpec.from_dict(job.get("spec") or {})
     b.put("observedGeneration", b.generation)
+    for counter in ("preemptions", "failures", "restarts", "restores"):
+        if b.get(counter) is None:
+            b.put(counter, 0)
     _apply_progress(b)
 
     phase = b.get("phase") or st.PHASE_PENDING

@@ -147,7 +147,7 @@ def test_preemption_recreates_counts_and_reports_the_restore():
     ]
     w.vanish("j-worker-0")  # the scheduler deleted it; the watch saw the condition
     w.step()
-    assert w.status["preemptions"] == 1 and w.status.get("failures") is None
+    assert w.status["preemptions"] == 1 and w.status["failures"] == 0
     assert w.status["attempt"] == 1 and w.status["restarts"] == 1
     assert w.reasons()[-1] == "Preempted" and "PreemptionByScheduler" in w.events[-1][2]
     d = w.step()
@@ -155,7 +155,7 @@ def test_preemption_recreates_counts_and_reports_the_restore():
     assert w.pods["j-worker-0"]["metadata"]["labels"][names.LABEL_ATTEMPT] == "1"
     w.run_pods()
     w.step()
-    assert w.status.get("restores") is None  # no resumed step reported yet
+    assert w.status["restores"] == 0  # no resumed step reported yet
     w.progress(trial_id="0002", step=8, resumed_from_step=7, restores=1)
     w.step()
     assert w.status["restores"] == 1 and w.reasons()[-1] == "Restored"
@@ -207,7 +207,7 @@ def test_failures_back_off_exponentially_then_exhaust_the_budget():
     failed = w.condition(st.COND_FAILED)
     assert failed["reason"] == "FailureBudgetExceeded"
     assert "ValueError: bad layer" in failed["message"] and "maxFailures=2" in failed["message"]
-    assert w.status.get("preemptions") is None
+    assert w.status["preemptions"] == 0
 
 
 def test_preemption_budget_is_separate_and_exhausts():
@@ -218,7 +218,7 @@ def test_preemption_budget_is_separate_and_exhausts():
         w.step()
     assert w.status["phase"] == st.PHASE_FAILED
     assert w.condition(st.COND_FAILED)["reason"] == "PreemptionBudgetExceeded"
-    assert w.status["preemptions"] == 3 and w.status.get("failures") is None
+    assert w.status["preemptions"] == 3 and w.status["failures"] == 0
 
 
 def test_invalid_spec_from_the_trainer_fails_at_once_with_its_message():
@@ -272,7 +272,7 @@ def test_suspend_stops_pods_without_counting_and_resume_restarts():
     w.gc_deleted()
     w.step()
     assert w.status["message"] == "suspended"
-    assert w.status.get("preemptions") is None and w.status.get("failures") is None
+    assert w.status["preemptions"] == 0 and w.status["failures"] == 0
     w.job["spec"]["suspend"] = False
     d = w.step()
     assert d.create_pods == [0] and d.create_attempt == 1
@@ -317,4 +317,4 @@ def test_operator_restart_between_create_and_status_patch_creates_no_duplicates(
     assert len(w.pods) == 1 and w.status["attemptStarted"] is True
     w.run_pods()
     w.step()
-    assert w.status["phase"] == st.PHASE_RUNNING and w.status.get("preemptions") is None
+    assert w.status["phase"] == st.PHASE_RUNNING and w.status["preemptions"] == 0
