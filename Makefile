@@ -55,8 +55,12 @@ manifests: ## Render manifests/{rbac,operator,prometheus} and chart CRDs from ch
 cluster-tools: ## Build the pinned k8s/etcd/helm/kubeconform binaries (cold ~8 min, then cached)
 	@hack/cluster-tools/build.sh
 
+# `make cluster-up` also starts the node agent(s) and the local-path provisioner
+# (tests/localcluster/nodeagent; nodes from TUNEOP_CLUSTER_NODES, default gpu-node-0:4).
+CLUSTER_UP_ARGS ?= --hook tests.localcluster.cluster:up_hook
+
 .PHONY: cluster-up
-cluster-up: venv cluster-tools ## Start the local control plane in the background
+cluster-up: venv cluster-tools ## Start the local cluster (control plane + node agents) in the background
 	@$(PY) -m tests.localcluster up $(CLUSTER_UP_ARGS)
 
 .PHONY: cluster-down
