@@ -1,0 +1,182 @@
+"""Helpers shared by the operator's end-to-end tests and `make demo`: install the CRDs,
+run the real operator (`python -m tuneop`) as a subprocess against a cluster, read
+TuningJobs and Events. Test infrastructure; nothing here is faked."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_DIR = ROOT / "manifests" / "crd"
+SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-emg.yaml"
+PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("contract", "operator", "trainer_image", "."))
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, every: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+class Kubectl:
+    """kubectl with a given kubeconfig (the binary the control plane harness built)."""
+
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+
+    def __call__(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.binary), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "-o", "json").stdout)
+
+    def apply(self, *objects: dict[str, Any]) -> None:
+        self("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+
+    def install_crds(self) -> None:
+        self("apply", "--server-side", "-f", str(CRD_DIR))
+        for path in sorted(CRD_DIR.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    self(
+                        "wait",
+                        "--for=condition=Established",
+                        "--timeout=60s",
+                        f"crd/{doc['metadata']['name']}",
+                    )
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        result = self("get", "tj", name, "-n", namespace, "-o", "json", check=False)
+        return json.loads(result.stdout) if result.returncode == 0 else None
+
+    def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        items = self.json(
+            "get",
+            "events",
+            "-n",
+            namespace,
+            "--field-selector",
+            f"involvedObject.kind=TuningJob,involvedObject.name={name}",
+        )["items"]
+        return sorted(items, key=lambda e: e.get("lastTimestamp") or "")
+
+    def pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        return list(
+            self.json("get", "pods", "-n", namespace, "-l", f"tuneop.io/tuningjob={job}")["items"]
+        )
+
+
+def sample(name: str = "emg-cnn", namespace: str = "default", **spec: Any) -> dict[str, Any]:
+    """The sample TuningJob with a new name/namespace and spec fields replaced."""
+    doc = yaml.safe_load(SAMPLE.read_text())
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"].update(spec)
+    return dict(doc)
+
+
+class Operator:
+    """The real operator as a subprocess (`python -m tuneop`), log to a file."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, **env: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "PYTHONPATH": PYTHONPATH,
+            "TUNEOP_OPERATOR_METRICS_PORT": str(self.metrics_port),
+            "TUNEOP_OPERATOR_HEALTH_PORT": str(self.health_port),
+            "TUNEOP_OPERATOR_RECONCILE_SECONDS": "1",
+            **env,
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Operator:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tuneop"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        wait_for(self.healthy, 60, "operator liveness endpoint")
+        return self
+
+    def healthy(self) -> bool:
+        import urllib.request
+
+        if self.process is None or self.process.poll() is not None:
+            raise RuntimeError(f"operator exited; log:\n{self.log_tail()}")
+        with contextlib.suppress(OSError):
+            url = f"http://127.0.0.1:{self.health_port}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        return False
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def kill(self) -> None:
+        """SIGKILL: an operator crash at an arbitrary instant."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""

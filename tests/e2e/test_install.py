@@ -1,0 +1,217 @@
+"""Installing tuneop on the real local control plane: with Helm and with the plain
+manifests (issue 4: "installs with Helm or with plain manifests").
+
+The API server itself validates every object (built-in schemas, the CRDs' schemas, the
+PodSecurity admission plugin with the `restricted` level on the operator's namespace)
+and evaluates the chart's RBAC: each permission the operator needs is checked with
+`kubectl auth can-i` as the chart's ServiceAccount, and the operator's ability to grant
+each trainer its narrow `tuningjobs/status` Role (RBAC's escalation check) is exercised
+for real. The operator Deployment is installed with 0 replicas so that it does not
+reconcile the TuningJobs of other tests sharing the session's cluster.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.localcluster.controlplane import ControlPlane
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "tuneop"
+MANIFESTS = ROOT / "manifests"
+RELEASE = "tuneop-e2e"
+NAMESPACE = "tuneop-e2e"
+SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+PSA_WARNING = "would violate PodSecurity"
+
+
+def helm(cp: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [str(cp.bin_dir / "helm"), *args],
+        capture_output=True,
+        text=True,
+        env=cp.env(),
+        timeout=300,
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def apply_crds(cp: ControlPlane) -> None:
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(MANIFESTS / "crd"))
+    cp.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/tuningjobs.tuneop.io",
+        "crd/clusterkopfpeerings.kopf.dev",
+        "crd/kopfpeerings.kopf.dev",
+    )
+
+
+def test_plain_manifests_are_accepted_under_the_restricted_pod_security_level(
+    control_plane: ControlPlane,
+) -> None:
+    cp = control_plane
+    apply_crds(cp)
+    cp.kubectl("apply", "-f", str(MANIFESTS / "rbac" / "namespace.yaml"))
+    ns = cp.kubectl("get", "namespace", "tuneop-system", "-o", "jsonpath={.metadata.labels}")
+    assert '"pod-security.kubernetes.io/enforce":"restricted"' in ns.stdout
+    # The operator's objects, validated and admitted by the API server (not persisted).
+    result = cp.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-f",
+        str(MANIFESTS / "rbac"),
+        "-f",
+        str(MANIFESTS / "operator"),
+    )
+    assert PSA_WARNING not in result.stderr, result.stderr
+    for obj in (
+        "serviceaccount/tuneop",
+        "clusterrole.rbac.authorization.k8s.io/tuneop",
+        "clusterrolebinding.rbac.authorization.k8s.io/tuneop",
+        "deployment.apps/tuneop",
+        "service/tuneop-metrics",
+    ):
+        assert obj in result.stdout, result.stdout
+    # The samples pass the CRD's schema and CEL rules.
+    samples = cp.kubectl("apply", "--dry-run=server", "-f", str(MANIFESTS / "samples"))
+    assert "tuningjob.tuneop.io/" in samples.stdout
+
+
+def test_pod_security_check_is_not_vacuous(control_plane: ControlPlane) -> None:
+    """The same Deployment with privilege escalation allowed is flagged by the PodSecurity
+    admission plugin, so the check above really looks at the pod template."""
+    cp = control_plane
+    cp.kubectl("apply", "-f", str(MANIFESTS / "rbac" / "namespace.yaml"))
+    rendered = helm(
+        cp,
+        "template",
+        "tuneop",
+        str(CHART),
+        "--namespace",
+        "tuneop-system",
+        "--show-only",
+        "templates/deployment.yaml",
+        "--set",
+        "securityContext.allowPrivilegeEscalation=true",
+    ).stdout
+    result = cp.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered, check=False)
+    assert PSA_WARNING in result.stderr, result.stderr
+    assert "allowPrivilegeEscalation" in result.stderr
+
+
+def can_i(cp: ControlPlane, verb: str, resource: str, *extra: str) -> bool:
+    result = cp.kubectl(
+        "auth", "can-i", verb, resource, "--as", SERVICE_ACCOUNT, *extra, check=False
+    )
+    return result.stdout.strip() == "yes"
+
+
+def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
+    control_plane: ControlPlane,
+) -> None:
+    cp = control_plane
+    apply_crds(cp)  # as another test may have; helm skips CRDs that exist
+    helm(cp, "uninstall", RELEASE, "--namespace", NAMESPACE, check=False)
+    installed = helm(
+        cp,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--set",
+        "replicaCount=0",
+        "--set",
+        "metrics.service.enabled=true",
+        "--wait",
+        "--timeout",
+        "2m",
+    )
+    try:
+        assert "STATUS: deployed" in installed.stdout
+        assert f"tuneop 0.1.0 is installed in namespace {NAMESPACE}" in installed.stdout
+        deploy = cp.kubectl(
+            "-n", NAMESPACE, "get", "deploy", RELEASE, "-o", "jsonpath={.spec.template.spec}"
+        )
+        assert '"serviceAccountName":"tuneop-e2e"' in deploy.stdout
+
+        ns = ["--namespace", "research"]
+        needed = [
+            ("watch", "tuningjobs.tuneop.io", "--all-namespaces"),
+            ("patch", "tuningjobs.tuneop.io", *ns),
+            ("patch", "tuningjobs.tuneop.io", "--subresource=status", *ns),
+            ("update", "tuningjobs.tuneop.io", "--subresource=finalizers", *ns),
+            ("create", "pods", *ns),
+            ("delete", "pods", *ns),
+            ("watch", "pods", "--all-namespaces"),
+            ("create", "persistentvolumeclaims", *ns),
+            ("create", "configmaps", *ns),
+            ("create", "services", *ns),
+            ("create", "serviceaccounts", *ns),
+            ("create", "roles.rbac.authorization.k8s.io", *ns),
+            ("create", "rolebindings.rbac.authorization.k8s.io", *ns),
+            ("create", "events", *ns),
+            ("create", "events.events.k8s.io", *ns),
+            ("get", "nodes"),
+            ("create", "clusterkopfpeerings.kopf.dev"),
+            ("patch", "clusterkopfpeerings.kopf.dev"),
+            ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+            ("watch", "namespaces"),
+        ]
+        missing = [args for args in needed if not can_i(cp, *args)]
+        assert missing == []
+        not_granted = [
+            ("get", "secrets", *ns),
+            ("delete", "tuningjobs.tuneop.io", *ns),
+            ("create", "clusterroles.rbac.authorization.k8s.io"),
+            ("delete", "nodes"),
+            ("create", "pods", "--subresource=exec", *ns),
+        ]
+        assert [args for args in not_granted if can_i(cp, *args)] == []
+
+        # The operator grants each trainer get/patch on its own TuningJob's status. RBAC
+        # allows that only because the operator holds those permissions itself.
+        grant_ns = "tuneop-e2e-grant"
+        cp.kubectl("create", "namespace", grant_ns, check=False)
+        as_operator = ["--as", SERVICE_ACCOUNT, "-n", grant_ns]
+        cp.kubectl(
+            "create",
+            "role",
+            "trainer-status",
+            "--verb=get,patch",
+            "--resource=tuningjobs.tuneop.io/status",
+            "--resource-name=emg-cnn",
+            *as_operator,
+        )
+        cp.kubectl(
+            "create",
+            "rolebinding",
+            "trainer-status",
+            "--role=trainer-status",
+            f"--serviceaccount={grant_ns}:emg-cnn-trainer",
+            *as_operator,
+        )
+        # ...and cannot hand out what it does not hold (escalation is refused).
+        refused = cp.kubectl(
+            "create", "role", "steal", "--verb=get", "--resource=secrets", *as_operator, check=False
+        )
+        assert refused.returncode != 0
+        assert "attempting to grant RBAC permissions not currently held" in refused.stderr
+        cp.kubectl("delete", "namespace", grant_ns, "--wait=false")
+    finally:
+        helm(cp, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")
+    gone = cp.kubectl("get", "clusterrole", RELEASE, check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    # Helm keeps CRDs on uninstall (existing TuningJobs survive).
+    cp.kubectl("get", "crd", "tuningjobs.tuneop.io")
+    cp.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
