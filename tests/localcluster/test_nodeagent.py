@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -521,3 +522,31 @@ def test_stopped_node_leaves_no_process_or_mount(cluster: LocalCluster) -> None:
     states = [Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] for pid in alive]
     assert all(state == "Z" for state in states), states
     assert not (agent.workdir / "pods").exists() or not any((agent.workdir / "pods").iterdir())
+
+
+@pytest.mark.cluster
+def test_pods_listen_on_the_same_wildcard_port(cluster: LocalCluster) -> None:
+    """The bind shim: 0.0.0.0:<port> in a pod means the pod's own IP, as with real pods."""
+    if cluster.node().bind_shim is None:
+        pytest.skip("no C compiler to build the bind shim")  # documented degradation
+    ns = cluster.create_namespace("agent-ports")
+    server = """
+        import os, socket
+        s = socket.socket()
+        s.bind(("0.0.0.0", 47001))
+        s.listen()
+        print("started", s.getsockname()[0], flush=True)
+        while True:
+            conn, _ = s.accept()
+            conn.sendall(os.environ["HOSTNAME"].encode())
+            conn.close()
+    """
+    for name in ("srv-a", "srv-b"):
+        create(cluster, ns, python_pod(name, server))
+    for name in ("srv-a", "srv-b"):
+        cluster.wait_for(lambda n=name: "started" in cluster.logs(ns, n), 60, f"{name} started")
+        ip = cluster.core.read_namespaced_pod(name, ns).status.pod_ip
+        assert f"started {ip}" in cluster.logs(ns, name)
+        with socket.create_connection((ip, 47001), timeout=10) as conn:
+            assert conn.recv(100) == name.encode()
+        cluster.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)

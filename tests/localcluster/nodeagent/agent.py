@@ -22,6 +22,7 @@ from kubernetes import client, watch
 from . import podspec
 from .logserver import LogServer
 from .pods import PodWorker
+from .shim import BIND_IP_ENV, build_shim
 
 log = logging.getLogger("tuneop.nodeagent")
 LEASE_NAMESPACE = "kube-node-lease"
@@ -94,6 +95,7 @@ class NodeAgent:
         self._hosts_now = threading.Event()
         self._threads: list[threading.Thread] = []
         self.logs: LogServer | None = None
+        self.bind_shim = build_shim()
         self.running = False
         self.crashed = False
 
@@ -200,10 +202,13 @@ class NodeAgent:
         with self.lock:
             self._ips_in_use.discard(ip)
 
-    def base_env(self, pod: dict[str, Any]) -> dict[str, str]:
-        """What every container gets before its own env (runtime + service links)."""
+    def base_env(self, pod: dict[str, Any], pod_ip: str) -> dict[str, str]:
+        """What every container gets before its own env (runtime + service links, and
+        the bind shim so wildcard binds take the pod IP only)."""
         host, port = self.api_host, str(self.api_port)
+        shim = {"LD_PRELOAD": str(self.bind_shim), BIND_IP_ENV: pod_ip} if self.bind_shim else {}
         return {
+            **shim,
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/root"),
             "HOSTNAME": podspec.pod_hostname(pod),

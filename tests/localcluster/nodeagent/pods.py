@@ -253,7 +253,7 @@ class PodWorker(threading.Thread):
         try:
             env = podspec.container_env(
                 self.pod, c.spec, self.pod_ip, self.agent.host_ip, self.builder.lookup,
-                self.agent.base_env(self.pod),
+                self.agent.base_env(self.pod, self.pod_ip),
             )  # fmt: skip
             argv = podspec.container_argv(c.spec, env)
             mounts = [
