@@ -1,0 +1,488 @@
+"""The Helm chart (charts/tuneop) and the plain manifests rendered from it.
+
+Real tools, no cluster: helm and kubeconform from the local-cluster binary cache
+(tests/localcluster/tools.py; built by `make cluster-tools`), and kubeconform's strict
+schemas for the pinned Kubernetes version generated offline by hack/kubeconform_schemas.py
+from the k8s.io/kubernetes module's swagger.json. The TuningJob's schema is provided from
+our CRD (so the samples are validated too); ServiceMonitor and PrometheusRule, whose CRDs
+belong to prometheus-operator, are skipped by kubeconform and checked structurally here
+(their rules by promtool in test_alerts.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import filecmp
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.localcluster import tools
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "tuneop"
+MANIFESTS = ROOT / "manifests"
+RENDERED_DIRS = ("rbac", "operator", "prometheus")
+STANDARD_LABELS = (
+    "helm.sh/chart",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/part-of",
+)
+# Every optional part of the chart, one values toggle each.
+TOGGLES = {
+    "serviceMonitor": (["metrics.serviceMonitor.enabled=true"], "ServiceMonitor", True),
+    "prometheusRule": (["prometheusRule.enabled=true"], "PrometheusRule", True),
+    "no-metrics-service": (["metrics.service.enabled=false"], "Service", False),
+    "no-rbac": (["rbac.create=false"], "ClusterRole", False),
+    "no-serviceaccount": (
+        ["serviceAccount.create=false", "serviceAccount.name=existing"],
+        "ServiceAccount",
+        False,
+    ),
+}
+ALL_ON = ["metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true"]
+
+
+# --- tools -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bin_dir() -> Path:
+    return tools.bin_dir(build=True)
+
+
+@pytest.fixture(scope="module")
+def helm(bin_dir: Path) -> str:
+    return str(bin_dir / "helm")
+
+
+@pytest.fixture(scope="module")
+def kube_schemas() -> Path:
+    """kubeconform schemas for the pinned Kubernetes version plus the TuningJob's."""
+    digest = tools.version_key() + "-" + _file_digest(ROOT / "hack" / "kubeconform_schemas.py")
+    out = tools.cache_dir() / "kubeconform-schemas" / digest
+    subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "kubeconform_schemas.py"), str(out)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def schema_dirs(kube_schemas: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    crd_schemas = tmp_path_factory.mktemp("crd-schemas")
+    for crd_file in sorted((MANIFESTS / "crd").glob("*.yaml")):
+        for crd in yaml.safe_load_all(crd_file.read_text()):
+            if crd and crd.get("kind") == "CustomResourceDefinition":
+                write_crd_schemas(crd, crd_schemas)
+    return [kube_schemas, crd_schemas]
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:10]
+
+
+def write_crd_schemas(crd: dict[str, Any], out: Path) -> None:
+    """A CRD's openAPIV3Schema as kubeconform's strict JSON schema (what
+    openapi2jsonschema does for CRDs): unknown fields rejected unless the schema
+    preserves them, `nullable` allows null, OpenAPI 3.0's boolean exclusive bounds become
+    draft-07 numbers."""
+    group = crd["spec"]["group"]
+    kind = crd["spec"]["names"]["kind"]
+    for version in crd["spec"]["versions"]:
+        schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+        schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+        name = f"{kind.lower()}-{group.split('.')[0]}-{version['name']}.json"
+        (out / name).write_text(json.dumps(schema))
+
+
+def _strict(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    if "properties" in node:
+        node["properties"] = {k: _strict(v) for k, v in node["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields"):
+            node.setdefault("additionalProperties", False)
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = _strict(node["additionalProperties"])
+    if "items" in node:
+        node["items"] = _strict(node["items"])
+    for key in ("allOf", "anyOf", "oneOf"):
+        if key in node:
+            node[key] = [_strict(v) for v in node[key]]
+    for bound, exclusive in (("maximum", "exclusiveMaximum"), ("minimum", "exclusiveMinimum")):
+        if node.get(exclusive) is True:  # OpenAPI 3.0 boolean -> draft-07 number
+            node[exclusive] = node.pop(bound)
+        elif node.get(exclusive) is False:
+            del node[exclusive]
+    if node.pop("nullable", False):
+        return {"anyOf": [node, {"type": "null"}]}
+    return node
+
+
+def kubeconform_cmd(bin_dir: Path, schema_dirs: list[Path]) -> list[str]:
+    cmd = [str(bin_dir / "kubeconform"), "-strict", "-output", "json"]
+    for d in schema_dirs:
+        cmd += ["-schema-location", str(d) + "/{{ .ResourceKind }}{{ .KindSuffix }}.json"]
+    return cmd
+
+
+def kubeconform(
+    bin_dir: Path, schema_dirs: list[Path], paths: list[Path], skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    cmd = [*kubeconform_cmd(bin_dir, schema_dirs), "-summary", "-verbose"]
+    if skip:
+        cmd += ["-skip", ",".join(skip)]
+    result = subprocess.run(cmd + [str(p) for p in paths], capture_output=True, text=True)
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert result.returncode == 0, json.dumps(report["resources"], indent=1)
+    return report
+
+
+# --- helm --------------------------------------------------------------------------------
+def template(helm: str, *sets: str, crds: bool = False) -> str:
+    cmd = [helm, "template", "tuneop", str(CHART), "--namespace", "tuneop-system"]
+    for s in sets:
+        cmd += ["--set", s]
+    if crds:
+        cmd.append("--include-crds")
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def objects(rendered: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def by_kind(rendered: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for obj in objects(rendered):
+        assert obj["kind"] not in out, f"two {obj['kind']} objects"
+        out[obj["kind"]] = obj
+    return out
+
+
+def helm_error(helm: str, *sets: str) -> str:
+    cmd = [helm, "template", "tuneop", str(CHART)]
+    for s in sets:
+        cmd += ["--set", s]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode != 0, f"helm accepted {sets}"
+    return result.stderr
+
+
+def test_helm_lint_strict(helm: str) -> None:
+    for sets in [[]] + [t[0] for t in TOGGLES.values()] + [ALL_ON]:
+        cmd = [helm, "lint", "--strict", str(CHART)]
+        for s in sets:
+            cmd += ["--set", s]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        assert result.returncode == 0, (sets, result.stdout, result.stderr)
+        assert "0 chart(s) failed" in result.stdout
+
+
+def test_default_values_render_the_operator_only(helm: str) -> None:
+    kinds = sorted(obj["kind"] for obj in objects(template(helm)))
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+
+
+@pytest.mark.parametrize("toggle", sorted(TOGGLES))
+def test_each_toggle(helm: str, toggle: str) -> None:
+    sets, kind, present = TOGGLES[toggle]
+    default = {obj["kind"] for obj in objects(template(helm))}
+    toggled = by_kind(template(helm, *sets))
+    assert (kind in toggled) is present
+    assert (kind in default) is not present
+    if toggle == "no-rbac":
+        assert "ClusterRoleBinding" not in toggled
+    if toggle == "no-serviceaccount":
+        pod = toggled["Deployment"]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "existing"
+        assert toggled["ClusterRoleBinding"]["subjects"][0]["name"] == "existing"
+
+
+def test_service_monitor_selects_the_metrics_service(helm: str) -> None:
+    objs = by_kind(template(helm, "metrics.serviceMonitor.enabled=true"))
+    monitor, service = objs["ServiceMonitor"], objs["Service"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+    assert endpoint["path"] == "/metrics"
+    # The operator's metrics carry the TuningJob's `namespace` label: keep it.
+    assert endpoint["honorLabels"] is True
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["tuneop-system"]
+
+
+def test_service_monitor_needs_the_service(helm: str) -> None:
+    err = helm_error(helm, "metrics.serviceMonitor.enabled=true", "metrics.service.enabled=false")
+    assert "metrics.serviceMonitor.enabled needs metrics.service.enabled" in err
+
+
+def test_prometheus_rule_settings_reach_the_rules(helm: str) -> None:
+    rule = by_kind(
+        template(
+            helm,
+            "prometheusRule.enabled=true",
+            "prometheusRule.preemptionStorm.threshold=9",
+            "prometheusRule.preemptionStorm.window=30m",
+            "prometheusRule.operatorJob=my-scrape-job",
+            "prometheusRule.labels.release=kube-prometheus",
+        )
+    )["PrometheusRule"]
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus"
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    storm = alerts["TuneopPreemptionStorm"]["expr"]
+    assert "[30m]" in storm and storm.rstrip().endswith("> 9")
+    assert 'up{job="my-scrape-job"}' in alerts["TuneopOperatorDown"]["expr"]
+
+
+def test_deployment_runs_two_restricted_replicas_with_probe_and_metrics(helm: str) -> None:
+    deploy = by_kind(template(helm))["Deployment"]
+    assert deploy["spec"]["replicas"] == 2
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # Pod Security Standards, restricted profile.
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["readOnlyRootFilesystem"] is True
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe == {"path": "/healthz", "port": "health"}
+    # The pod's labels include the selector; the selector is stable across upgrades.
+    selector = deploy["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    assert "app.kubernetes.io/version" not in selector and "helm.sh/chart" not in selector
+
+
+def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
+    """The TUNEOP_OPERATOR_* variables the chart sets parse with the operator's own Config."""
+    from tuneop.config import Config
+
+    deploy = by_kind(
+        template(
+            helm,
+            "operator.watchNamespaces={ml,research}",
+            "operator.logLevel=DEBUG",
+            "metrics.port=9100",
+            "health.port=9101",
+            "operator.peeringName=team-a",
+        )
+    )["Deployment"]
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert all(name.startswith("TUNEOP_OPERATOR_") for name in env)
+    config = Config.from_env(env)
+    assert config.namespaces == ("ml", "research")
+    assert config.log_level == "DEBUG"
+    assert (config.metrics_port, config.health_port) == (9100, 9101)
+    assert config.peering_name == "team-a"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 9100, "health": 9101}
+
+    default_env = {
+        e["name"]: e["value"]
+        for e in by_kind(template(helm))["Deployment"]["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+        if "value" in e
+    }
+    default = Config.from_env(default_env)
+    assert default.namespaces == () and default.peering_name == "tuneop"
+    assert (default.metrics_port, default.health_port) == (8080, 8081)
+
+
+def test_two_replicas_need_peering(helm: str) -> None:
+    err = helm_error(helm, "operator.peeringName=")
+    assert "operator.peeringName is empty" in err
+    single = by_kind(template(helm, "operator.peeringName=", "replicaCount=1"))["Deployment"]
+    assert single["spec"]["replicas"] == 1
+
+
+def test_every_object_has_the_standard_labels(helm: str) -> None:
+    for obj in objects(template(helm, *ALL_ON)):
+        labels = obj["metadata"]["labels"]
+        for key in STANDARD_LABELS:
+            assert key in labels, (obj["kind"], key)
+        assert labels["app.kubernetes.io/instance"] == "tuneop"
+
+
+def test_labels_come_only_from_helpers() -> None:
+    for path in (CHART / "templates").glob("*.yaml"):
+        assert "app.kubernetes.io/" not in path.read_text(), path.name
+        assert "helm.sh/chart" not in path.read_text(), path.name
+
+
+def test_clusterrole_covers_what_the_operator_does(helm: str) -> None:
+    role = by_kind(template(helm))["ClusterRole"]
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    needed = {
+        ("tuneop.io", "tuningjobs", "watch"),
+        ("tuneop.io", "tuningjobs/status", "patch"),
+        ("tuneop.io", "tuningjobs/status", "get"),  # granted on to each trainer's Role
+        ("", "pods", "create"),
+        ("", "pods", "delete"),
+        ("", "persistentvolumeclaims", "create"),
+        ("", "configmaps", "create"),
+        ("", "services", "create"),
+        ("", "serviceaccounts", "create"),
+        ("rbac.authorization.k8s.io", "roles", "create"),
+        ("rbac.authorization.k8s.io", "rolebindings", "create"),
+        ("", "events", "create"),
+        ("events.k8s.io", "events", "create"),
+        ("", "nodes", "get"),
+        ("kopf.dev", "clusterkopfpeerings", "patch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("", "namespaces", "watch"),
+    }
+    assert needed <= granted, needed - granted
+    # Least privilege: no wildcards, no secrets, no escalate/bind.
+    assert not any("*" in item for triple in granted for item in triple)
+    assert not any(resource == "secrets" for _, resource, _ in granted)
+    assert not any(verb in ("escalate", "bind", "impersonate") for *_, verb in granted)
+
+
+# --- values.schema.json --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["replicaCount=-1"], "at '/replicaCount': minimum: got -1, want 0"),
+        (["image.pullPolicy=Sometimes"], "at '/image/pullPolicy': value must be one of"),
+        (["replicas=3"], "additional properties 'replicas' not allowed"),
+        (["metrics.port=70000"], "at '/metrics/port': maximum: got 70,000, want 65,535"),
+        (["operator.logLevel=LOUD"], "at '/operator/logLevel': value must be one of"),
+        (["prometheusRule.preemptionStorm.window=soon"], "'soon' does not match pattern"),
+        (["operator.watchNamespaces={Bad_NS}"], "at '/operator/watchNamespaces/0'"),
+    ],
+)
+def test_values_schema_rejects_bad_values_clearly(helm: str, sets: list[str], message: str) -> None:
+    err = helm_error(helm, *sets)
+    assert "values don't meet the specifications of the schema" in err
+    assert message in err, err
+
+
+def test_values_schema_describes_every_default_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(value: Any, node: dict[str, Any], path: str) -> Iterator[str]:
+        if "description" not in node and path:
+            yield f"{path}: no description"
+        props = node.get("properties")
+        if isinstance(value, dict) and props is not None:
+            for key, sub in value.items():
+                if key not in props:
+                    yield f"{path}.{key}: not in the schema"
+                else:
+                    yield from walk(sub, props[key], f"{path}.{key}")
+
+    assert list(walk(values, schema, "")) == []
+
+
+# --- kubeconform ------------------------------------------------------------------------
+def test_kubeconform_strict_default_and_all_toggles(
+    helm: str, bin_dir: Path, schema_dirs: list[Path], tmp_path: Path
+) -> None:
+    for name, sets in {"default": [], "all-on": ALL_ON}.items():
+        out = tmp_path / f"{name}.yaml"
+        out.write_text(template(helm, *sets, crds=True))
+        report = kubeconform(bin_dir, schema_dirs, [out], skip=("ServiceMonitor", "PrometheusRule"))
+        summary = report["summary"]
+        assert summary["invalid"] == 0 and summary["errors"] == 0, report
+        assert summary["valid"] >= 8  # 5 objects + 3 CRDs (TuningJob, 2 peering)
+
+
+def test_kubeconform_catches_a_typo(
+    helm: str, bin_dir: Path, schema_dirs: list[Path], tmp_path: Path
+) -> None:
+    """-strict with our schemas really rejects unknown fields (the check is not vacuous)."""
+    bad = template(helm).replace("imagePullPolicy:", "imagePulPolicy:")
+    out = tmp_path / "typo.yaml"
+    out.write_text(bad)
+    result = subprocess.run(
+        [*kubeconform_cmd(bin_dir, schema_dirs), str(out)], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "imagePulPolicy" in result.stdout
+
+
+def test_kubeconform_strict_plain_manifests_and_samples(
+    bin_dir: Path, schema_dirs: list[Path]
+) -> None:
+    paths = [MANIFESTS / d for d in ("crd", "rbac", "operator", "samples")]
+    paths += [MANIFESTS / "prometheus" / n for n in ("prometheusrule.yaml", "servicemonitor.yaml")]
+    report = kubeconform(bin_dir, schema_dirs, paths, skip=("ServiceMonitor", "PrometheusRule"))
+    kinds = {r["kind"] for r in report["resources"] if r["status"] == "statusValid"}
+    assert {"Deployment", "ClusterRole", "Namespace", "TuningJob"} <= kinds, kinds
+
+
+def test_kubeconform_rejects_a_bad_sample(
+    bin_dir: Path, schema_dirs: list[Path], tmp_path: Path
+) -> None:
+    """The TuningJob schema from our CRD is really applied: a misspelt spec field fails."""
+    sample = next((MANIFESTS / "samples").glob("*.yaml")).read_text()
+    assert "stallTimeoutSeconds:" in sample
+    out = tmp_path / "bad-sample.yaml"
+    out.write_text(sample.replace("stallTimeoutSeconds:", "stallTimeoutSecs:"))
+    result = subprocess.run(
+        [*kubeconform_cmd(bin_dir, schema_dirs), str(out)], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "stallTimeoutSecs" in result.stdout
+
+
+# --- drift -------------------------------------------------------------------------------
+def test_chart_crds_are_copies_of_manifests_crd() -> None:
+    source = sorted(p.name for p in (MANIFESTS / "crd").glob("*.yaml"))
+    copies = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert source and copies == source, "run `make manifests`"
+    for name in source:
+        assert filecmp.cmp(MANIFESTS / "crd" / name, CHART / "crds" / name, shallow=False), (
+            f"charts/tuneop/crds/{name} differs from manifests/crd/{name}: run `make manifests`"
+        )
+
+
+def test_committed_manifests_match_the_chart(helm: str, tmp_path: Path) -> None:
+    env = dict(os.environ, HELM=helm)
+    subprocess.run(
+        ["bash", str(ROOT / "hack" / "render-manifests.sh"), str(tmp_path)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    for sub in RENDERED_DIRS:
+        fresh = sorted(p.name for p in (tmp_path / sub).iterdir())
+        committed = sorted(p.name for p in (MANIFESTS / sub).iterdir())
+        assert fresh == committed, f"manifests/{sub}: run `make manifests`"
+        for name in fresh:
+            a, b = (tmp_path / sub / name).read_text(), (MANIFESTS / sub / name).read_text()
+            assert a == b, f"manifests/{sub}/{name} is stale: run `make manifests`"
+    crd_copies = sorted(p.name for p in (tmp_path / "crd-copies").iterdir())
+    assert crd_copies == sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+
+
+def test_rendered_headers_say_generated() -> None:
+    for sub in RENDERED_DIRS:
+        for path in (MANIFESTS / sub).iterdir():
+            first = path.read_text().splitlines()[0]
+            assert re.match(r"# Generated by hack/render-manifests.sh", first), path
