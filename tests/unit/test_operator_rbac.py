@@ -1,0 +1,42 @@
+"""The operator's RBAC rules: the constant, its documentation page, and the helper that
+tells what a ClusterRole lacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tuneop import rbac
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "operator-rbac.md"
+
+
+def test_doc_lists_exactly_the_rules():
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in DOC.read_text().splitlines()
+        if line.startswith("| ") and not line.startswith("| apiGroups") and "---" not in line
+    ]
+    documented = {
+        (group.replace('""', ""), resource.strip(), verb.strip())
+        for group, resources, verbs, _ in rows
+        for resource in resources.split(",")
+        for verb in verbs.split(",")
+    }
+    expected = {
+        (group, resource, verb)
+        for rule in rbac.OPERATOR_RULES
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert documented == expected
+
+
+def test_missing_reports_what_a_role_lacks():
+    assert rbac.missing(rbac.OPERATOR_RULES) == []
+    assert rbac.missing([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]) == []
+    without_delete = [
+        {**r, "verbs": [v for v in r["verbs"] if v != "delete"]} for r in rbac.OPERATOR_RULES
+    ]
+    assert "tuneop.io/tuningjobs: delete" in rbac.missing(without_delete)
+    assert "core/pods: delete" in rbac.missing(without_delete)
