@@ -1,0 +1,68 @@
+"""Exact resume: kills at several points give the same search as no kill at all."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from trainer_helpers import comparable, kill_when, results, run, tiny_spec, write_spec
+from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, read_progress
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The same search, never interrupted."""
+    tmp = tmp_path_factory.mktemp("reference")
+    spec = write_spec(tmp, tiny_spec())
+    assert run(spec, tmp / "ckpt", tmp / "log") == EXIT_COMPLETED, (tmp / "log").read_text()
+    return results(tmp / "ckpt")
+
+
+def test_sigkill_at_several_points_resumes_exactly(reference: dict, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, tiny_spec())
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    promoted = [t["trialId"] for t in reference["trials"] if t["continuesTrial"]]
+    assert promoted, "the tiny Hyperband search must contain a promotion"
+    kill_points = [
+        # during the very first trial, mid-epoch (before keras-tuner wrote anything itself)
+        lambda p: p.trial_id == reference["trials"][0]["trialId"] and p.step >= 3,
+        # during a Hyperband promotion, in its second epoch
+        lambda p: p.trial_id == promoted[0] and p.epoch >= 1 and p.step >= 3,
+        # during the last trial
+        lambda p: p.trial_id == reference["trials"][-1]["trialId"] and p.step >= 1,
+    ]
+    for i, point in enumerate(kill_points):
+        code = kill_when(spec, ckpt, log, point, delay=0.2 * i)
+        assert code == -signal.SIGKILL
+    assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
+    got = results(ckpt)
+    assert comparable(got) == comparable(reference)
+    assert got["best"]["trialId"] == reference["best"]["trialId"]
+    assert got["best"]["weightsSha256"] == reference["best"]["weightsSha256"]
+    progress = read_progress(ckpt)
+    assert progress is not None and progress.phase == "Completed"
+    assert progress.restores >= 3
+    assert "restored ckpt-" in log.read_text()
+
+
+def test_sigterm_loses_at_most_the_current_step(reference: dict, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, tiny_spec())
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    first = reference["trials"][0]["trialId"]
+    code = kill_when(spec, ckpt, log, lambda p: p.trial_id == first and p.step >= 4, signal.SIGTERM)
+    assert code == EXIT_PREEMPTED
+    stopped = read_progress(ckpt)
+    assert stopped is not None and stopped.phase == "Preempted"
+    # The preemption checkpoint is at the step the trainer was in when the signal came.
+    assert stopped.last_checkpoint_time is not None
+    saved_at = (stopped.epoch, stopped.step)
+    assert run(spec, ckpt, log) == EXIT_COMPLETED
+    text = log.read_text()
+    assert "restored ckpt-" in text
+    assert f"at epoch {saved_at[0]} step {saved_at[1]}" in text
+    got = results(ckpt)
+    assert comparable(got) == comparable(reference)
+    assert got["best"]["weightsSha256"] == reference["best"]["weightsSha256"]

@@ -1,0 +1,121 @@
+"""Bad specs give one-line errors naming the field, and exit 2 (EXIT_INVALID_SPEC)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainer_helpers import env, tiny_spec, write_spec
+from tuneop_contract import EXIT_INVALID_SPEC
+from tuneop_trainer.spec import SpecError, parse
+
+HERE = Path(__file__).parent
+
+
+def run_cli(tmp: Path, manifest: dict[str, Any]) -> tuple[int, str]:
+    spec = write_spec(tmp, manifest)
+    cmd = [sys.executable, "-m", "tuneop_trainer", "run", "--spec", str(spec)]
+    proc = subprocess.run(
+        [*cmd, "--dir", str(tmp / "ckpt")],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=300,
+    )
+    return proc.returncode, proc.stderr
+
+
+def error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, stderr[-3000:]
+    return lines[0]
+
+
+def test_unknown_algorithm(tmp_path: Path) -> None:
+    code, stderr = run_cli(tmp_path, tiny_spec(algorithm="Foo"))
+    assert code == EXIT_INVALID_SPEC
+    assert error_line(stderr) == (
+        'error: spec.tuner.algorithm: "Foo" is not one of Hyperband, RandomSearch, '
+        "BayesianOptimization, GridSearch"
+    )
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        (
+            {"tuner": {"objective": {"name": "val_accuracy", "direction": "up"}}},
+            'spec.tuner.objective.direction: "up" is not one of max, min',
+        ),
+        ({"tuner": {"maxEpochs": 0}}, "spec.tuner.maxEpochs: 0 must be >= 1"),
+        ({"tuner": {"batchSize": "big"}}, 'spec.tuner.batchSize: "big" must be an integer >= 1'),
+        (
+            {"hypermodel": "no_colon"},
+            'spec.hypermodel: "no_colon" is not of the form "pkg.module:Name"',
+        ),
+        (
+            {"data": {"path": "/x.npz", "loader": "a:b"}},
+            "spec.data: set exactly one of synthetic, path, loader (got ['path', 'loader'])",
+        ),
+        (
+            {"data": {"validationSplit": 1.5}},
+            "spec.data.validationSplit: 1.5 must be a number in [0, 1)",
+        ),
+        (
+            {"distribution": {"strategy": "Parameter"}},
+            'spec.distribution.strategy: "Parameter" is not one of Auto, Mirrored, '
+            "MultiWorkerMirrored",
+        ),
+    ],
+)
+def test_parse_errors_name_the_field(patch: dict[str, Any], expected: str) -> None:
+    spec: dict[str, Any] = {}
+    for key, value in patch.items():
+        spec[key] = value
+    with pytest.raises(SpecError) as info:
+        parse(spec)
+    assert str(info.value) == expected
+
+
+def test_manifest_and_bare_spec_parse_alike() -> None:
+    manifest = tiny_spec()
+    assert parse(manifest).tuner == parse(manifest["spec"]).tuner
+    assert parse(manifest).job_name == "tiny"
+    with pytest.raises(SpecError, match=r'^kind: "Pod" is not TuningJob$'):
+        parse({**manifest, "kind": "Pod"})
+
+
+@pytest.mark.slow
+def test_runtime_spec_errors(tmp_path: Path) -> None:
+    """Errors found only once TF runs: import, data, objective, scope guard."""
+    cases = [
+        (
+            {"hypermodel": "nosuch.module:Model"},
+            'error: spec.hypermodel: cannot import "nosuch.module"',
+        ),
+        (
+            {"data": {"path": str(tmp_path / "missing.npz")}},
+            f'error: spec.data.path: "{tmp_path / "missing.npz"}" does not exist',
+        ),
+        (
+            {"hypermodel": "user_models:build_without_accuracy", "pythonPath": [str(HERE)]},
+            'error: spec.tuner.objective.name: "val_accuracy" is not produced by the model; '
+            "it reports loss, val_loss",
+        ),
+        (
+            {"hypermodel": "user_models:BuiltOutsideScope", "pythonPath": [str(HERE)]},
+            "error: spec.hypermodel: build(hp) returned a model or optimizer created outside the "
+            "trainer's strategy scope",
+        ),
+    ]
+    for i, (patch, expected) in enumerate(cases):
+        manifest = tiny_spec(algorithm="RandomSearch", maxTrials=1, maxEpochs=1)
+        manifest["spec"].update(patch)
+        tmp = tmp_path / str(i)
+        tmp.mkdir()
+        code, stderr = run_cli(tmp, manifest)
+        assert code == EXIT_INVALID_SPEC, stderr[-3000:]
+        assert error_line(stderr).startswith(expected), stderr[-3000:]

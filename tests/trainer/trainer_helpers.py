@@ -1,0 +1,126 @@
+"""Run the trainer the way a pod does: `python -m tuneop_trainer run` in a subprocess,
+on 2 logical CPU devices (MirroredStrategy), with kills injected at chosen points."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tuneop_contract import (
+    ENV_LOGICAL_CPU_DEVICES,
+    ENV_METRICS_PORT,
+    RESULTS_FILE,
+    Progress,
+    read_progress,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHONPATH = os.pathsep.join(str(REPO / p) for p in ("contract", "operator", "trainer_image", "."))
+
+
+def tiny_spec(**tuner: Any) -> dict[str, Any]:
+    """A TuningJob manifest for a search that takes seconds: tiny CNN, tiny data."""
+    spec_tuner = {
+        "algorithm": "Hyperband",
+        "maxEpochs": 2,
+        "factor": 2,
+        "seed": 7,
+        "batchSize": 8,
+        "deterministic": True,
+        "objective": {"name": "val_accuracy", "direction": "max"},
+    }
+    spec_tuner.update(tuner)
+    return {
+        "apiVersion": "tuneop.io/v1alpha1",
+        "kind": "TuningJob",
+        "metadata": {"name": "tiny", "namespace": "default"},
+        "spec": {
+            "hypermodel": "tuneop_trainer.examples.emg:TinyCNNHyperModel",
+            "data": {"synthetic": {"samples": 80, "seed": 3}, "validationSplit": 0.2},
+            "tuner": spec_tuner,
+            "checkpoint": {"intervalSteps": 3, "intervalSeconds": 0, "keep": 2},
+        },
+    }
+
+
+def write_spec(tmp: Path, manifest: dict[str, Any], name: str = "spec.yaml") -> Path:
+    path = tmp / name
+    path.write_text(yaml.safe_dump(manifest))
+    return path
+
+
+def env(devices: int = 2) -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = PYTHONPATH
+    e[ENV_LOGICAL_CPU_DEVICES] = str(devices)
+    e[ENV_METRICS_PORT] = "0"
+    e["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    e["PYTHONUNBUFFERED"] = "1"
+    return e
+
+
+def start(spec: Path, ckpt: Path, log: Path, devices: int = 2) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tuneop_trainer", "run", "--spec", str(spec), "--dir", str(ckpt)],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env(devices),
+    )
+
+
+def run(spec: Path, ckpt: Path, log: Path, timeout: float = 240) -> int:
+    proc = start(spec, ckpt, log)
+    return proc.wait(timeout=timeout)
+
+
+def wait_for(
+    proc: subprocess.Popen[bytes], ckpt: Path, pred: Any, timeout: float = 180
+) -> Progress:
+    """Poll progress.json until pred(progress) holds; fail if the trainer exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"trainer exited with {proc.returncode} before the kill point")
+        try:
+            progress = read_progress(ckpt)
+        except (ValueError, OSError):
+            progress = None
+        if progress is not None and pred(progress):
+            return progress
+        time.sleep(0.05)
+    raise AssertionError("kill point not reached in time")
+
+
+def kill_when(
+    spec: Path, ckpt: Path, log: Path, pred: Any, sig: int = signal.SIGKILL, delay: float = 0.0
+) -> int:
+    """Start the trainer, send `sig` once pred(progress) holds (+delay), return its exit code."""
+    proc = start(spec, ckpt, log)
+    try:
+        wait_for(proc, ckpt, pred)
+        time.sleep(delay)
+        proc.send_signal(sig)
+        return proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def results(ckpt: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((ckpt / RESULTS_FILE).read_text())
+    return data
+
+
+def comparable(res: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return [
+        (t["trialId"], t["status"], t["score"], json.dumps(t["hyperparameters"], sort_keys=True))
+        for t in res["trials"]
+    ]

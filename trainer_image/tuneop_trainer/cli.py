@@ -1,0 +1,208 @@
+"""The trainer's command line: `python -m tuneop_trainer run --spec FILE [--dir DIR]`.
+
+FILE is a TuningJob manifest or just its spec; DIR is the checkpoint directory (the
+PersistentVolume mount in a pod). Exit codes come from tuneop_contract: 0 completed,
+1 failed, 2 invalid spec (one-line message naming the field, also written to the
+termination-message path), 75 preempted (SIGTERM; a checkpoint was written: resume me).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tuneop_contract import (
+    DEFAULT_CHECKPOINT_DIR,
+    DEFAULT_SPEC_FILE,
+    ENV_CHECKPOINT_DIR,
+    ENV_SPEC_FILE,
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_INVALID_SPEC,
+    EXIT_PREEMPTED,
+    PHASE_COMPLETED,
+    PHASE_FAILED,
+    PHASE_PREEMPTED,
+    PHASE_RUNNING,
+    TERMINATION_MESSAGE_PATH,
+    read_progress,
+)
+
+from . import preemption
+from .spec import SpecError, TrainerSpec, load_spec_file
+
+log = logging.getLogger("tuneop_trainer")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tuneop_trainer")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run (or resume) the search described by a TuningJob")
+    run.add_argument("--spec", default=os.environ.get(ENV_SPEC_FILE, DEFAULT_SPEC_FILE))
+    run.add_argument("--dir", default=os.environ.get(ENV_CHECKPOINT_DIR, DEFAULT_CHECKPOINT_DIR))
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # Before anything slow: a SIGTERM during start-up must still end in a clean exit 75.
+    preemption.install()
+    try:
+        spec = load_spec_file(args.spec)
+    except SpecError as exc:
+        return _fail(EXIT_INVALID_SPEC, str(exc))
+    return run_search(spec, Path(args.dir))
+
+
+def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
+    from . import strategy as strategy_mod
+
+    for path in spec.python_path:
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    write = strategy_mod.is_chief()
+    if write:
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    if spec.tuner.deterministic:
+        os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
+    strategy = strategy_mod.create(spec.strategy)  # before any other TF op
+    if spec.tuner.deterministic:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+
+    from . import data as data_mod
+    from .progress import Reporter
+
+    reporter = Reporter(checkpoint_dir, write=write)
+    previous = read_progress(checkpoint_dir) if write else None
+    reporter.update(
+        force=False,
+        objective=spec.tuner.objective,
+        direction=spec.tuner.direction,
+        restores=previous.restores if previous else 0,
+    )
+    reporter.serve()
+    try:
+        try:
+            dataset = data_mod.load(spec.data)
+            hypermodel = resolve_hypermodel(spec.hypermodel, dataset)
+            return _search(spec, strategy, dataset, hypermodel, checkpoint_dir, reporter, write)
+        except SpecError as exc:
+            reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
+            return _fail(EXIT_INVALID_SPEC, str(exc))
+    finally:
+        reporter.close()
+
+
+def _search(
+    spec: TrainerSpec,
+    strategy: Any,
+    dataset: Any,
+    hypermodel: Any,
+    checkpoint_dir: Path,
+    reporter: Any,
+    write: bool,
+) -> int:
+    from . import results, tuners
+
+    ctx = tuners.Context(spec, strategy, dataset, checkpoint_dir, reporter, write=write)
+    try:
+        tuner = tuners.create(ctx, hypermodel)
+        done = [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
+        best = tuner.oracle.get_best_trials(1)
+        reporter.update(
+            force=True,
+            phase=PHASE_RUNNING,
+            trials_completed=len(done),
+            trials_total=_planned_trials(spec),
+            best_trial_id=str(best[0].trial_id) if best else None,
+            best_score=float(best[0].score) if best and best[0].score is not None else None,
+            message="",
+        )
+        tuner.search()
+        out = results.export(tuner, checkpoint_dir, write)
+    except preemption.Preempted:
+        reporter.update(force=True, phase=PHASE_PREEMPTED, message="preempted; resume me")
+        log.warning("exiting %d (preempted); checkpoint written", EXIT_PREEMPTED)
+        return EXIT_PREEMPTED
+    except tuners.InvalidSearch as exc:
+        reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
+        return _fail(EXIT_INVALID_SPEC, str(exc))
+    except Exception as exc:
+        message = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1000]
+        log.exception("search failed")
+        reporter.update(force=True, phase=PHASE_FAILED, message=message)
+        return _fail(EXIT_FAILED, message)
+    best_line = out["best"]
+    log.info("search completed; best: %s", best_line)
+    reporter.update(force=True, phase=PHASE_COMPLETED, message="")
+    return EXIT_COMPLETED
+
+
+def _planned_trials(spec: TrainerSpec) -> int | None:
+    t = spec.tuner
+    if t.algorithm != "Hyperband":
+        return t.max_trials
+    # keras-tuner's Hyperband: brackets s = smax..0, each with ceil(B/(s+1) * f**s) models
+    # trained over s+1 rounds (n_i = n / f**i models in round i).
+    import math
+
+    s_max = math.floor(math.log(t.max_epochs, t.factor) + 1e-9)
+    total = 0
+    for s in range(s_max, -1, -1):
+        n = math.ceil((s_max + 1) / (s + 1) * t.factor**s)
+        total += sum(max(1, math.floor(n / t.factor**i)) for i in range(s + 1))
+    return total * t.hyperband_iterations
+
+
+def resolve_hypermodel(ref: str, dataset: Any) -> Any:
+    """A "pkg.module:Name" reference → something keras-tuner accepts: a HyperModel instance or a
+    build(hp) function. A HyperModel class is instantiated with input_shape/output_shape
+    when its constructor takes them (the data's shapes), else without arguments."""
+    import keras_tuner
+
+    from .data import import_ref
+
+    try:
+        obj = import_ref(ref, "spec.hypermodel")
+    except SpecError:
+        raise
+    except Exception as exc:  # the user's module raised at import time
+        message = f"importing {ref} raised {type(exc).__name__}: {exc}"
+        raise SpecError("spec.hypermodel", message) from exc
+    if inspect.isclass(obj) and issubclass(obj, keras_tuner.HyperModel):
+        params = inspect.signature(obj).parameters
+        kwargs = {}
+        if "input_shape" in params:
+            kwargs["input_shape"] = dataset.input_shape
+        if "output_shape" in params:
+            kwargs["output_shape"] = dataset.output_shape
+        try:
+            return obj(**kwargs)
+        except Exception as exc:
+            raise SpecError("spec.hypermodel", f"{ref}(**{kwargs}) raised {exc}") from exc
+    if isinstance(obj, keras_tuner.HyperModel) or (callable(obj) and not inspect.isclass(obj)):
+        return obj
+    raise SpecError(
+        "spec.hypermodel",
+        f"{ref} is a {type(obj).__name__}; expected a HyperModel subclass, a HyperModel "
+        "instance or a build(hp) function",
+    )
+
+
+def _fail(code: int, message: str) -> int:
+    """One line on stderr and in the termination message (the operator surfaces it)."""
+    line = " ".join(message.split())
+    print(f"error: {line}", file=sys.stderr)
+    if os.path.exists(TERMINATION_MESSAGE_PATH):
+        try:
+            with open(TERMINATION_MESSAGE_PATH, "w") as handle:
+                handle.write(line)
+        except OSError:
+            pass
+    return code

@@ -1,0 +1,129 @@
+"""Training data: the built-in synthetic EMG-like set, .npz/.npy files, or a loader.
+
+Everything ends up as four numpy arrays (x, y, x_val, y_val) held in memory: batches
+are then a pure function of (seed, execution, epoch, step) — see `epoch_order` — so the
+data-pipeline position in a checkpoint is just (epoch, step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .spec import DataSpec, SpecError
+
+# Synthetic EMG: windows of TIMESTEPS samples x CHANNELS electrodes, CLASSES gestures.
+TIMESTEPS = 16
+CHANNELS = 8
+CLASSES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    x: np.ndarray
+    y: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+
+    @property
+    def input_shape(self) -> list[int]:
+        return [int(d) for d in self.x.shape[1:3]]
+
+    @property
+    def output_shape(self) -> list[int]:
+        return [int(self.y.shape[-1])] if self.y.ndim > 1 else [int(self.y.max()) + 1]
+
+
+def synthetic_emg(samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic EMG-like windows: each gesture activates a channel pattern with
+    its own burst frequency, plus noise. x: (n, 16, 8, 1) float32, y: one-hot (n, 4)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, CLASSES, size=samples)
+    t = np.arange(TIMESTEPS, dtype=np.float32)[:, None]
+    patterns = np.random.default_rng(1234).uniform(0.2, 1.0, size=(CLASSES, CHANNELS))
+    x = np.empty((samples, TIMESTEPS, CHANNELS), dtype=np.float32)
+    for i, label in enumerate(labels):
+        freq = 0.3 + 0.25 * label
+        phase = rng.uniform(0, 2 * np.pi)
+        burst = np.abs(np.sin(freq * t + phase)) * patterns[label][None, :]
+        x[i] = burst + rng.normal(0, 0.3, size=(TIMESTEPS, CHANNELS))
+    y = np.eye(CLASSES, dtype=np.float32)[labels]
+    return x[..., None], y
+
+
+def load(spec: DataSpec) -> Dataset:
+    """Load the data the spec names; SpecError (field `spec.data.*`) if it cannot."""
+    val: tuple[np.ndarray, np.ndarray] | None = None
+    if spec.path:
+        x, y, val = _load_path(spec.path)
+    elif spec.loader:
+        x, y, val = _load_loader(spec.loader)
+    else:
+        x, y = synthetic_emg(spec.synthetic_samples or 256, spec.synthetic_seed)
+    x = np.asarray(x)
+    y = np.asarray(y)
+    if x.ndim == 3:  # (n, h, w) → (n, h, w, 1): the CNN wants a channel axis
+        x = x[..., None]
+    if len(x) != len(y):
+        raise SpecError("spec.data", f"x has {len(x)} samples but y has {len(y)}")
+    if val is None:
+        n_val = round(len(x) * spec.validation_split)
+        if n_val == 0:
+            raise SpecError("spec.data.validationSplit", "leaves no validation samples")
+        # The tail, like Keras' validation_split: deterministic, no shuffling.
+        val = (x[-n_val:], y[-n_val:])
+        x, y = x[:-n_val], y[:-n_val]
+    x_val = np.asarray(val[0])
+    if x_val.ndim == 3:
+        x_val = x_val[..., None]
+    return Dataset(x, y, x_val, np.asarray(val[1]))
+
+
+def epoch_order(n: int, seed: int, execution: int, epoch: int) -> np.ndarray:
+    """The sample order of one epoch: a pure function, so resuming needs only (epoch, step)."""
+    return np.random.default_rng([seed, execution, epoch]).permutation(n)
+
+
+def _load_path(path: str) -> tuple[np.ndarray, np.ndarray, Any]:
+    p = Path(path)
+    if p.is_file() and p.suffix == ".npz":
+        with np.load(p) as f:
+            arrays = {k: f[k] for k in f.files}
+    elif p.is_dir():
+        arrays = {f.stem: np.load(f) for f in p.glob("*.npy")}
+    elif p.exists():
+        raise SpecError("spec.data.path", f'"{path}" is neither a .npz file nor a directory')
+    else:
+        raise SpecError("spec.data.path", f'"{path}" does not exist')
+    if "x" not in arrays or "y" not in arrays:
+        raise SpecError("spec.data.path", f'"{path}" must hold arrays x and y (x_val, y_val)')
+    val = (arrays["x_val"], arrays["y_val"]) if "x_val" in arrays else None
+    return arrays["x"], arrays["y"], val
+
+
+def _load_loader(ref: str) -> tuple[np.ndarray, np.ndarray, Any]:
+    fn = import_ref(ref, "spec.data.loader")
+    try:
+        out = fn()
+    except Exception as exc:
+        raise SpecError("spec.data.loader", f"{ref}() raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(out, tuple) or len(out) not in (2, 4):
+        raise SpecError("spec.data.loader", f"{ref}() must return (x, y) or (x, y, x_val, y_val)")
+    return out[0], out[1], (out[2], out[3]) if len(out) == 4 else None
+
+
+def import_ref(ref: str, field: str) -> Any:
+    """Import "pkg.module:Name"; SpecError naming `field` if that fails."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpecError(field, f'cannot import "{module_name}": {exc}') from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise SpecError(field, f'module "{module_name}" has no attribute "{attr}"') from None

@@ -1,0 +1,255 @@
+"""Progress for the operator and for people.
+
+One `Reporter` owns the `tuneop_contract.Progress` record of this process and publishes
+it three ways:
+- `progress.json` in the checkpoint directory (atomic; at most every `min_interval`
+  seconds plus at every checkpoint, trial end and exit);
+- an HTTP endpoint (prometheus-client registry) on TUNEOP_METRICS_ADDRESS:PORT serving
+  `/metrics` (Prometheus text format) and `/progress` (the record as JSON);
+- when TUNEOP_JOB_NAME/NAMESPACE are set and the in-cluster ServiceAccount is mounted,
+  a JSON merge patch of `status.progress` on the job's `tuningjobs/status` subresource,
+  sent from a background thread (throttled to one per ~3 s, plus trial ends and exit);
+  API errors are logged, never raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import ssl
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from tuneop_contract import (
+    DEFAULT_METRICS_PORT,
+    ENV_JOB_NAME,
+    ENV_JOB_NAMESPACE,
+    ENV_METRICS_ADDRESS,
+    ENV_METRICS_PORT,
+    Progress,
+    now_rfc3339,
+    write_progress,
+)
+
+log = logging.getLogger(__name__)
+
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+PATCH_INTERVAL_SECONDS = 3.0
+
+
+class Metrics:
+    """The Prometheus series (no trial ids or hyperparameters as labels)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.trials_completed = Gauge(
+            "tuneop_trainer_trials_completed", "Trials completed", registry=r
+        )
+        self.trials_total = Gauge(
+            "tuneop_trainer_trials_total_planned", "Trials planned", registry=r
+        )
+        self.epoch = Gauge("tuneop_trainer_epoch", "Epoch of the running trial", registry=r)
+        self.step = Gauge("tuneop_trainer_step", "Step within the epoch", registry=r)
+        self.steps = Counter(
+            "tuneop_trainer_steps", "Training steps run by this process", registry=r
+        )
+        self.best = Gauge("tuneop_trainer_best_score", "Best objective value so far", registry=r)
+        self.checkpoints = Counter(
+            "tuneop_trainer_checkpoints", "Checkpoints written by this process", registry=r
+        )
+        self.checkpoint_seconds = Counter(
+            "tuneop_trainer_checkpoint_seconds",
+            "Seconds spent writing checkpoints",
+            registry=r,
+        )
+        self.restores = Counter("tuneop_trainer_restores", "Checkpoint restores", registry=r)
+        self.last_progress = Gauge(
+            "tuneop_trainer_last_progress_timestamp_seconds", "Time of the last step", registry=r
+        )
+        self.last_checkpoint = Gauge(
+            "tuneop_trainer_last_checkpoint_timestamp_seconds",
+            "Time of the last checkpoint",
+            registry=r,
+        )
+
+
+class Reporter:
+    def __init__(self, checkpoint_dir: Path, write: bool = True, min_interval: float = 2.0) -> None:
+        self.dir = checkpoint_dir
+        self.write = write  # only the chief writes the volume
+        self.min_interval = min_interval
+        self.progress = Progress()
+        self.metrics = Metrics()
+        self._lock = threading.Lock()
+        self._last_write = 0.0
+        self._server: ThreadingHTTPServer | None = None
+        self._patcher: _StatusPatcher | None = _StatusPatcher.from_env()
+
+    # -- updates ----------------------------------------------------------------
+    def update(self, force: bool = False, **fields: Any) -> None:
+        with self._lock:
+            self.progress = dataclasses.replace(self.progress, **fields)
+            now = time.monotonic()
+            due = force or now - self._last_write >= self.min_interval
+            if due:
+                self._last_write = now
+            snapshot = self.progress
+        if due:
+            self._publish(snapshot, force)
+
+    def step(self, epoch: int, step: int) -> None:
+        self.metrics.steps.inc()
+        self.metrics.step.set(step)
+        self.metrics.epoch.set(epoch)
+        self.metrics.last_progress.set(time.time())
+        self.update(epoch=epoch, step=step, last_progress_time=now_rfc3339())
+
+    def checkpointed(self, seconds: float) -> None:
+        self.metrics.checkpoints.inc()
+        self.metrics.checkpoint_seconds.inc(seconds)
+        self.metrics.last_checkpoint.set(time.time())
+        self.update(force=True, last_checkpoint_time=now_rfc3339())
+
+    def _publish(self, snapshot: Progress, force: bool) -> None:
+        if self.write:
+            try:
+                write_progress(self.dir, snapshot)
+            except OSError as exc:
+                log.warning("cannot write progress.json: %s", exc)
+        if self._patcher is not None:
+            self._patcher.submit(snapshot, force)
+        if snapshot.best_score is not None:
+            self.metrics.best.set(snapshot.best_score)
+        self.metrics.trials_completed.set(snapshot.trials_completed)
+        if snapshot.trials_total is not None:
+            self.metrics.trials_total.set(snapshot.trials_total)
+
+    def close(self) -> None:
+        if self._patcher is not None:
+            self._patcher.flush()
+        if self._server is not None:
+            self._server.shutdown()
+
+    # -- HTTP endpoint ----------------------------------------------------------
+    def serve(self, port: int | None = None, address: str | None = None) -> int | None:
+        """Start /metrics and /progress; returns the bound port (None if disabled)."""
+        if port is None:
+            port = int(os.environ.get(ENV_METRICS_PORT, DEFAULT_METRICS_PORT))
+        if port < 0 or (port == 0 and ENV_METRICS_PORT in os.environ):
+            return None
+        address = address or os.environ.get(ENV_METRICS_ADDRESS) or "0.0.0.0"
+        reporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.startswith("/progress"):
+                    body = reporter.progress.to_json().encode()
+                    ctype = "application/json"
+                elif self.path.startswith("/metrics"):
+                    body = generate_latest(reporter.metrics.registry)
+                    ctype = CONTENT_TYPE_LATEST
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:  # keep scrapes out of the log
+                pass
+
+        try:
+            self._server = ThreadingHTTPServer((address, port), Handler)
+        except OSError as exc:
+            log.warning("metrics endpoint disabled: cannot bind %s:%s: %s", address, port, exc)
+            return None
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        bound = int(self._server.server_address[1])
+        log.info("metrics on http://%s:%d/metrics and /progress", address, bound)
+        return bound
+
+
+class _StatusPatcher:
+    """Merge-patches status.progress of our TuningJob from a daemon thread."""
+
+    def __init__(self, url: str, token_path: Path, ca_path: Path) -> None:
+        self.url = url
+        self.token_path = token_path
+        self.context = ssl.create_default_context(cafile=str(ca_path))
+        self._pending: Progress | None = None
+        self._cond = threading.Condition()
+        self._last = 0.0
+        self._force = False
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    @classmethod
+    def from_env(cls) -> _StatusPatcher | None:
+        name = os.environ.get(ENV_JOB_NAME)
+        namespace = os.environ.get(ENV_JOB_NAMESPACE)
+        host = os.environ.get("KUBERNETES_SERVICE_HOST")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        token, ca = SA_DIR / "token", SA_DIR / "ca.crt"
+        if not (name and namespace and host and token.exists() and ca.exists()):
+            return None
+        if ":" in host:
+            host = f"[{host}]"
+        url = (
+            f"https://{host}:{port}/apis/tuneop.io/v1alpha1/namespaces/{namespace}"
+            f"/tuningjobs/{name}/status"
+        )
+        return cls(url, token, ca)
+
+    def submit(self, progress: Progress, force: bool) -> None:
+        with self._cond:
+            self._pending = progress
+            self._force = self._force or force
+            self._cond.notify()
+
+    def flush(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self._pending is not None and time.monotonic() < deadline:
+            with self._cond:
+                self._force = True
+                self._cond.notify()
+            time.sleep(0.05)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None:
+                    self._cond.wait()
+                wait = PATCH_INTERVAL_SECONDS - (time.monotonic() - self._last)
+                if wait > 0 and not self._force:
+                    self._cond.wait(wait)
+                    continue
+                progress, self._pending, self._force = self._pending, None, False
+            self._last = time.monotonic()
+            self._patch(progress)
+
+    def _patch(self, progress: Progress) -> None:
+        body = json.dumps({"status": {"progress": progress.to_status()}}).encode()
+        try:
+            request = urllib.request.Request(
+                self.url,
+                data=body,
+                method="PATCH",
+                headers={
+                    "Content-Type": "application/merge-patch+json",
+                    "Authorization": f"Bearer {self.token_path.read_text().strip()}",
+                },
+            )
+            with urllib.request.urlopen(request, timeout=5, context=self.context) as resp:
+                resp.read()
+        except Exception as exc:  # never crash training over a status update
+            log.warning("status patch failed: %s", exc)

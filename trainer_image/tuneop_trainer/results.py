@@ -1,0 +1,68 @@
+"""results.json (every trial: hyperparameters, score, status) and the best-model export."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from tuneop_contract import BEST_MODEL_FILE, RESULTS_FILE, write_atomic
+
+from .checkpoint import weights_digest
+
+log = logging.getLogger(__name__)
+
+
+def collect(tuner: Any) -> dict[str, Any]:
+    oracle = tuner.oracle
+    trials = []
+    for trial_id in sorted(oracle.trials):
+        trial = oracle.trials[trial_id]
+        values = trial.hyperparameters.values
+        trials.append(
+            {
+                "trialId": str(trial_id),
+                "status": str(trial.status),
+                "score": None if trial.score is None else float(trial.score),
+                "bestStep": trial.best_step,
+                "hyperparameters": {k: v for k, v in values.items() if not k.startswith("tuner/")},
+                "continuesTrial": values.get("tuner/trial_id"),
+            }
+        )
+    best = oracle.get_best_trials(1)
+    objective = oracle.objective
+    return {
+        "objective": {"name": objective.name, "direction": objective.direction},
+        "trials": trials,
+        "best": None
+        if not best
+        else {
+            "trialId": str(best[0].trial_id),
+            "score": float(best[0].score),
+            "hyperparameters": {
+                k: v
+                for k, v in best[0].hyperparameters.values.items()
+                if not k.startswith("tuner/")
+            },
+        },
+    }
+
+
+def export(tuner: Any, checkpoint_dir: Path, write: bool) -> dict[str, Any]:
+    """Write results.json and best_model.keras (built/restored inside the strategy scope)."""
+    results = collect(tuner)
+    if results["best"] is not None:
+        best_trial = tuner.oracle.get_trial(results["best"]["trialId"])
+        model = tuner.load_model(best_trial)
+        results["best"]["weightsSha256"] = weights_digest(model)
+        if write:
+            path = checkpoint_dir / BEST_MODEL_FILE
+            tmp = path.with_name(f".{path.name}.tmp.keras")
+            with tuner.ctx.strategy.scope():
+                model.save(tmp)
+            tmp.replace(path)
+            results["best"]["model"] = BEST_MODEL_FILE
+    if write:
+        write_atomic(checkpoint_dir / RESULTS_FILE, json.dumps(results, indent=2).encode())
+    return results

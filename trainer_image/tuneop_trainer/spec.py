@@ -1,0 +1,237 @@
+"""Parse and validate a TuningJob spec (or a whole manifest) into dataclasses.
+
+Every problem becomes a `SpecError` whose one-line message names the field and says
+what is allowed, e.g. `spec.tuner.algorithm: "Foo" is not one of Hyperband, ...`.
+The CLI prints it, writes it to the termination-message path and exits 2.
+Only the fields the trainer uses are validated here; pod-level fields (resources,
+tolerations, ...) belong to the operator and are ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ALGORITHMS = ("Hyperband", "RandomSearch", "BayesianOptimization", "GridSearch")
+DIRECTIONS = ("max", "min")
+STRATEGIES = ("Auto", "Mirrored", "MultiWorkerMirrored")
+
+
+class SpecError(Exception):
+    """A spec problem; str() is the one-line message (field: what is wrong)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+    synthetic_samples: int | None = 256
+    synthetic_seed: int = 0
+    path: str | None = None
+    loader: str | None = None
+    validation_split: float = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class TunerSpec:
+    algorithm: str = "Hyperband"
+    objective: str = "val_accuracy"
+    direction: str = "max"
+    max_trials: int = 10
+    max_epochs: int = 4
+    factor: int = 3
+    hyperband_iterations: int = 1
+    executions_per_trial: int = 1
+    seed: int = 42
+    batch_size: int = 32
+    deterministic: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSpec:
+    interval_steps: int = 50
+    interval_seconds: float = 60.0
+    keep: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerSpec:
+    hypermodel: str = "tuneop_trainer.examples.emg:CNNHyperModel"
+    python_path: tuple[str, ...] = ()
+    data: DataSpec = dataclasses.field(default_factory=DataSpec)
+    tuner: TunerSpec = dataclasses.field(default_factory=TunerSpec)
+    checkpoint: CheckpointSpec = dataclasses.field(default_factory=CheckpointSpec)
+    strategy: str = "Auto"
+    workers: int = 1
+    job_name: str | None = None
+
+
+def load_spec_file(path: str | Path) -> TrainerSpec:
+    """Read a YAML file holding a TuningJob manifest or just its `spec`."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SpecError("--spec", f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError("--spec", f"{path} is not valid YAML: {_one_line(exc)}") from exc
+    return parse(doc)
+
+
+def parse(doc: Any) -> TrainerSpec:
+    """A manifest (`kind: TuningJob`) or a bare spec mapping → TrainerSpec."""
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise SpecError("spec", "must be a mapping")
+    job_name = None
+    if "kind" in doc or "apiVersion" in doc:
+        if doc.get("kind") != "TuningJob":
+            raise SpecError("kind", f"{_q(doc.get('kind'))} is not TuningJob")
+        meta = doc.get("metadata") or {}
+        job_name = meta.get("name") if isinstance(meta, dict) else None
+        doc = doc.get("spec") or {}
+        if not isinstance(doc, dict):
+            raise SpecError("spec", "must be a mapping")
+
+    hypermodel = _str(doc, "hypermodel", "spec.hypermodel", TrainerSpec.hypermodel)
+    if ":" not in hypermodel or not all(hypermodel.split(":", 1)):
+        raise SpecError("spec.hypermodel", f'{_q(hypermodel)} is not of the form "pkg.module:Name"')
+    python_path = doc.get("pythonPath") or []
+    if not isinstance(python_path, list) or not all(isinstance(p, str) for p in python_path):
+        raise SpecError("spec.pythonPath", "must be a list of directory paths")
+
+    dist = _map(doc, "distribution", "spec.distribution")
+    strategy = _str(dist, "strategy", "spec.distribution.strategy", "Auto")
+    _one_of(strategy, STRATEGIES, "spec.distribution.strategy")
+    workers = _int(dist, "workers", "spec.distribution.workers", 1, minimum=1)
+
+    return TrainerSpec(
+        hypermodel=hypermodel,
+        python_path=tuple(python_path),
+        data=_parse_data(_map(doc, "data", "spec.data")),
+        tuner=_parse_tuner(_map(doc, "tuner", "spec.tuner")),
+        checkpoint=_parse_checkpoint(_map(doc, "checkpoint", "spec.checkpoint")),
+        strategy=strategy,
+        workers=workers,
+        job_name=job_name,
+    )
+
+
+def _parse_data(d: dict[str, Any]) -> DataSpec:
+    sources = [k for k in ("synthetic", "path", "loader") if d.get(k) is not None]
+    if len(sources) > 1:
+        raise SpecError("spec.data", f"set exactly one of synthetic, path, loader (got {sources})")
+    split = d.get("validationSplit", 0.2)
+    if isinstance(split, bool) or not isinstance(split, int | float) or not 0 <= split < 1:
+        raise SpecError("spec.data.validationSplit", f"{_q(split)} must be a number in [0, 1)")
+    if sources == ["path"]:
+        path = _str(d, "path", "spec.data.path", "")
+        return DataSpec(synthetic_samples=None, path=path, validation_split=float(split))
+    if sources == ["loader"]:
+        loader = _str(d, "loader", "spec.data.loader", "")
+        if ":" not in loader:
+            raise SpecError("spec.data.loader", f'{_q(loader)} is not of the form "pkg.module:fn"')
+        return DataSpec(synthetic_samples=None, loader=loader, validation_split=float(split))
+    syn = _map(d, "synthetic", "spec.data.synthetic")
+    return DataSpec(
+        synthetic_samples=_int(syn, "samples", "spec.data.synthetic.samples", 256, minimum=8),
+        synthetic_seed=_int(syn, "seed", "spec.data.synthetic.seed", 0, minimum=0),
+        validation_split=float(split),
+    )
+
+
+def _parse_tuner(t: dict[str, Any]) -> TunerSpec:
+    algorithm = _str(t, "algorithm", "spec.tuner.algorithm", "Hyperband")
+    _one_of(algorithm, ALGORITHMS, "spec.tuner.algorithm")
+    obj = t.get("objective", {})
+    if isinstance(obj, str):  # shorthand: `objective: val_loss` (direction inferred)
+        obj = {"name": obj, "direction": "min" if obj.endswith("loss") else "max"}
+    if not isinstance(obj, dict):
+        raise SpecError("spec.tuner.objective", "must be a mapping {name, direction}")
+    name = _str(obj, "name", "spec.tuner.objective.name", "val_accuracy")
+    if not name:
+        raise SpecError("spec.tuner.objective.name", "must not be empty")
+    direction = _str(obj, "direction", "spec.tuner.objective.direction", "max")
+    _one_of(direction, DIRECTIONS, "spec.tuner.objective.direction")
+    deterministic = t.get("deterministic", False)
+    if not isinstance(deterministic, bool):
+        raise SpecError("spec.tuner.deterministic", f"{_q(deterministic)} must be true or false")
+    return TunerSpec(
+        algorithm=algorithm,
+        objective=name,
+        direction=direction,
+        max_trials=_int(t, "maxTrials", "spec.tuner.maxTrials", 10, minimum=1),
+        max_epochs=_int(t, "maxEpochs", "spec.tuner.maxEpochs", 4, minimum=1),
+        factor=_int(t, "factor", "spec.tuner.factor", 3, minimum=2),
+        hyperband_iterations=_int(
+            t, "hyperbandIterations", "spec.tuner.hyperbandIterations", 1, minimum=1
+        ),
+        executions_per_trial=_int(
+            t, "executionsPerTrial", "spec.tuner.executionsPerTrial", 1, minimum=1
+        ),
+        seed=_int(t, "seed", "spec.tuner.seed", 42, minimum=0),
+        batch_size=_int(t, "batchSize", "spec.tuner.batchSize", 32, minimum=1),
+        deterministic=deterministic,
+    )
+
+
+def _parse_checkpoint(c: dict[str, Any]) -> CheckpointSpec:
+    seconds = c.get("intervalSeconds", 60)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise SpecError(
+            "spec.checkpoint.intervalSeconds", f"{_q(seconds)} must be a number >= 0 (0 = off)"
+        )
+    return CheckpointSpec(
+        interval_steps=_int(c, "intervalSteps", "spec.checkpoint.intervalSteps", 50, minimum=0),
+        interval_seconds=float(seconds),
+        keep=_int(c, "keep", "spec.checkpoint.keep", 2, minimum=2),
+    )
+
+
+def _map(d: dict[str, Any], key: str, field: str) -> dict[str, Any]:
+    value = d.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(field, "must be a mapping")
+    return value
+
+
+def _str(d: dict[str, Any], key: str, field: str, default: str) -> str:
+    value = d.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise SpecError(field, f"{_q(value)} must be a string")
+    return value
+
+
+def _int(d: dict[str, Any], key: str, field: str, default: int, minimum: int) -> int:
+    value = d.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(field, f"{_q(value)} must be an integer >= {minimum}")
+    if value < minimum:
+        raise SpecError(field, f"{value} must be >= {minimum}")
+    return value
+
+
+def _one_of(value: str, allowed: tuple[str, ...], field: str) -> None:
+    if value not in allowed:
+        raise SpecError(field, f"{_q(value)} is not one of {', '.join(allowed)}")
+
+
+def _q(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())

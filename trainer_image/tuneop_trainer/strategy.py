@@ -1,0 +1,72 @@
+"""Pick the one tf.distribute strategy of this process, before any other TF op.
+
+TF_CONFIG with several workers → MultiWorkerMirroredStrategy; several GPUs →
+MirroredStrategy; no GPU and TUNEOP_LOGICAL_CPU_DEVICES=N>1 → MirroredStrategy over N
+logical CPU devices (how tests exercise cross-replica code without GPUs); else the
+default strategy. Logical devices can only be configured before TF initialises its
+runtime, hence "before any TF op".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from tuneop_contract import ENV_LOGICAL_CPU_DEVICES, ENV_TF_CONFIG
+
+log = logging.getLogger(__name__)
+
+
+def tf_config_workers(environ: dict[str, str] | None = None) -> tuple[int, int]:
+    """(number of workers, this task's index) from TF_CONFIG; (1, 0) without it."""
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_TF_CONFIG, "")
+    if not raw:
+        return 1, 0
+    config = json.loads(raw)
+    cluster = config.get("cluster", {})
+    workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+    task = config.get("task", {})
+    index = int(task.get("index", 0))
+    if task.get("type") == "worker" and cluster.get("chief"):
+        index += 1
+    return max(workers, 1), index
+
+
+def create(requested: str = "Auto") -> Any:
+    """Create and return the strategy; logs which one and how many replicas."""
+    import tensorflow as tf
+
+    workers, _ = tf_config_workers()
+    if workers > 1 or requested == "MultiWorkerMirrored":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        kind = "MultiWorkerMirroredStrategy"
+    else:
+        gpus = tf.config.list_physical_devices("GPU")
+        logical = int(os.environ.get(ENV_LOGICAL_CPU_DEVICES, "0") or 0)
+        if len(gpus) > 1 or (gpus and requested == "Mirrored"):
+            strategy = tf.distribute.MirroredStrategy()
+            kind = f"MirroredStrategy over {len(gpus)} GPUs"
+        elif not gpus and logical > 1:
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(logical)]
+            )
+            devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+            strategy = tf.distribute.MirroredStrategy(devices)
+            kind = f"MirroredStrategy over {len(devices)} logical CPU devices"
+        elif requested == "Mirrored":
+            strategy = tf.distribute.MirroredStrategy()
+            kind = "MirroredStrategy"
+        else:
+            strategy = tf.distribute.get_strategy()
+            kind = "default strategy"
+    log.info("strategy: %s, %d replica(s)", kind, strategy.num_replicas_in_sync)
+    return strategy
+
+
+def is_chief() -> bool:
+    """Only the chief writes the checkpoint directory (all workers compute the same)."""
+    return tf_config_workers()[1] == 0

@@ -1,0 +1,396 @@
+"""keras-tuner subclasses whose trials survive a kill at any instant and resume exactly.
+
+What keras-tuner 1.4.8 does by itself (read in its source): it reloads a project only if
+`<tuner_id>.json` exists, and writes that file only at the end of a trial, so a kill
+during the first trial loses the search; a trial RUNNING at the kill is put on the
+retry queue and re-run from scratch with the same hyperparameters; Hyperband loads the
+previous round's best weights but not the optimizer state; its JSON files are written in
+place (not atomically). `ResumableMixin` changes exactly that:
+
+- the tuner (and so the oracle) is saved right after construction;
+- keras-tuner's JSON writes go through `tuneop_contract.write_atomic`;
+- `run_trial` is our own loop, one `model.fit(epochs=1)` per epoch over the remaining
+  batches of a permutation that is a pure function of (seed, execution, epoch), so the
+  data position is (epoch, step); a checkpoint (checkpoint.py) is written every N steps
+  and/or S seconds, at every epoch end and on SIGTERM; on restart the RUNNING trial is
+  retried by the oracle and `run_trial` continues from its latest checkpoint, merging the
+  metric history so the objective covers every epoch;
+- each trial keeps its best epoch's full state (weights + optimizer); a Hyperband
+  promotion starts from it, optimizer state included; the best model is exported from it;
+- every build and restore runs inside `strategy.scope()` through the scope guard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import keras_tuner
+import numpy as np
+from keras_tuner.src import utils as kt_utils
+from tuneop_contract import TRIALS_DIR, write_atomic
+
+from . import preemption, scope
+from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
+from .data import Dataset, epoch_order
+from .progress import Reporter
+from .spec import TrainerSpec
+
+log = logging.getLogger(__name__)
+
+
+def _atomic_save_json(path: str, obj: Any) -> str:
+    text = __import__("json").dumps(obj)
+    write_atomic(path, text.encode())
+    return text
+
+
+# keras-tuner's Stateful.save and Trial.save both go through utils.save_json.
+kt_utils.save_json = _atomic_save_json
+
+
+class InvalidSearch(keras_tuner.errors.FatalError):  # type: ignore[misc]
+    """A spec/hypermodel problem found while running; keras-tuner re-raises FatalError
+    instead of recording a failed trial. The message names the field."""
+
+
+@dataclasses.dataclass
+class Context:
+    """What run_trial needs besides the trial (keras-tuner passes only *args/**kwargs)."""
+
+    spec: TrainerSpec
+    strategy: Any
+    data: Dataset
+    root: Path
+    reporter: Reporter
+    write: bool = True  # False on non-chief workers
+    checkpoint_seconds: float = 0.0
+    checkpoints: int = 0
+
+
+class ResumableMixin:
+    ctx: Context
+
+    def __init__(self, *args: Any, context: Context, **kwargs: Any) -> None:
+        self.ctx = context
+        project = Path(kwargs["directory"]) / kwargs["project_name"]
+        fresh = not (project / "tuner0.json").exists()
+        super().__init__(*args, **kwargs)
+        if fresh and context.write:
+            # keras-tuner writes tuner0.json only at trial end; without it a restart
+            # during the first trial would start a new search.
+            self.save()  # type: ignore[attr-defined]
+
+    # -- paths ------------------------------------------------------------------
+    def _trial_dir(self, trial_id: str) -> Path:
+        return self.ctx.root / TRIALS_DIR / str(trial_id)
+
+    def _best_store(self, trial_id: str) -> CheckpointStore:
+        return CheckpointStore(self._trial_dir(trial_id) / "best", keep=2)
+
+    # -- model building ---------------------------------------------------------
+    def _seed(self, trial_id: str, execution: int) -> int:
+        text = f"{self.ctx.spec.tuner.seed}/{trial_id}/{execution}"
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+    def _build(self, hp: Any, seed: int) -> Any:
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(seed)
+        try:
+            model = scope.build_in_scope(self.hypermodel, hp, self.ctx.strategy)  # type: ignore[attr-defined]
+        except scope.ScopeError as exc:
+            raise InvalidSearch(str(exc)) from exc
+        data = self.ctx.data
+        bs = self.ctx.spec.tuner.batch_size
+        with self.ctx.strategy.scope():
+            # Create optimizer slots and metric accumulators now (Keras creates them
+            # lazily at the first step) so save/restore see the complete state.
+            model._symbolic_build(data_batch=(data.x[:bs], data.y[:bs], None))
+            model.optimizer.build(model.trainable_variables)
+        scope.check_model(model, self.ctx.strategy)
+        return model
+
+    # -- one trial ----------------------------------------------------------------
+    def run_trial(self, trial: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        histories = []
+        for execution in range(self.ctx.spec.tuner.executions_per_trial):
+            histories.append(self._run_execution(trial, execution))
+        return histories
+
+    def _epochs(self, hp: Any) -> tuple[int, int]:
+        values = hp.values
+        if "tuner/epochs" in values:  # Hyperband
+            return int(values.get("tuner/initial_epoch", 0)), int(values["tuner/epochs"])
+        return 0, self.ctx.spec.tuner.max_epochs
+
+    def _run_execution(self, trial: Any, execution: int) -> Any:
+        ctx, spec = self.ctx, self.ctx.spec
+        tid = trial.trial_id
+        hp = trial.hyperparameters
+        exec_dir = self._trial_dir(tid) / f"exec-{execution}"
+        done = exec_dir / "done.json"
+        if done.exists():  # finished before the kill: reuse, do not retrain
+            import json
+
+            record = json.loads(done.read_text())
+            return _history(record["history"], record["initialEpoch"])
+        store = CheckpointStore(exec_dir, keep=spec.checkpoint.keep)
+        initial_epoch, epochs = self._epochs(hp)
+        model = self._build(hp, self._seed(tid, execution))
+
+        epoch, step = initial_epoch, 0
+        history: dict[str, list[float]] = {}
+        pending_metrics: dict[str, np.ndarray] | None = None
+        found = store.latest()
+        if found is not None:
+            arrays, meta, path = found
+            t0 = time.monotonic()
+            with ctx.strategy.scope():
+                restore_state(model, arrays, ("model", "optimizer"))
+            epoch, step, history = meta["epoch"], meta["step"], meta["history"]
+            pending_metrics = arrays if step > 0 else None
+            log.info(
+                "trial %s execution %d: restored %s at epoch %d step %d in %.3fs",
+                tid,
+                execution,
+                path.name,
+                epoch,
+                step,
+                time.monotonic() - t0,
+            )
+            ctx.reporter.metrics.restores.inc()
+            ctx.reporter.update(
+                force=True,
+                resumed_from_step=step,
+                restores=ctx.reporter.progress.restores + 1,
+            )
+        elif "tuner/trial_id" in hp.values:
+            # Hyperband promotion: continue from the earlier trial's best epoch,
+            # weights AND optimizer state (keras-tuner would reload weights only).
+            prev = hp.values["tuner/trial_id"]
+            best = self._best_store(prev).latest()
+            if best is None:
+                raise InvalidSearch(f"Hyperband: no saved state for promoted trial {prev}")
+            with ctx.strategy.scope():
+                restore_state(model, best[0], ("model", "optimizer"))
+            log.info("trial %s: continuing trial %s from epoch %d", tid, prev, initial_epoch)
+
+        data = ctx.data
+        bs = spec.tuner.batch_size
+        steps = len(data.x) // bs  # drop the remainder: fixed batch shapes, exact positions
+        if steps == 0:
+            raise InvalidSearch(
+                f"spec.tuner.batchSize: {bs} is larger than the {len(data.x)} training samples"
+            )
+        ctx.reporter.update(
+            force=True, trial_id=str(tid), execution=execution, epoch=epoch, step=step
+        )
+        while epoch < epochs:
+            order = epoch_order(len(data.x), spec.tuner.seed, execution, epoch)
+            idx = order[step * bs : steps * bs]
+            callback = _StepCallback(self, store, epoch, step, history, pending_metrics)
+            pending_metrics = None
+            fit = model.fit(
+                data.x[idx],
+                data.y[idx],
+                batch_size=bs,
+                epochs=1,
+                shuffle=False,
+                verbose=0,
+                validation_data=(data.x_val, data.y_val),
+                callbacks=[callback],
+            )
+            logs = {k: float(v[-1]) for k, v in fit.history.items()}
+            if spec.tuner.objective not in logs:
+                raise InvalidSearch(
+                    f'spec.tuner.objective.name: "{spec.tuner.objective}" is not produced by '
+                    f"the model; it reports {', '.join(sorted(logs))}"
+                )
+            for key, value in logs.items():
+                history.setdefault(key, []).append(value)
+            log.info(
+                "trial %s exec %d epoch %d/%d: %s",
+                tid,
+                execution,
+                epoch + 1,
+                epochs,
+                " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items())),
+            )
+            self._maybe_save_best(tid, model, logs[spec.tuner.objective], epoch)
+            epoch, step = epoch + 1, 0
+            self._checkpoint(store, model, epoch, 0, history)
+            if preemption.requested():  # SIGTERM arrived during validation
+                raise preemption.Preempted()
+        if ctx.write:
+            import json
+
+            record = {"history": history, "initialEpoch": initial_epoch}
+            write_atomic(done, json.dumps(record).encode())
+        return _history(history, initial_epoch)
+
+    # -- checkpoints ----------------------------------------------------------------
+    def _checkpoint(
+        self, store: CheckpointStore, model: Any, epoch: int, step: int, history: dict[str, Any]
+    ) -> None:
+        if not self.ctx.write:
+            return
+        t0 = time.monotonic()
+        store.save(model_state(model), {"epoch": epoch, "step": step, "history": history})
+        seconds = time.monotonic() - t0
+        self.ctx.checkpoint_seconds += seconds
+        self.ctx.checkpoints += 1
+        self.ctx.reporter.checkpointed(seconds)
+
+    def _maybe_save_best(self, tid: str, model: Any, value: float, epoch: int) -> None:
+        if not self.ctx.write or math.isnan(value):
+            return
+        store = self._best_store(tid)
+        meta = store.latest_meta()
+        better = meta is None or (
+            value > meta["value"]
+            if self.ctx.spec.tuner.direction == "max"
+            else value < meta["value"]
+        )
+        if better:
+            store.save(model_state(model), {"value": value, "epoch": epoch})
+
+    # -- best model ---------------------------------------------------------------------
+    def load_model(self, trial: Any) -> Any:
+        """The trial's best-epoch model, built and restored inside the strategy scope."""
+        model = self._build(trial.hyperparameters, self._seed(trial.trial_id, 0))
+        best = self._best_store(trial.trial_id).latest()
+        if best is None:
+            raise InvalidSearch(f"no saved state for trial {trial.trial_id}")
+        with self.ctx.strategy.scope():
+            restore_state(model, best[0], ("model", "optimizer"))
+        return model
+
+    def on_trial_begin(self, trial: Any) -> None:
+        if preemption.requested():  # between trials: the oracle state is already durable
+            raise preemption.Preempted()
+        super().on_trial_begin(trial)  # type: ignore[misc]
+
+    def on_trial_end(self, trial: Any) -> None:
+        super().on_trial_end(trial)  # type: ignore[misc]
+        progress = self.ctx.reporter.progress
+        best = self.oracle.get_best_trials(1)  # type: ignore[attr-defined]
+        fields: dict[str, Any] = {"trials_completed": progress.trials_completed + 1}
+        if best and best[0].score is not None:
+            fields.update(
+                best_trial_id=str(best[0].trial_id),
+                best_score=float(best[0].score),
+                best_hyperparameters=_public_hp(best[0].hyperparameters.values),
+            )
+        self.ctx.reporter.update(force=True, **fields)
+
+
+class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
+    """Per step: progress, periodic checkpoints, SIGTERM. Per epoch start: restore the
+    metric accumulators of a mid-epoch checkpoint (fit resets them before calling us)."""
+
+    def __init__(
+        self,
+        tuner: ResumableMixin,
+        store: CheckpointStore,
+        epoch: int,
+        start_step: int,
+        history: dict[str, Any],
+        pending_metrics: dict[str, np.ndarray] | None,
+    ) -> None:
+        super().__init__()
+        self.tuner = tuner
+        self.store = store
+        self.epoch = epoch
+        self.start_step = start_step
+        self.history = history
+        self.pending_metrics = pending_metrics
+        self.since_steps = 0
+        self.since_time = time.monotonic()
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        if self.pending_metrics is not None:
+            with self.tuner.ctx.strategy.scope():
+                restore_metrics(self.model, self.pending_metrics)
+            self.pending_metrics = None
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        ctx = self.tuner.ctx
+        step = self.start_step + batch + 1
+        ctx.reporter.step(self.epoch, step)
+        self.since_steps += 1
+        cp = ctx.spec.checkpoint
+        if preemption.requested():
+            self.tuner._checkpoint(self.store, self.model, self.epoch, step, self.history)
+            log.warning("preempted: checkpoint at epoch %d step %d written", self.epoch, step)
+            raise preemption.Preempted()
+        due_steps = cp.interval_steps > 0 and self.since_steps >= cp.interval_steps
+        due_time = cp.interval_seconds > 0 and time.monotonic() - self.since_time >= (
+            cp.interval_seconds
+        )
+        if due_steps or due_time:
+            self.tuner._checkpoint(self.store, self.model, self.epoch, step, self.history)
+            self.since_steps = 0
+            self.since_time = time.monotonic()
+
+
+def _history(history: dict[str, list[float]], initial_epoch: int) -> Any:
+    h = keras.callbacks.History()
+    h.history = {k: list(v) for k, v in history.items()}
+    h.epoch = list(range(initial_epoch, initial_epoch + len(next(iter(history.values()), []))))
+    return h
+
+
+def _public_hp(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if not k.startswith("tuner/")}
+
+
+class Hyperband(ResumableMixin, keras_tuner.Hyperband):  # type: ignore[misc]
+    pass
+
+
+class RandomSearch(ResumableMixin, keras_tuner.RandomSearch):  # type: ignore[misc]
+    pass
+
+
+class BayesianOptimization(ResumableMixin, keras_tuner.BayesianOptimization):  # type: ignore[misc]
+    pass
+
+
+class GridSearch(ResumableMixin, keras_tuner.GridSearch):  # type: ignore[misc]
+    pass
+
+
+def create(ctx: Context, hypermodel: Any) -> Any:
+    """The tuner for `ctx.spec`, its project under <dir>/tuner/search."""
+    from tuneop_contract import TUNER_DIR
+
+    t = ctx.spec.tuner
+    objective = keras_tuner.Objective(t.objective, direction=t.direction)
+    common: dict[str, Any] = {
+        "hypermodel": hypermodel,
+        "objective": objective,
+        "seed": t.seed,
+        "directory": str(ctx.root / TUNER_DIR),
+        "project_name": "search",
+        "overwrite": False,
+        "distribution_strategy": ctx.strategy,
+        "executions_per_trial": t.executions_per_trial,
+        "context": ctx,
+    }
+    if t.algorithm == "Hyperband":
+        return Hyperband(
+            max_epochs=t.max_epochs,
+            factor=t.factor,
+            hyperband_iterations=t.hyperband_iterations,
+            **common,
+        )
+    cls = {"RandomSearch": RandomSearch, "BayesianOptimization": BayesianOptimization}.get(
+        t.algorithm, GridSearch
+    )
+    return cls(max_trials=t.max_trials, **common)
