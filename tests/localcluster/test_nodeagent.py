@@ -241,17 +241,28 @@ def test_pod_env_volumes_status_and_logs(cluster: LocalCluster) -> None:
         print("cfg", open("/etc/cfg/a").read(), open("/etc/sec/pw").read())
         print("labels", open("/etc/info/labels").read().replace(chr(10), ","))
         print("host", socket.gethostname(), open("/etc/hosts").read().count(os.environ["IP"]))
+        print("init said", open("/scratch/init").read())
         marker = "/scratch/ran-once"
         if not os.path.exists(marker):
             open(marker, "w").close()
             open("/dev/termination-log", "w").write("first run fails")
+            print("first run")
             sys.exit(3)
         open("/dev/termination-log", "w").write("all good")
+        print("second run")
     """
     body = python_pod(
         "basics",
         script,
         restartPolicy="OnFailure",
+        initContainers=[
+            {
+                "name": "init",
+                "image": "busybox",
+                "command": ["sh", "-c", "echo hello > /scratch/init"],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+            }
+        ],
         container={
             "env": [
                 {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -295,12 +306,13 @@ def test_pod_env_volumes_status_and_logs(cluster: LocalCluster) -> None:
     assert "cfg 1 s3cret" in logs
     assert 'test="basics"' in logs
     assert "host basics 1" in logs
+    assert "init said hello" in logs and "second run" in logs and "first run" not in logs
+    previous = cluster.kubectl("logs", "-n", ns, "basics", "--previous").stdout
+    assert "first run" in previous and "second run" not in previous
+    assert pod.status.init_container_statuses[0].state.terminated.exit_code == 0
     # tailLines through the API server's proxy to the kubelet port
-    assert (
-        cluster.kubectl("logs", "-n", ns, "basics", "--tail=1")
-        .stdout.strip()
-        .startswith("host basics")
-    )
+    tail_out = cluster.kubectl("logs", "-n", ns, "basics", "-c", "main", "--tail=2").stdout
+    assert tail_out.splitlines() == [logs.splitlines()[-2], "second run"]
 
 
 @pytest.mark.cluster
