@@ -94,7 +94,11 @@ class Kubectl:
             "--field-selector",
             f"involvedObject.kind=TuningJob,involvedObject.name={name}",
         )["items"]
-        return sorted(items, key=lambda e: e.get("lastTimestamp") or "")
+        # second-precision timestamps tie; the creation resourceVersion orders them
+        return sorted(
+            items,
+            key=lambda e: (e.get("lastTimestamp") or "", int(e["metadata"]["resourceVersion"])),
+        )
 
     def pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         return list(

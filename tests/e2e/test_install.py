@@ -13,10 +13,12 @@ reconcile the TuningJobs of other tests sharing the session's cluster.
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.harness import Operator, wait_for
 from tests.localcluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -215,3 +217,61 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
     # Helm keeps CRDs on uninstall (existing TuningJobs survive).
     cp.kubectl("get", "crd", "tuningjobs.tuneop.io")
     cp.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+
+
+def test_the_real_operator_runs_with_only_the_charts_permissions(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """`python -m tuneop` authenticated with a token of the chart's ServiceAccount (so only
+    the chart's ClusterRole applies) starts cleanly: it creates its kopf peering object,
+    lists and watches what kopf needs, serves /healthz and /metrics, and logs no
+    permission error. It watches one empty namespace with its own peering name, so it
+    never touches the TuningJobs of other tests."""
+    cp = control_plane
+    apply_crds(cp)
+    helm(cp, "uninstall", RELEASE, "--namespace", NAMESPACE, check=False)
+    helm(
+        cp,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--set",
+        "replicaCount=0",
+    )
+    watched = "tuneop-e2e-watched"
+    peering = "tuneop-e2e-rbac"
+    operator: Operator | None = None
+    try:
+        cp.kubectl("create", "namespace", watched, check=False)
+        token = cp.kubectl(
+            "create", "token", RELEASE, "--namespace", NAMESPACE, "--duration=1h"
+        ).stdout.strip()
+        kubeconfig = cp.write_kubeconfig(tmp_path / "sa.kubeconfig", "tuneop-sa", token=token)
+        whoami = cp.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}",
+                            kubeconfig=kubeconfig)  # fmt: skip
+        assert whoami.stdout == SERVICE_ACCOUNT
+        operator = Operator(
+            kubeconfig,
+            tmp_path / "operator.log",
+            TUNEOP_OPERATOR_NAMESPACES=watched,
+            TUNEOP_OPERATOR_PEERING=peering,
+            TUNEOP_OPERATOR_LOG_LEVEL="DEBUG",
+        ).start()
+        # Give kopf time to scan resources, start its watches and touch the peering.
+        wait_for(lambda: "tuningjobs" in operator.log_tail(400).lower(), 30, "kopf watching")
+        time.sleep(5)
+        assert operator.healthy()
+        assert "tuneop_tuningjob_phase" in operator.metrics()
+        cp.kubectl("get", "clusterkopfpeering", peering)  # created by the operator
+        log = operator.log_tail(10_000)
+        for marker in ("403", "Forbidden", "forbidden"):
+            assert marker not in log, log
+    finally:
+        if operator is not None:
+            operator.stop()
+        cp.kubectl("delete", "clusterkopfpeering", peering, "--ignore-not-found")
+        cp.kubectl("delete", "namespace", watched, "--wait=false", check=False)
+        helm(cp, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")

@@ -1,0 +1,129 @@
+"""`make demo`: the whole flow on the local control plane.
+
+Starts a real control plane and a node agent (tests/localcluster), installs the CRDs,
+runs the operator in the background, applies manifests/samples/tuningjob-emg.yaml,
+evicts the trainer pod midway (the Eviction API, as `kubectl drain` does), shows the
+status and the resume, prints the best hyperparameters and tears everything down.
+Exits non-zero if the job did not complete or did not resume after the preemption.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for sub in ("contract", "operator", "trainer_image", "."):
+    sys.path.insert(0, str(ROOT / sub))
+
+from tests.e2e.harness import Kubectl, Operator, sample, wait_for  # noqa: E402
+from tests.localcluster import disruption  # noqa: E402
+from tests.localcluster.cluster import LocalCluster  # noqa: E402
+from tests.localcluster.controlplane import ControlPlane  # noqa: E402
+
+NAME, NAMESPACE = "emg-cnn", "default"
+
+
+def say(text: str) -> None:
+    print(f"\n\033[1m==> {text}\033[0m", flush=True)
+
+
+def main() -> int:
+    work = Path(tempfile.mkdtemp(prefix="tuneop-demo-"))
+    say(f"starting the local control plane and node gpu-node-0 (state in {work})")
+    cp = ControlPlane(work / "controlplane")
+    cluster: LocalCluster | None = None
+    operator: Operator | None = None
+    try:
+        cp.start()
+        cluster = LocalCluster(cp, work / "cluster")
+        cluster.start()
+        kubectl = Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig)
+        say("make install: applying manifests/crd/")
+        kubectl.install_crds()
+        say(f"running the operator in the background (log: {work / 'operator.log'})")
+        operator = Operator(cp.kubeconfig, work / "operator.log").start()
+        say("kubectl apply -f manifests/samples/tuningjob-emg.yaml")
+        kubectl.apply(sample(NAME, NAMESPACE))
+
+        def status() -> dict:
+            job = kubectl.job(NAMESPACE, NAME) or {}
+            return dict(job.get("status") or {})
+
+        def show() -> None:
+            print(kubectl("get", "tj", "-n", NAMESPACE).stdout.rstrip(), flush=True)
+
+        def mid_trial() -> bool:
+            s = status()
+            p = s.get("progress") or {}
+            return bool(
+                s.get("phase") == "Running"
+                and p.get("phase") == "Running"
+                and (p.get("trialsCompleted") or 0) >= 1
+                and (p.get("step") or 0) >= 2
+                and p.get("lastCheckpointTime")
+            )
+
+        say("waiting for the trainer to be mid-trial (after a checkpoint)")
+        wait_for(mid_trial, 600, "the trainer mid-trial", every=0.5)
+        show()
+        p = status()["progress"]
+        say(f"evicting the trainer pod during trial {p['trialId']} at step {p['step']}")
+        disruption.evict_pod(cluster.api, NAMESPACE, f"{NAME}-worker-0")
+        wait_for(lambda: status().get("preemptions", 0) >= 1, 120, "the preemption")
+        show()
+        say("waiting for the recreated trainer to resume from its checkpoint")
+        wait_for(lambda: status().get("restores", 0) >= 1, 300, "the restore", every=0.5)
+        p = status()["progress"]
+        print(f"resumed trial {p['trialId']} at step {p['resumedFromStep']}", flush=True)
+        say("waiting for the search to complete")
+        last = ""
+        deadline = time.monotonic() + 900
+        while status().get("phase") not in ("Succeeded", "Failed"):
+            if time.monotonic() > deadline:
+                break
+            line = kubectl("get", "tj", "-n", NAMESPACE, "--no-headers").stdout.strip()
+            if line.split()[:3] != last.split()[:3]:
+                print(line, flush=True)
+                last = line
+            time.sleep(2)
+        say("kubectl get tj")
+        show()
+        say("events")
+        for event in kubectl.events(NAMESPACE, NAME):
+            print(f"{event['type']:8} {event['reason']:12} {event['message']}")
+        final = status()
+        best = final.get("bestTrial") or {}
+        say(
+            f"best trial {best.get('id')} ({final.get('progress', {}).get('objective')} "
+            f"{best.get('score')}):"
+        )
+        print(json.dumps(best.get("hyperparameters"), indent=2, sort_keys=True))
+        ok = (
+            final.get("phase") == "Succeeded"
+            and final.get("preemptions", 0) >= 1
+            and final.get("restores", 0) >= 1
+        )
+        say(
+            "demo OK: preempted, resumed from the checkpoint, completed"
+            if ok
+            else f"demo FAILED: phase={final.get('phase')} preemptions={final.get('preemptions')} "
+            f"restores={final.get('restores')}"
+        )
+        if not ok and operator is not None:
+            print(operator.log_tail(40))
+        return 0 if ok else 1
+    finally:
+        say("tearing down")
+        if operator is not None:
+            operator.stop()
+        if cluster is not None:
+            cluster.stop()
+        cp.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

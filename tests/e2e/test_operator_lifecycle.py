@@ -1,0 +1,187 @@
+"""The operator end to end: real control plane, real node agent, real trainer processes.
+
+One undisturbed reference run (the `reference` fixture) and, with the same spec, one
+scenario per behaviour. Disruptions hit the trainer mid-trial after a checkpoint."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Env
+from tests.e2e.harness import sample, wait_for
+from tests.localcluster import disruption
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in status.get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    raise AssertionError(f"no condition {type_} in {status.get('conditions')}")
+
+
+def test_sample_runs_to_completion(e2e: Env):
+    """The example from manifests/samples as is (only the namespace differs)."""
+    ns = e2e.namespace("sample")
+    job = sample("emg-cnn", ns)
+    e2e.kubectl.apply(job)
+    status = e2e.wait_phase(ns, "Succeeded", timeout=400, name="emg-cnn")
+    assert status["bestTrial"]["id"] and status["bestTrial"]["hyperparameters"]
+    assert isinstance(status["bestTrial"]["score"], float)
+    assert status["trialsCompleted"] == status["trialsTotal"] > 0
+    assert status["preemptions"] == 0 and status["failures"] == 0
+    assert status["observedGeneration"] == 1 and status["completionTime"]
+    complete = condition(status, "Complete")
+    assert complete["status"] == "True" and complete["observedGeneration"] == 1
+    table = e2e.kubectl("get", "tj", "-n", ns).stdout.splitlines()
+    assert table[0].split() == ["NAME", "STATE", "TRIALS", "BEST", "PREEMPTIONS", "AGE"]
+    row = table[1].split()
+    done = status["trialsCompleted"]
+    assert row[:5] == ["emg-cnn", "Succeeded", f"{done}/{done}", row[3], "0"]
+    assert float(row[3]) == pytest.approx(status["bestTrial"]["score"], abs=1e-4)
+    assert e2e.reasons(ns, "emg-cnn") == ["Created", "Completed"]
+    metrics = e2e.operator.metrics()
+    assert (
+        f'tuneop_tuningjob_phase{{namespace="{ns}",phase="Succeeded",tuningjob="emg-cnn"}} 1.0'
+        in (metrics)
+    )
+    assert f'tuneop_tuningjob_trials_completed{{namespace="{ns}",tuningjob="emg-cnn"}}' in metrics
+
+
+def _disrupt_and_finish(e2e: Env, reference: dict[str, Any], prefix: str, disrupt: Any) -> None:
+    ns = e2e.namespace(prefix)
+    e2e.submit(ns)
+    e2e.wait_mid_trial(ns)
+    pod = "search-worker-0"
+    uid = e2e.cluster.pod(ns, pod).metadata.uid
+    disrupt(ns, pod)
+    status = e2e.wait_status(ns, lambda s: s.get("preemptions", 0) >= 1, 120, "the preemption")
+    assert status["failures"] == 0
+    restored = e2e.wait_status(ns, lambda s: s.get("restores", 0) >= 1, 240, "the restore")
+    assert restored["progress"]["resumedFromStep"] > 0
+    new_pod = e2e.cluster.pod(ns, pod)
+    assert new_pod is not None and new_pod.metadata.uid != uid
+    assert new_pod.metadata.labels["tuneop.io/attempt"] == "1"
+    final = e2e.wait_phase(ns, "Succeeded", timeout=400)
+    assert final["preemptions"] == 1 and final["failures"] == 0 and final["restores"] == 1
+    assert final["bestTrial"]["id"] == reference["bestTrial"]["id"]
+    assert final["bestTrial"]["score"] == pytest.approx(reference["bestTrial"]["score"], abs=1e-6)
+    assert final["bestTrial"]["hyperparameters"] == reference["bestTrial"]["hyperparameters"]
+    reasons = e2e.reasons(ns)
+    assert reasons == ["Created", "Preempted", "Created", "Restored", "Completed"], reasons
+
+
+def test_pod_deleted_mid_trial_resumes(e2e: Env, reference: dict[str, Any]):
+    _disrupt_and_finish(
+        e2e,
+        reference,
+        "deleted",
+        lambda ns, pod: disruption.delete_pod(e2e.cluster.api, ns, pod),
+    )
+
+
+def test_pod_evicted_mid_trial_resumes(e2e: Env, reference: dict[str, Any]):
+    _disrupt_and_finish(
+        e2e,
+        reference,
+        "evicted",
+        lambda ns, pod: disruption.evict_pod(e2e.cluster.api, ns, pod),
+    )
+
+
+def test_pod_preempted_by_the_scheduler_resumes(e2e: Env, reference: dict[str, Any]):
+    gpus = int(e2e.cluster.core.read_node("gpu-node-0").status.allocatable["nvidia.com/gpu"])
+    preemptor: list[str] = []
+
+    def preempt(ns: str, pod: str) -> None:
+        preemptor.append(disruption.preempt_with_priority(e2e.cluster.api, ns, gpus))
+        # give the GPUs back once the scheduler has preempted the trainer
+        wait_for(lambda: e2e.status(ns).get("preemptions", 0) >= 1, 120, "preemption")
+        events = e2e.kubectl.events(ns, "search")
+        assert "PreemptionByScheduler" in json.dumps(events)
+        e2e.cluster.core.delete_namespaced_pod(preemptor[0], ns, grace_period_seconds=0)
+
+    _disrupt_and_finish(e2e, reference, "preempted", preempt)
+
+
+def test_failing_trainer_exhausts_the_failure_budget_with_backoff(e2e: Env):
+    ns = e2e.namespace("failing")
+    e2e.submit(
+        ns,
+        hypermodel="tuneop_trainer.examples.no_such_module:Nothing",
+        failurePolicy={"maxFailures": 1, "backoffSeconds": 5, "maxBackoffSeconds": 5},
+        checkpoint={"size": "1Gi", "reclaimPolicy": "Delete"},
+    )
+    status = e2e.wait_phase(ns, "Failed", timeout=300)
+    assert status["failures"] == 2 and status["preemptions"] == 0
+    failed = condition(status, "Failed")
+    assert failed["reason"] == "FailureBudgetExceeded"
+    assert "no_such_module" in failed["message"], failed["message"]
+    events = e2e.kubectl.events(ns, "search")
+    assert [e["reason"] for e in events] == [
+        "Created", "TrainerFailed", "Created", "FailureBudgetExceeded",
+    ]  # fmt: skip
+    assert "retry in 5s" in events[1]["message"]
+    # backoff: the second pod group started at least backoffSeconds after the failure
+    first_failure = events[1]["lastTimestamp"]
+    second_start = events[2]["lastTimestamp"]
+    from tuneop.status import parse_time
+
+    gap = (parse_time(second_start) - parse_time(first_failure)).total_seconds()
+    assert gap >= 4, gap
+    # deleting the job removes its children; reclaimPolicy Delete removes the claim too
+    e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")
+    left = e2e.kubectl("get", "pods,svc,cm,pvc,sa,role", "-n", ns, "-o", "name").stdout.split()
+    assert [name for name in left if "search" in name] == []
+
+
+def test_operator_restart_mid_run_creates_no_duplicates(e2e: Env, reference: dict[str, Any]):
+    ns = e2e.namespace("restart")
+    e2e.submit(ns)
+    e2e.wait_mid_trial(ns)
+    uid = e2e.cluster.pod(ns, "search-worker-0").metadata.uid
+    e2e.operator.kill()
+    e2e.operator.start()
+    final = e2e.wait_phase(ns, "Succeeded", timeout=400)
+    pods = e2e.kubectl.pods(ns, "search")
+    assert [p["metadata"]["uid"] for p in pods] == [uid]
+    assert final["preemptions"] == 0 and final["restarts"] == 0
+    assert final["bestTrial"]["id"] == reference["bestTrial"]["id"]
+    assert e2e.reasons(ns) == ["Created", "Completed"]
+
+
+def test_suspend_resume_and_delete_keeps_the_retained_claim(e2e: Env, reference: dict[str, Any]):
+    ns = e2e.namespace("suspend")
+    e2e.submit(ns)
+    e2e.wait_mid_trial(ns)
+    e2e.kubectl(
+        "patch", "tj", "search", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}'
+    )
+    status = e2e.wait_status(
+        ns, lambda s: s.get("phase") == "Suspended" and s.get("message") == "suspended", 120,
+        "suspended with no pods",
+    )  # fmt: skip
+    assert condition(status, "Suspended")["status"] == "True"
+    assert e2e.kubectl.pods(ns, "search") == []
+    assert status["progress"]["phase"] == "Preempted"  # the trainer checkpointed and exited 75
+    e2e.kubectl(
+        "patch", "tj", "search", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":false}}'
+    )
+    final = e2e.wait_phase(ns, "Succeeded", timeout=400)
+    assert final["preemptions"] == 0 and final["failures"] == 0 and final["restores"] == 1
+    assert final["bestTrial"]["id"] == reference["bestTrial"]["id"]
+    assert e2e.reasons(ns) == [
+        "Created",
+        "Suspended",
+        "Resumed",
+        "Created",
+        "Restored",
+        "Completed",
+    ]
+    e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")
+    left = e2e.kubectl("get", "pods,svc,cm,pvc", "-n", ns, "-o", "name").stdout.split()
+    assert left == ["persistentvolumeclaim/search-ckpt"]
