@@ -66,3 +66,23 @@ cluster-up: venv cluster-tools ## Start the local cluster (control plane + node 
 .PHONY: cluster-down
 cluster-down: venv ## Stop the local control plane (no leftover processes)
 	@$(PY) -m tests.localcluster down
+
+# --- the operator (issue 4): kubebuilder-style entry points against $KUBECONFIG -------
+KUBECTL = $(eval KUBECTL := $(or $(shell command -v kubectl),$(shell hack/cluster-tools/build.sh | tail -n1)/kubectl))$(KUBECTL)
+
+.PHONY: install
+install: ## Apply the CRDs (manifests/crd/) to the cluster in $KUBECONFIG
+	$(KUBECTL) apply --server-side -f manifests/crd/
+	$(KUBECTL) wait --for=condition=Established --timeout=60s crd/tuningjobs.tuneop.io
+
+.PHONY: run
+run: venv ## Run the operator in the foreground against $KUBECONFIG (after `make install`)
+	$(PY) -m tuneop
+
+.PHONY: demo
+demo: venv cluster-tools ## Local cluster + operator + sample job, evicted midway, resumed, completed
+	$(PY) hack/demo.py
+
+.PHONY: test-e2e
+test-e2e: venv cluster-tools ## Operator end-to-end tests on the local cluster (~8 min)
+	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
