@@ -62,7 +62,9 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     """preexec_fn: the kernel SIGKILLs the child if the process that started it dies.
 
-    The safety net for a SIGKILLed pytest or daemon: no orphaned etcd/apiserver.
+    The safety net for a SIGKILLed pytest or daemon: no orphaned etcd/apiserver.  The
+    kernel ties this to the *thread* that forked, so call ``start()`` from a thread that
+    outlives the control plane (normally the main thread).
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
