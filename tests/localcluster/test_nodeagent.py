@@ -344,6 +344,36 @@ def test_pvc_data_survives_pod_deletion(cluster: LocalCluster) -> None:
     assert pv.spec.storage_class_name == "local-path"
     assert Path(pv.spec.host_path.path, "hello").read_text() == "kept"
     assert Path(pv.spec.host_path.path).is_relative_to(cluster.workdir)
+    # reclaimPolicy Delete (the StorageClass's): claim deleted → PV and directory removed
+    cluster.core.delete_namespaced_pod("reader", ns)
+    cluster.wait_for_pod_gone(ns, "reader")
+    cluster.core.delete_namespaced_persistent_volume_claim("data", ns)
+
+    def pv_gone() -> bool:
+        try:
+            cluster.core.read_persistent_volume(pv.metadata.name)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    cluster.wait_for(pv_gone, 60, "the released PV deleted")
+    assert not Path(pv.spec.host_path.path).exists()
+
+
+@pytest.mark.cluster
+def test_kubectl_logs_follow_streams_until_the_container_exits(cluster: LocalCluster) -> None:
+    ns = cluster.create_namespace("agent-follow")
+    script = """
+        import time
+        print("started", flush=True)
+        for i in range(3):
+            time.sleep(0.5)
+            print("line", i, flush=True)
+    """
+    create(cluster, ns, python_pod("talker", script))
+    cluster.wait_for(lambda: "started" in cluster.logs(ns, "talker"), 60, "talker started")
+    followed = cluster.kubectl("logs", "-f", "-n", ns, "talker").stdout
+    assert followed.splitlines() == ["started", "line 0", "line 1", "line 2"]
 
 
 @pytest.mark.cluster
