@@ -29,6 +29,9 @@ MANIFESTS = ROOT / "manifests"
 RELEASE = "tuneop-e2e"
 NAMESPACE = "tuneop-e2e"
 SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
+# The release (and namespace) in which the real operator runs with the chart's RBAC.
+OP_RELEASE = "tuneop-e2e-op"
+OP_SERVICE_ACCOUNT = f"system:serviceaccount:{OP_RELEASE}:{OP_RELEASE}"
 PSA_WARNING = "would violate PodSecurity"
 
 
@@ -219,40 +222,62 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
     cp.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
 
 
+def tuningjobs_watch_active(log: str) -> bool:
+    """From kopf's debug log: the TuningJob watch-stream started and is not paused (kopf
+    pauses it while the peering object is missing or a higher-priority peer is active)."""
+    state = None
+    for line in log.splitlines():
+        if "watch-stream for tuningjobs" not in line:
+            continue
+        if "Starting the watch-stream" in line:
+            state = "paused" if "(paused)" in line else "active"
+        elif "Pausing the watch-stream" in line:
+            state = "paused"
+        elif "Resuming the watch-stream" in line:
+            state = "active"
+    return state == "active"
+
+
 def test_the_real_operator_runs_with_only_the_charts_permissions(
     control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     """`python -m tuneop` authenticated with a token of the chart's ServiceAccount (so only
     the chart's ClusterRole applies) starts cleanly: it creates its kopf peering object,
-    lists and watches what kopf needs, serves /healthz and /metrics, and logs no
-    permission error. It watches one empty namespace with its own peering name, so it
-    never touches the TuningJobs of other tests."""
+    lists and watches what kopf needs, serves /healthz and /metrics, logs no permission
+    error, and its TuningJob watch is active (not paused waiting for peering: in
+    namespaced mode the chart creates the KopfPeering). It watches one empty namespace
+    with its own peering name, so it never touches the TuningJobs of other tests."""
     cp = control_plane
     apply_crds(cp)
-    helm(cp, "uninstall", RELEASE, "--namespace", NAMESPACE, check=False)
+    watched = "tuneop-e2e-watched"
+    peering = "tuneop-e2e-rbac"
+    cp.kubectl("create", "namespace", watched, check=False)
+    helm(cp, "uninstall", OP_RELEASE, "--namespace", OP_RELEASE, check=False)
     helm(
         cp,
         "install",
-        RELEASE,
+        OP_RELEASE,
         str(CHART),
         "--namespace",
-        NAMESPACE,
+        OP_RELEASE,
         "--create-namespace",
         "--set",
         "replicaCount=0",
+        "--set",
+        f"operator.watchNamespaces={{{watched}}}",
+        "--set",
+        f"operator.peeringName={peering}",
     )
-    watched = "tuneop-e2e-watched"
-    peering = "tuneop-e2e-rbac"
     operator: Operator | None = None
     try:
-        cp.kubectl("create", "namespace", watched, check=False)
+        cp.kubectl("-n", watched, "get", "kopfpeering", peering)  # from the chart
         token = cp.kubectl(
-            "create", "token", RELEASE, "--namespace", NAMESPACE, "--duration=1h"
+            "create", "token", OP_RELEASE, "--namespace", OP_RELEASE, "--duration=1h"
         ).stdout.strip()
         kubeconfig = cp.write_kubeconfig(tmp_path / "sa.kubeconfig", "tuneop-sa", token=token)
         whoami = cp.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}",
                             kubeconfig=kubeconfig)  # fmt: skip
-        assert whoami.stdout == SERVICE_ACCOUNT
+        assert whoami.stdout == OP_SERVICE_ACCOUNT
         operator = Operator(
             kubeconfig,
             tmp_path / "operator.log",
@@ -260,18 +285,19 @@ def test_the_real_operator_runs_with_only_the_charts_permissions(
             TUNEOP_OPERATOR_PEERING=peering,
             TUNEOP_OPERATOR_LOG_LEVEL="DEBUG",
         ).start()
-        # Give kopf time to scan resources, start its watches and touch the peering.
-        wait_for(lambda: "tuningjobs" in operator.log_tail(400).lower(), 30, "kopf watching")
-        time.sleep(5)
+        op = operator
+        wait_for(lambda: tuningjobs_watch_active(op.log_tail(10_000)), 30, "TuningJob watch")
+        time.sleep(3)  # a few more seconds of kopf's watches and peering keep-alives
         assert operator.healthy()
         assert "tuneop_tuningjob_phase" in operator.metrics()
         cp.kubectl("get", "clusterkopfpeering", peering)  # created by the operator
         log = operator.log_tail(10_000)
+        assert tuningjobs_watch_active(log), log
         for marker in ("403", "Forbidden", "forbidden"):
             assert marker not in log, log
     finally:
         if operator is not None:
             operator.stop()
         cp.kubectl("delete", "clusterkopfpeering", peering, "--ignore-not-found")
+        helm(cp, "uninstall", OP_RELEASE, "--namespace", OP_RELEASE, "--wait", "--timeout", "2m")
         cp.kubectl("delete", "namespace", watched, "--wait=false", check=False)
-        helm(cp, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")

@@ -101,7 +101,13 @@ def write_crd_schemas(crd: dict[str, Any], out: Path) -> None:
     group = crd["spec"]["group"]
     kind = crd["spec"]["names"]["kind"]
     for version in crd["spec"]["versions"]:
-        schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+        schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
+        # The API server allows these on every object whether the schema lists them or not.
+        props = schema.setdefault("properties", {})
+        props.setdefault("apiVersion", {"type": "string"})
+        props.setdefault("kind", {"type": "string"})
+        props.setdefault("metadata", {"type": "object"})
+        schema = _strict(schema)
         schema["$schema"] = "http://json-schema.org/draft-07/schema#"
         name = f"{kind.lower()}-{group.split('.')[0]}-{version['name']}.json"
         (out / name).write_text(json.dumps(schema))
@@ -165,10 +171,13 @@ def objects(rendered: str) -> list[dict[str, Any]]:
 
 
 def by_kind(rendered: str) -> dict[str, dict[str, Any]]:
+    """Objects by kind; the chart renders one of each kind (KopfPeering aside: one per
+    watched namespace)."""
     out: dict[str, dict[str, Any]] = {}
     for obj in objects(rendered):
-        assert obj["kind"] not in out, f"two {obj['kind']} objects"
-        out[obj["kind"]] = obj
+        if obj["kind"] != "KopfPeering":
+            assert obj["kind"] not in out, f"two {obj['kind']} objects"
+            out[obj["kind"]] = obj
     return out
 
 
@@ -286,6 +295,8 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     assert all(name.startswith("TUNEOP_OPERATOR_") for name in env)
+    pod_id = next(e for e in container["env"] if e["name"] == "POD_ID")  # kopf peer identity
+    assert pod_id["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     config = Config.from_env(env)
     assert config.namespaces == ("ml", "research")
     assert config.log_level == "DEBUG"
@@ -304,6 +315,22 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     default = Config.from_env(default_env)
     assert default.namespaces == () and default.peering_name == "tuneop"
     assert (default.metrics_port, default.health_port) == (8080, 8081)
+
+
+def test_namespaced_mode_creates_a_kopf_peering_per_watched_namespace(helm: str) -> None:
+    """kopf keeps its watches paused while a namespaced peering object is missing."""
+    rendered = objects(template(helm, "operator.watchNamespaces={ml,research}"))
+    peerings = [o for o in rendered if o["kind"] == "KopfPeering"]
+    assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in peerings] == [
+        ("ml", "tuneop"),
+        ("research", "tuneop"),
+    ]
+    assert peerings[0]["apiVersion"] == "kopf.dev/v1"
+    standalone = template(
+        helm, "operator.watchNamespaces={ml}", "operator.peeringName=", "replicaCount=1"
+    )
+    assert "KopfPeering" not in standalone
+    assert "KopfPeering" not in template(helm)  # cluster-wide: the operator makes its own
 
 
 def test_two_replicas_need_peering(helm: str) -> None:
@@ -403,7 +430,8 @@ def test_values_schema_describes_every_default_value() -> None:
 def test_kubeconform_strict_default_and_all_toggles(
     helm: str, bin_dir: Path, schema_dirs: list[Path], tmp_path: Path
 ) -> None:
-    for name, sets in {"default": [], "all-on": ALL_ON}.items():
+    namespaced = [*ALL_ON, "operator.watchNamespaces={ml,research}"]
+    for name, sets in {"default": [], "all-on": ALL_ON, "namespaced": namespaced}.items():
         out = tmp_path / f"{name}.yaml"
         out.write_text(template(helm, *sets, crds=True))
         report = kubeconform(bin_dir, schema_dirs, [out], skip=("ServiceMonitor", "PrometheusRule"))
