@@ -140,18 +140,23 @@ class PodWorker(threading.Thread):
             for c in self.containers:
                 c.done = True
         while True:
-            if self.stopping:
-                self._shutdown()
-                return
-            if self.gone:
-                self._kill_all(signal.SIGKILL, wait=True)
-                self._cleanup()
-                return
-            if self.pod["metadata"].get("deletionTimestamp"):
-                self._terminate()
-                return
-            if not terminal_at_start:
-                self._tick()
+            try:
+                if self.stopping:
+                    self._shutdown()
+                    return
+                if self.gone:
+                    self._kill_all(signal.SIGKILL, wait=True)
+                    self._cleanup()
+                    return
+                if self.pod["metadata"].get("deletionTimestamp"):
+                    self._terminate()
+                    return
+                if not terminal_at_start:
+                    self._tick()
+            except Exception:
+                # API hiccups must not kill running containers: retry on the next tick.
+                log.exception("pod %s/%s (retrying)", self.namespace, self.pod_name)
+                self.wake.wait(1.0)
             self.wake.wait(0.5)
             self.wake.clear()
 
@@ -185,6 +190,11 @@ class PodWorker(threading.Thread):
                 self._setup()
             except NotReady as exc:
                 self.waiting_message = str(exc)
+                self._report()
+                return
+            except Exception as exc:  # e.g. the API server is briefly unreachable
+                log.warning("pod %s/%s volumes: %s", self.namespace, self.pod_name, exc)
+                self.waiting_message = f"volume setup failed (retrying): {exc}"[:500]
                 self._report()
                 return
             self.waiting_message = None
@@ -277,8 +287,8 @@ class PodWorker(threading.Thread):
                         "readOnly": bool(vm.get("readOnly")),
                     }
                 )
-        except (LookupError, KeyError, ValueError) as exc:
-            # CreateContainerConfigError: retried like the kubelet does.
+        except Exception as exc:
+            # CreateContainerConfigError (missing key, API error): retried like the kubelet.
             c.state = {
                 "waiting": {"reason": "CreateContainerConfigError", "message": str(exc)[:500]}
             }
@@ -383,6 +393,10 @@ class PodWorker(threading.Thread):
         if grace is None:
             grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
         deadline = noticed + int(grace)
+        for c in self.containers:  # exits not collected by _tick yet
+            if c.proc is not None and not c.running and "running" in c.state:
+                self._record_exit(c)
+                c.done = True
         running = [c for c in self.containers if c.running]
         for c in running:
             with contextlib.suppress(ProcessLookupError):
@@ -548,6 +562,8 @@ class PodWorker(threading.Thread):
                 self.gone = True
             else:
                 log.warning("status of %s/%s: %s", self.namespace, self.pod_name, exc)
+        except Exception as exc:  # connection errors: report again on the next tick
+            log.warning("status of %s/%s: %s", self.namespace, self.pod_name, exc)
 
 
 def _explicit(state: dict[str, Any]) -> dict[str, Any]:
