@@ -55,24 +55,27 @@ def test_eviction_marks_disruption_target(cluster: LocalCluster) -> None:
 
 @pytest.mark.cluster
 def test_scheduler_preempts_for_a_higher_priority_gpu_pod(cluster: LocalCluster) -> None:
+    # A node of its own, so GPUs held by other tests' pods cannot interfere.
+    cluster.add_node(NodeConfig(name="preempt-node", gpus=2))
     ns = cluster.create_namespace("disrupt-preempt")
     victim = python_pod(
         "low",
         PY_SLEEP,
         terminationGracePeriodSeconds=5,
-        nodeSelector={"kubernetes.io/hostname": "gpu-node-0"},
-        container={"resources": {"limits": {"nvidia.com/gpu": "4"}}},
+        nodeSelector={"kubernetes.io/hostname": "preempt-node"},
+        container={"resources": {"limits": {"nvidia.com/gpu": "2"}}},
     )
     create(cluster, ns, victim)
     thread, final = start_and_watch(cluster, ns, "low")
-    name = disruption.preempt_with_priority(cluster.api, ns, gpus=4, node="gpu-node-0")
+    name = disruption.preempt_with_priority(cluster.api, ns, gpus=2, node="preempt-node")
     thread.join(120)
     cond = disruption_target(final)
     assert cond is not None and cond["reason"] == "PreemptionByScheduler", final["status"]
     preemptor = cluster.wait_for_pod_running(ns, name, timeout=90)
-    assert preemptor.spec.node_name == "gpu-node-0"
+    assert preemptor.spec.node_name == "preempt-node"
     disruption.delete_pod(cluster.api, ns, name, grace_seconds=0)
     cluster.wait_for_pod_gone(ns, name)
+    cluster.remove_node("preempt-node")
 
 
 @pytest.mark.cluster
