@@ -509,6 +509,13 @@ def test_service_account_token_is_subject_to_rbac(cluster: LocalCluster) -> None
     assert "configmap v" in logs
     assert logs.count("refused 403") == 2, logs
     assert "unexpectedly allowed" not in logs
+    # The agent refreshes projected tokens (at 80 % of their lifetime) in place.
+    builder = cluster.node().worker(ns, "rbac").builder  # type: ignore[union-attr]
+    token_file, _, seconds = builder.tokens[0]
+    assert seconds == 3607
+    before = token_file.read_text()
+    builder.refresh_tokens()
+    assert token_file.read_text() not in ("", before)
 
 
 @pytest.mark.cluster

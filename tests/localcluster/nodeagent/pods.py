@@ -101,6 +101,7 @@ class PodWorker(threading.Thread):
         self.waiting_message: str | None = None
         self.last_status: str | None = None
         self.finished = threading.Event()
+        self.token_refresh_at = float("inf")
 
     # --- events from the agent ----------------------------------------------------
     def update(self, pod: dict[str, Any]) -> None:
@@ -198,6 +199,9 @@ class PodWorker(threading.Thread):
                 self._report()
                 return
             self.waiting_message = None
+        if time.monotonic() >= self.token_refresh_at:
+            self.builder.refresh_tokens()
+            self.token_refresh_at = time.monotonic() + 0.8 * (self.builder.token_lifetime() or 0)
         policy = self.pod["spec"].get("restartPolicy", "Always")
         inits = [c for c in self.containers if c.init]
         mains = [c for c in self.containers if not c.init]
@@ -246,6 +250,9 @@ class PodWorker(threading.Thread):
         )
         volumes = builder.build()
         self.builder = builder
+        lifetime = builder.token_lifetime()
+        if lifetime is not None:
+            self.token_refresh_at = time.monotonic() + 0.8 * lifetime
         self.hosts_path.write_text(podspec.hosts_file(self.pod, self.pod_ip, []))
         self.agent.refresh_hosts_soon()
         self.volumes = volumes

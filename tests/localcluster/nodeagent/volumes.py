@@ -64,6 +64,8 @@ class VolumeBuilder:
         self.ca_cert = ca_cert
         self.ns = pod["metadata"]["namespace"]
         self.fs_group = ((pod["spec"].get("securityContext") or {}).get("fsGroup")) or None
+        self.tokens: list[tuple[Path, str | None, int]] = []
+        """Projected service-account tokens written: (file, audience, expirationSeconds)."""
 
     # --- API look-ups -------------------------------------------------------------
     def lookup(self, kind: str, name: str) -> dict[str, str] | None:
@@ -107,6 +109,17 @@ class VolumeBuilder:
         sa = spec.get("serviceAccountName") or "default"
         result = self.core.create_namespaced_service_account_token(sa, self.ns, body)
         return str(result.status.token).encode()
+
+    def refresh_tokens(self) -> None:
+        """Write fresh tokens (the kubelet refreshes at 80 % of their lifetime); the
+        rename inside the bind-mounted volume directory is visible in the pod."""
+        for path, audience, seconds in self.tokens:
+            tmp = path.with_name(f".{path.name}.tmp")
+            _write(tmp, self._token(audience, seconds), 0o644)
+            os.replace(tmp, path)
+
+    def token_lifetime(self) -> int | None:
+        return min((max(s, 600) for _, _, s in self.tokens), default=None)
 
     def _downward(self, items: list[dict[str, Any]]) -> dict[str, tuple[bytes, int | None]]:
         out: dict[str, tuple[bytes, int | None]] = {}
@@ -187,8 +200,10 @@ class VolumeBuilder:
         for source in src.get("sources") or []:
             if "serviceAccountToken" in source:
                 tok = source["serviceAccountToken"]
-                token = self._token(tok.get("audience"), tok.get("expirationSeconds", 3607))
-                files[tok["path"]] = (token, None)
+                seconds = int(tok.get("expirationSeconds", 3607))
+                files[tok["path"]] = (self._token(tok.get("audience"), seconds), None)
+                self.tokens.append((self.pod_dir / "volumes" / name / tok["path"],
+                                    tok.get("audience"), seconds))  # fmt: skip
             elif "configMap" in source or "secret" in source:
                 kind = "configmap" if "configMap" in source else "secret"
                 ref = source.get("configMap") or source["secret"]
