@@ -2,10 +2,10 @@
 # Render the plain manifests from the Helm chart (`make manifests`):
 #   manifests/crd/*.yaml          -> charts/tuneop/crds/   (copies: manifests/crd is the source)
 #   charts/tuneop (helm template) -> manifests/rbac/, manifests/operator/, manifests/prometheus/
-# Release "tuneop" in namespace "tuneop-system", default values plus the ServiceMonitor and
-# PrometheusRule; manifests/prometheus/tuneop-rules.yaml is the PrometheusRule's spec as a
-# plain Prometheus rules file. tests/unit/test_chart.py re-renders into a temp dir and
-# fails on any difference.
+# Release "tuneop" in namespace "tuneop-system", default values plus the ServiceMonitor,
+# trainer PodMonitor and PrometheusRule; manifests/prometheus/tuneop-rules.yaml is the
+# PrometheusRule's spec as a plain Prometheus rules file. tests/unit/test_chart.py
+# re-renders into a temp dir and fails on any difference.
 #
 # Usage: hack/render-manifests.sh [OUT_DIR]   (default: manifests/ of this repo; with an
 # OUT_DIR the chart's crds/ are left alone and OUT_DIR/crd-copies/ gets what they should be)
@@ -34,7 +34,8 @@ for f in "$root"/manifests/crd/*.yaml; do cp "$f" "$crd_out/"; done
 rendered=$(mktemp)
 trap 'rm -f "$rendered"' EXIT
 "$HELM" template "$release" "$chart" --namespace "$namespace" \
-  --set metrics.serviceMonitor.enabled=true --set prometheusRule.enabled=true >"$rendered"
+  --set metrics.serviceMonitor.enabled=true --set metrics.trainerPodMonitor.enabled=true \
+  --set prometheusRule.enabled=true >"$rendered"
 
 mkdir -p "$out/rbac" "$out/operator" "$out/prometheus"
 rm -f "$out"/rbac/*.yaml "$out"/operator/*.yaml "$out"/prometheus/*.yaml
@@ -45,7 +46,7 @@ awk -v out="$out" -v header="$header" '
   function dest(t) {
     if (t ~ /^(serviceaccount|clusterrole|clusterrolebinding)\.yaml$/) return out "/rbac/" t
     if (t ~ /^(deployment|service|peering)\.yaml$/) return out "/operator/" t
-    if (t ~ /^(servicemonitor|prometheusrule)\.yaml$/) return out "/prometheus/" t
+    if (t ~ /^(servicemonitor|podmonitor|prometheusrule)\.yaml$/) return out "/prometheus/" t
     return ""
   }
   /^---$/ { file = ""; next }

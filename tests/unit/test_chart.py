@@ -43,6 +43,7 @@ STANDARD_LABELS = (
 # Every optional part of the chart, one values toggle each.
 TOGGLES = {
     "serviceMonitor": (["metrics.serviceMonitor.enabled=true"], "ServiceMonitor", True),
+    "trainerPodMonitor": (["metrics.trainerPodMonitor.enabled=true"], "PodMonitor", True),
     "prometheusRule": (["prometheusRule.enabled=true"], "PrometheusRule", True),
     "no-metrics-service": (["metrics.service.enabled=false"], "Service", False),
     "no-rbac": (["rbac.create=false"], "ClusterRole", False),
@@ -52,7 +53,12 @@ TOGGLES = {
         False,
     ),
 }
-ALL_ON = ["metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true"]
+ALL_ON = [
+    "metrics.serviceMonitor.enabled=true",
+    "metrics.trainerPodMonitor.enabled=true",
+    "prometheusRule.enabled=true",
+]
+MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")  # prometheus-operator
 
 
 # --- tools -------------------------------------------------------------------------------
@@ -231,6 +237,31 @@ def test_service_monitor_selects_the_metrics_service(helm: str) -> None:
     # The operator's metrics carry the TuningJob's `namespace` label: keep it.
     assert endpoint["honorLabels"] is True
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["tuneop-system"]
+
+
+def test_trainer_pod_monitor_selects_the_pods_the_operator_builds(helm: str) -> None:
+    """Cross-checked with the operator's own pod builder: labels and port name."""
+    from tuneop import builders
+    from tuneop.spec import JobSpec
+
+    job = {
+        "apiVersion": "tuneop.io/v1alpha1",
+        "kind": "TuningJob",
+        "metadata": {"name": "emg", "namespace": "ml", "uid": "u-1", "generation": 1},
+        "spec": {"image": "tuneop/trainer:0.1.0", "hypermodel": "m:H"},
+    }
+    pod = builders.build_pod(job, JobSpec.from_dict(job["spec"]), 0, 0)
+    monitor = by_kind(template(helm, "metrics.trainerPodMonitor.enabled=true"))["PodMonitor"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    port_names = {p["name"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+    assert endpoint["port"] in port_names
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    scoped = by_kind(
+        template(helm, "metrics.trainerPodMonitor.enabled=true", "operator.watchNamespaces={ml}")
+    )["PodMonitor"]
+    assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}
 
 
 def test_service_monitor_needs_the_service(helm: str) -> None:
@@ -434,7 +465,7 @@ def test_kubeconform_strict_default_and_all_toggles(
     for name, sets in {"default": [], "all-on": ALL_ON, "namespaced": namespaced}.items():
         out = tmp_path / f"{name}.yaml"
         out.write_text(template(helm, *sets, crds=True))
-        report = kubeconform(bin_dir, schema_dirs, [out], skip=("ServiceMonitor", "PrometheusRule"))
+        report = kubeconform(bin_dir, schema_dirs, [out], skip=MONITORING_KINDS)
         summary = report["summary"]
         assert summary["invalid"] == 0 and summary["errors"] == 0, report
         assert summary["valid"] >= 8  # 5 objects + 3 CRDs (TuningJob, 2 peering)
@@ -458,8 +489,9 @@ def test_kubeconform_strict_plain_manifests_and_samples(
     bin_dir: Path, schema_dirs: list[Path]
 ) -> None:
     paths = [MANIFESTS / d for d in ("crd", "rbac", "operator", "samples")]
-    paths += [MANIFESTS / "prometheus" / n for n in ("prometheusrule.yaml", "servicemonitor.yaml")]
-    report = kubeconform(bin_dir, schema_dirs, paths, skip=("ServiceMonitor", "PrometheusRule"))
+    paths += sorted((MANIFESTS / "prometheus").glob("*monitor.yaml"))
+    paths += [MANIFESTS / "prometheus" / "prometheusrule.yaml"]
+    report = kubeconform(bin_dir, schema_dirs, paths, skip=MONITORING_KINDS)
     kinds = {r["kind"] for r in report["resources"] if r["status"] == "statusValid"}
     assert {"Deployment", "ClusterRole", "Namespace", "TuningJob"} <= kinds, kinds
 

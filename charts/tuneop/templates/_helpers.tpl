@@ -55,3 +55,9 @@ app.kubernetes.io/part-of: tuneop
 {{- define "tuneop.operatorJob" -}}
 {{- default (include "tuneop.metricsServiceName" .) .Values.prometheusRule.operatorJob }}
 {{- end }}
+
+{{/* Labels the operator puts on trainer pods (operator/tuneop/names.py job_labels). */}}
+{{- define "tuneop.trainerSelectorLabels" -}}
+app.kubernetes.io/name: tuneop-trainer
+app.kubernetes.io/managed-by: tuneop
+{{- end }}
