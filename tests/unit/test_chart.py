@@ -500,10 +500,15 @@ def test_kubeconform_rejects_a_bad_sample(
     bin_dir: Path, schema_dirs: list[Path], tmp_path: Path
 ) -> None:
     """The TuningJob schema from our CRD is really applied: a misspelt spec field fails."""
-    sample = next((MANIFESTS / "samples").glob("*.yaml")).read_text()
-    assert "stallTimeoutSeconds:" in sample
+    sample = next(
+        doc
+        for path in sorted((MANIFESTS / "samples").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc.get("kind") == "TuningJob"
+    )
+    sample["spec"]["stallTimeoutSecs"] = 60
     out = tmp_path / "bad-sample.yaml"
-    out.write_text(sample.replace("stallTimeoutSeconds:", "stallTimeoutSecs:"))
+    out.write_text(yaml.safe_dump(sample))
     result = subprocess.run(
         [*kubeconform_cmd(bin_dir, schema_dirs), str(out)], capture_output=True, text=True
     )
