@@ -46,6 +46,14 @@ def main() -> int:
         kubectl.install_crds()
         say(f"running the operator in the background (log: {work / 'operator.log'})")
         operator = Operator(cp.kubeconfig, work / "operator.log").start()
+        wait_for(
+            lambda: (
+                kubectl("get", "cm", "kube-root-ca.crt", "-n", NAMESPACE, check=False).returncode
+                == 0
+            ),
+            60,
+            "the namespace's kube-root-ca.crt",
+        )
         say("kubectl apply -f manifests/samples/tuningjob-emg.yaml")
         kubectl.apply(sample(NAME, NAMESPACE))
 

@@ -48,8 +48,18 @@ class Env:
         self._namespaces = 0
 
     def namespace(self, prefix: str) -> str:
+        """A fresh namespace, ready for pods: its default ServiceAccount and the
+        kube-root-ca.crt ConfigMap (the trainer's API access needs ca.crt) exist."""
         self._namespaces += 1
-        return self.cluster.create_namespace(f"{prefix}-{self._namespaces}")
+        ns = self.cluster.create_namespace(f"{prefix}-{self._namespaces}")
+        wait_for(
+            lambda: (
+                self.kubectl("get", "cm", "kube-root-ca.crt", "-n", ns, check=False).returncode == 0
+            ),
+            60,
+            f"kube-root-ca.crt in {ns}",
+        )
+        return ns
 
     def submit(self, namespace: str, name: str = "search", **spec: Any) -> dict[str, Any]:
         job = sample(name, namespace, **{**SEARCH, **spec})
@@ -88,6 +98,8 @@ class Env:
         """Until the trainer is inside a trial after the first one, past a checkpoint."""
 
         def mid(s: dict[str, Any]) -> bool:
+            if s.get("phase") in ("Succeeded", "Failed"):
+                raise AssertionError(f"finished before it could be disrupted: {s}")
             p = s.get("progress") or {}
             return bool(
                 s.get("phase") == "Running"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Env
-from tests.e2e.harness import sample, wait_for
+from tests.e2e.harness import Operator, sample, wait_for
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
@@ -109,10 +109,12 @@ def test_pod_preempted_by_the_scheduler_resumes(e2e: Env, reference: dict[str, A
 
 
 def test_failing_trainer_exhausts_the_failure_budget_with_backoff(e2e: Env):
+    """A hypermodel reference that imports but is no build(hp) function: every trial
+    raises, the trainer exits 1 (a real failure, retried with backoff)."""
     ns = e2e.namespace("failing")
     e2e.submit(
         ns,
-        hypermodel="tuneop_trainer.examples.no_such_module:Nothing",
+        hypermodel="json:dumps",
         failurePolicy={"maxFailures": 1, "backoffSeconds": 5, "maxBackoffSeconds": 5},
         checkpoint={"size": "1Gi", "reclaimPolicy": "Delete"},
     )
@@ -120,7 +122,7 @@ def test_failing_trainer_exhausts_the_failure_budget_with_backoff(e2e: Env):
     assert status["failures"] == 2 and status["preemptions"] == 0
     failed = condition(status, "Failed")
     assert failed["reason"] == "FailureBudgetExceeded"
-    assert "no_such_module" in failed["message"], failed["message"]
+    assert "json:dumps" in failed["message"] or "dumps" in failed["message"], failed["message"]
     events = e2e.kubectl.events(ns, "search")
     assert [e["reason"] for e in events] == [
         "Created", "TrainerFailed", "Created", "FailureBudgetExceeded",
@@ -137,6 +139,18 @@ def test_failing_trainer_exhausts_the_failure_budget_with_backoff(e2e: Env):
     e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")
     left = e2e.kubectl("get", "pods,svc,cm,pvc,sa,role", "-n", ns, "-o", "name").stdout.split()
     assert [name for name in left if "search" in name] == []
+
+
+def test_unimportable_hypermodel_fails_at_once_with_the_trainers_message(e2e: Env):
+    """The trainer exits 2 (invalid spec): retrying cannot help, so no failure budget."""
+    ns = e2e.namespace("unimportable")
+    e2e.submit(ns, hypermodel="tuneop_trainer.examples.no_such_module:Nothing")
+    status = e2e.wait_phase(ns, "Failed", timeout=300)
+    failed = condition(status, "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "spec.hypermodel" in failed["message"] and "no_such_module" in failed["message"]
+    assert status["failures"] == 0 and status["attempt"] == 0
+    assert e2e.reasons(ns) == ["Created", "InvalidSpec"]
 
 
 def test_operator_restart_mid_run_creates_no_duplicates(e2e: Env, reference: dict[str, Any]):
@@ -185,3 +199,39 @@ def test_suspend_resume_and_delete_keeps_the_retained_claim(e2e: Env, reference:
     e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")
     left = e2e.kubectl("get", "pods,svc,cm,pvc", "-n", ns, "-o", "name").stdout.split()
     assert left == ["persistentvolumeclaim/search-ckpt"]
+
+
+def test_operator_side_invalid_spec_gets_a_condition_and_an_event(e2e: Env):
+    ns = e2e.namespace("invalid")
+    e2e.submit(ns, env=[{"name": "TF_CONFIG", "value": "{}"}])
+    status = e2e.wait_phase(ns, "Failed", timeout=60)
+    failed = condition(status, "Failed")
+    assert failed["reason"] == "InvalidSpec" and "spec.env[0].name" in failed["message"]
+    events = e2e.kubectl.events(ns, "search")
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "InvalidSpec")]
+    assert "spec.env[0].name: TF_CONFIG is reserved" in events[0]["message"]
+    assert e2e.kubectl.pods(ns, "search") == []
+
+
+def test_a_second_replica_stands_by(e2e: Env, tmp_path):
+    """kopf peering: a replica of lower priority pauses while the active one runs."""
+    standby = Operator(
+        e2e.cluster.control_plane.kubeconfig, tmp_path / "standby.log", TUNEOP_OPERATOR_PRIORITY="0"
+    ).start()
+    try:
+        wait_for(lambda: "Pausing operations" in standby.log_tail(200), 60, "the standby to pause")
+        ns = e2e.namespace("standby")
+        e2e.submit(ns, env=[{"name": "TUNEOP_X", "value": "1"}])  # invalid: handled at once
+        e2e.wait_phase(ns, "Failed", timeout=60)
+        assert "InvalidSpec" not in standby.log_tail(400)
+        assert e2e.reasons(ns) == ["InvalidSpec"]  # one Event: only one replica acted
+    finally:
+        standby.stop()
+
+
+def test_ttl_deletes_a_finished_job(e2e: Env):
+    ns = e2e.namespace("ttl")
+    # an operator-side InvalidSpec finishes (Failed) at once, without a trainer
+    e2e.submit(ns, env=[{"name": "TUNEOP_JOB_NAME", "value": "x"}], ttlSecondsAfterFinished=3)
+    e2e.wait_phase(ns, "Failed", timeout=60)
+    wait_for(lambda: e2e.kubectl.job(ns, "search") is None, 60, "the TTL deletion")

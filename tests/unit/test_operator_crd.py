@@ -214,7 +214,7 @@ def test_sample_is_valid_and_small():
     assert check(sample, schema()) == []
     tuner = sample["spec"]["tuner"]
     assert tuner["algorithm"] == "Hyperband" and tuner["maxEpochs"] <= 3
-    assert sample["spec"]["data"]["synthetic"]["samples"] <= 256
+    assert sample["spec"]["data"]["synthetic"]["samples"] <= 1024
 
 
 @pytest.mark.parametrize(
