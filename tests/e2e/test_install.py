@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tuneop import rbac
 
 from tests.e2e.harness import Operator, wait_for
 from tests.localcluster.controlplane import ControlPlane
@@ -150,37 +151,27 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
         )
         assert '"serviceAccountName":"tuneop-e2e"' in deploy.stdout
 
+        # Every rule of OPERATOR_RULES (operator/tuneop/rbac.py), as the API server sees it.
         ns = ["--namespace", "research"]
-        needed = [
-            ("watch", "tuningjobs.tuneop.io", "--all-namespaces"),
-            ("patch", "tuningjobs.tuneop.io", *ns),
-            ("patch", "tuningjobs.tuneop.io", "--subresource=status", *ns),
-            ("update", "tuningjobs.tuneop.io", "--subresource=finalizers", *ns),
-            ("create", "pods", *ns),
-            ("delete", "pods", *ns),
-            ("watch", "pods", "--all-namespaces"),
-            ("create", "persistentvolumeclaims", *ns),
-            ("create", "configmaps", *ns),
-            ("create", "services", *ns),
-            ("create", "serviceaccounts", *ns),
-            ("create", "roles.rbac.authorization.k8s.io", *ns),
-            ("create", "rolebindings.rbac.authorization.k8s.io", *ns),
-            ("create", "events", *ns),
-            ("create", "events.events.k8s.io", *ns),
-            ("get", "nodes"),
-            ("create", "clusterkopfpeerings.kopf.dev"),
-            ("patch", "clusterkopfpeerings.kopf.dev"),
-            ("list", "customresourcedefinitions.apiextensions.k8s.io"),
-            ("watch", "namespaces"),
-        ]
+        needed = []
+        for rule in rbac.OPERATOR_RULES:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    plural, _, sub = resource.partition("/")
+                    target = f"{plural}.{group}" if group else plural
+                    extra = [f"--subresource={sub}"] if sub else []
+                    needed += [(verb, target, *extra, *ns) for verb in rule["verbs"]]
+        assert len(needed) > 40
         missing = [args for args in needed if not can_i(cp, *args)]
         assert missing == []
         not_granted = [
             ("get", "secrets", *ns),
-            ("delete", "tuningjobs.tuneop.io", *ns),
             ("create", "clusterroles.rbac.authorization.k8s.io"),
             ("delete", "nodes"),
+            ("patch", "pods", *ns),
             ("create", "pods", "--subresource=exec", *ns),
+            ("list", "configmaps", *ns),
+            ("patch", "kopfpeerings.kopf.dev", *ns),  # cluster-wide mode: not needed
         ]
         assert [args for args in not_granted if can_i(cp, *args)] == []
 

@@ -360,8 +360,9 @@ def test_namespaced_mode_creates_a_kopf_peering_per_watched_namespace(helm: str)
     standalone = template(
         helm, "operator.watchNamespaces={ml}", "operator.peeringName=", "replicaCount=1"
     )
-    assert "KopfPeering" not in standalone
-    assert "KopfPeering" not in template(helm)  # cluster-wide: the operator makes its own
+    assert "KopfPeering" not in {o["kind"] for o in objects(standalone)}
+    # Cluster-wide: the operator creates its ClusterKopfPeering itself.
+    assert "KopfPeering" not in {o["kind"] for o in objects(template(helm))}
 
 
 def test_two_replicas_need_peering(helm: str) -> None:
@@ -385,36 +386,29 @@ def test_labels_come_only_from_helpers() -> None:
         assert "helm.sh/chart" not in path.read_text(), path.name
 
 
-def test_clusterrole_covers_what_the_operator_does(helm: str) -> None:
-    role = by_kind(template(helm))["ClusterRole"]
-    granted = {
+def _triples(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
         (group, resource, verb)
-        for rule in role["rules"]
+        for rule in rules
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    needed = {
-        ("tuneop.io", "tuningjobs", "watch"),
-        ("tuneop.io", "tuningjobs/status", "patch"),
-        ("tuneop.io", "tuningjobs/status", "get"),  # granted on to each trainer's Role
-        ("", "pods", "create"),
-        ("", "pods", "delete"),
-        ("", "persistentvolumeclaims", "create"),
-        ("", "configmaps", "create"),
-        ("", "services", "create"),
-        ("", "serviceaccounts", "create"),
-        ("rbac.authorization.k8s.io", "roles", "create"),
-        ("rbac.authorization.k8s.io", "rolebindings", "create"),
-        ("", "events", "create"),
-        ("events.k8s.io", "events", "create"),
-        ("", "nodes", "get"),
-        ("kopf.dev", "clusterkopfpeerings", "patch"),
-        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
-        ("", "namespaces", "watch"),
-    }
-    assert needed <= granted, needed - granted
-    # Least privilege: no wildcards, no secrets, no escalate/bind.
+
+
+def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
+    """Equal to OPERATOR_RULES (operator/tuneop/rbac.py): nothing missing, nothing more;
+    namespaced mode adds only what kopf needs for its KopfPeering objects."""
+    from tuneop import rbac
+
+    role = by_kind(template(helm))["ClusterRole"]
+    assert rbac.missing(role["rules"]) == []
+    assert _triples(role["rules"]) == _triples(rbac.OPERATOR_RULES)
+    namespaced = by_kind(template(helm, "operator.watchNamespaces={ml}"))["ClusterRole"]
+    extra = _triples(namespaced["rules"]) - _triples(rbac.OPERATOR_RULES)
+    assert extra == {("kopf.dev", "kopfpeerings", v) for v in ("get", "list", "watch", "patch")}
+    # Least privilege: no wildcards, no secrets, no escalate/bind/impersonate.
+    granted = _triples(namespaced["rules"])
     assert not any("*" in item for triple in granted for item in triple)
     assert not any(resource == "secrets" for _, resource, _ in granted)
     assert not any(verb in ("escalate", "bind", "impersonate") for *_, verb in granted)
