@@ -39,8 +39,8 @@ groups:
           summary: TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} failed.
           description: >-
             TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} is in phase Failed:
-            its failure or preemption budget ran out, or its spec is invalid. The Ready
-            condition says which.
+            its failure or preemption budget ran out, or its spec is invalid. The reason
+            of its Failed condition says which.
           runbook_url: {{ $r.runbookBaseUrl }}#tuneopjobfailed
       - alert: TuneopPreemptionStorm
         expr: |-
