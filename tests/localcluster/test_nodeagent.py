@@ -17,7 +17,7 @@ from tuneop_contract import ENV_LOGICAL_CPU_DEVICES
 
 from tests.localcluster.cluster import LocalCluster, node_configs
 from tests.localcluster.nodeagent import podspec
-from tests.localcluster.nodeagent.agent import NodeConfig
+from tests.localcluster.nodeagent.agent import NodeConfig, remove_mountpoints
 from tests.localcluster.nodeagent.logserver import tail
 from tests.localcluster.nodeagent.pods import LAUNCH_PY
 from tests.localcluster.nodeagent.provisioner import persistent_volume
@@ -175,6 +175,31 @@ def test_launcher_mounts_privately_and_execs(tmp_path: Path) -> None:
     assert not (target / "f").exists(), "the bind mount leaked out of the namespace"
     assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()
     assert created.read_text().split() == [str(tmp_path / "mnt"), str(target)]
+
+
+def test_mountpoints_still_mounted_elsewhere_are_kept(tmp_path: Path) -> None:
+    """Removing a mount point detaches it in every namespace (e.g. another local
+    cluster's pod on this machine), so cleanup keeps the ones still in use."""
+    source, used, unused = tmp_path / "src", tmp_path / "used", tmp_path / "unused"
+    for path in (source, used, unused):
+        path.mkdir()
+    listing = tmp_path / "created"
+    listing.write_text(f"{used}\n{unused}\n")
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f"mount --bind {source} {used} && echo mounted && exec sleep 60"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "mounted"
+        remove_mountpoints(listing)
+        assert used.exists() and not unused.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    listing.write_text(f"{used}\n")
+    remove_mountpoints(listing)
+    assert not used.exists()
 
 
 # --- on the session cluster ------------------------------------------------------------

@@ -155,21 +155,9 @@ class NodeAgent:
         self.running = False
 
     def cleanup_mountpoints(self) -> None:
-        """Remove the (empty) mount points the launcher created on the host file system.
-        Call once no pod of any agent runs any more."""
-        try:
-            paths = self.created_paths_file.read_text().splitlines()
-        except FileNotFoundError:
-            return
-        for path in sorted(set(paths), key=lambda p: p.count("/"), reverse=True):
-            try:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    os.rmdir(path)
-                elif os.path.isfile(path) and os.path.getsize(path) == 0:
-                    os.unlink(path)
-            except OSError:
-                pass
-        self.created_paths_file.unlink()
+        """Remove the (empty) mount points the launchers created on the host file system
+        (see :func:`remove_mountpoints`). Call once this agent's pods are gone."""
+        remove_mountpoints(self.created_paths_file)
 
     # --- processes ------------------------------------------------------------------
     def track(self, pid: int) -> None:
@@ -452,3 +440,41 @@ class NodeAgent:
                         f.write(text)
             except FileNotFoundError:
                 pass
+
+
+def mount_targets() -> set[str]:
+    """Mount points of every process's mount namespace (from /proc/*/mountinfo)."""
+    targets: set[str] = set()
+    for mountinfo in Path("/proc").glob("[0-9]*/mountinfo"):
+        try:
+            lines = mountinfo.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 4:
+                targets.add(fields[4].encode().decode("unicode_escape"))
+    return targets
+
+
+def remove_mountpoints(created_paths_file: Path) -> None:
+    """Remove the empty directories/files listed in ``created_paths_file``, deepest
+    first, unless a process in any mount namespace (e.g. a pod of another local cluster
+    on this machine) has something mounted there: removing it would detach that mount."""
+    try:
+        paths = created_paths_file.read_text().splitlines()
+    except FileNotFoundError:
+        return
+    in_use = mount_targets()
+    for path in sorted(set(paths), key=lambda p: p.count("/"), reverse=True):
+        real = os.path.realpath(path)  # /var/run/... shows as /run/... in mountinfo
+        if any(t == real or t.startswith(real.rstrip("/") + "/") for t in in_use):
+            continue
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            elif os.path.isfile(path) and os.path.getsize(path) == 0:
+                os.unlink(path)
+        except OSError:
+            pass
+    created_paths_file.unlink()
