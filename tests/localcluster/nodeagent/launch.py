@@ -44,7 +44,10 @@ def _make_mountpoint(source: str, target: str, created: list[str]) -> None:
     os.makedirs(os.path.dirname(target), exist_ok=True)
     created.extend(reversed(missing))
     if os.path.isdir(source):
-        os.mkdir(target)
+        try:
+            os.mkdir(target)
+        except FileExistsError:  # another pod's launcher was faster
+            return
     else:
         with open(target, "a"):
             pass
