@@ -2,14 +2,17 @@
 # Render the plain manifests from the Helm chart (`make manifests`):
 #   manifests/crd/*.yaml          -> charts/tuneop/crds/   (copies: manifests/crd is the source)
 #   charts/tuneop (helm template) -> manifests/rbac/, manifests/operator/, manifests/prometheus/
+#   values.yaml + values.schema.json -> charts/tuneop/README.md (values table)
 # Release "tuneop" in namespace "tuneop-system", default values plus the ServiceMonitor,
 # trainer PodMonitor and PrometheusRule; manifests/prometheus/tuneop-rules.yaml is the
 # PrometheusRule's spec as a plain Prometheus rules file. tests/unit/test_chart.py
 # re-renders into a temp dir and fails on any difference.
 #
 # Usage: hack/render-manifests.sh [OUT_DIR]   (default: manifests/ of this repo; with an
-# OUT_DIR the chart's crds/ are left alone and OUT_DIR/crd-copies/ gets what they should be)
+# OUT_DIR the chart is left alone: OUT_DIR/crd-copies/ and OUT_DIR/chart-README.md get
+# what its crds/ and README.md should be)
 # HELM: the helm binary (default: the one hack/cluster-tools/build.sh builds).
+# PY: a Python with PyYAML (default: the dev virtualenv's, from hack/venv.sh).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -79,5 +82,13 @@ YAML
   echo "# (honor_labels: true); see docs/runbooks.md."
   sed -n '/^spec:$/,$p' "$out/prometheus/prometheusrule.yaml" | tail -n +2 | sed 's/^  //'
 } >"$out/prometheus/tuneop-rules.yaml"
+
+# The chart's README (values table from values.yaml + values.schema.json).
+readme_out=$chart/README.md
+[[ $# -ge 1 ]] && readme_out=$out/chart-README.md
+if [[ -z "${PY:-}" ]]; then
+  PY="$(cd "$root" && hack/venv.sh requirements/dev.lock)/bin/python"
+fi
+"$PY" "$root/hack/chart_readme.py" "$chart" "$readme_out"
 
 echo "render-manifests: wrote $out/{rbac,operator,prometheus} and $crd_out" >&2

@@ -522,7 +522,7 @@ def test_chart_crds_are_copies_of_manifests_crd() -> None:
 
 
 def test_committed_manifests_match_the_chart(helm: str, tmp_path: Path) -> None:
-    env = dict(os.environ, HELM=helm)
+    env = dict(os.environ, HELM=helm, PY=sys.executable)
     subprocess.run(
         ["bash", str(ROOT / "hack" / "render-manifests.sh"), str(tmp_path)],
         check=True,
@@ -538,6 +538,9 @@ def test_committed_manifests_match_the_chart(helm: str, tmp_path: Path) -> None:
             assert a == b, f"manifests/{sub}/{name} is stale: run `make manifests`"
     crd_copies = sorted(p.name for p in (tmp_path / "crd-copies").iterdir())
     assert crd_copies == sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    readme = (tmp_path / "chart-README.md").read_text()
+    assert readme == (CHART / "README.md").read_text(), "charts/tuneop/README.md: make manifests"
+    assert "| `prometheusRule.preemptionStorm.threshold` | integer | `5` |" in readme
 
 
 def test_rendered_headers_say_generated() -> None:
