@@ -50,6 +50,10 @@ def test_image_mapping_rule() -> None:
     ]  # fmt: skip
     trainer = {"image": "registry.local:5000/tuneop/trainer:0.1.0", "args": ["run"]}
     assert podspec.container_argv(trainer, env) == [sys.executable, "-m", "tuneop_trainer", "run"]
+    assert podspec.container_argv({"image": "tuneop/trainer:0.1.0"}, env)[3:] == [
+        "run", "--spec", "/etc/tuneop/spec.yaml", "--dir", "/checkpoints",
+    ]  # fmt: skip
+    assert podspec.container_argv({"image": "tuneop/operator"}, env)[1:] == ["-m", "tuneop"]
     assert podspec.container_argv({"image": "busybox"}, env) == ["sleep", "infinity"]
     assert podspec.image_name("docker.io/library/python:3.11@sha256:ab") == "python"
 

@@ -26,11 +26,17 @@ REPO_PYTHONPATH = [
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
-IMAGE_ENTRYPOINTS: dict[str, list[str]] = {
-    "tuneop/trainer": ["python", "-m", "tuneop_trainer"],
+IMAGE_ENTRYPOINTS: dict[str, tuple[list[str], list[str]]] = {
+    # image name: (ENTRYPOINT, CMD) of its Dockerfile
+    "tuneop/trainer": (
+        ["python", "-m", "tuneop_trainer"],
+        ["run", "--spec", "/etc/tuneop/spec.yaml", "--dir", "/checkpoints"],
+    ),
+    "tuneop/operator": (["python", "-m", "tuneop"], []),
 }
-"""Entry point of a container without ``command``, by image name (tag and registry
-ignored). Images not listed run ``sleep infinity``, like a pause container."""
+"""Entry point and default args of a container without ``command``, by image name (tag
+and registry ignored), mirroring the Dockerfiles. Images not listed run
+``sleep infinity``, like a pause container."""
 PAUSE_ARGV = ["sleep", "infinity"]
 
 PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
@@ -54,16 +60,18 @@ def container_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list
     """The local command line for a container (the image mapping rule).
 
     ``command`` + ``args`` with ``$(VAR)`` expanded from the container env; without a
-    command, the image's entry point from :data:`IMAGE_ENTRYPOINTS` (+ args), else
-    ``sleep infinity``. A leading ``python``/``python3``/``python3.X`` becomes
-    ``sys.executable`` (the repository virtualenv)."""
+    command, the image's entry point from :data:`IMAGE_ENTRYPOINTS` + ``args`` (or the
+    image's default args if the container has none), else ``sleep infinity``. A leading
+    ``python``/``python3``/``python3.X`` becomes ``sys.executable`` (the repo virtualenv)."""
     command = [expand(c, env) for c in container.get("command") or []]
     args = [expand(a, env) for a in container.get("args") or []]
     if not command:
-        entry = IMAGE_ENTRYPOINTS.get(image_name(str(container.get("image") or "")))
-        if entry is None:
+        image = IMAGE_ENTRYPOINTS.get(image_name(str(container.get("image") or "")))
+        if image is None:
             return list(PAUSE_ARGV)
-        command = list(entry)
+        command = list(image[0])
+        if "args" not in container:
+            args = list(image[1])
     argv = command + args
     if PYTHON_NAME.match(argv[0]):
         argv[0] = sys.executable
