@@ -9,6 +9,7 @@ termination-message path), 75 preempted (SIGTERM; a checkpoint was written: resu
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import inspect
 import logging
 import os
@@ -53,9 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     preemption.install()
     try:
         spec = load_spec_file(args.spec)
+        _check_installed(spec)
     except SpecError as exc:
         return _fail(EXIT_INVALID_SPEC, str(exc))
     return run_search(spec, Path(args.dir))
+
+
+def _check_installed(spec: TrainerSpec) -> None:
+    """keras-tuner's BayesianOptimization needs scipy (the `bayesian` extra); say so
+    up front instead of failing every trial."""
+    if spec.tuner.algorithm == "BayesianOptimization" and not importlib.util.find_spec("scipy"):
+        raise SpecError(
+            "spec.tuner.algorithm",
+            '"BayesianOptimization" needs scipy, which this trainer image lacks; use '
+            "Hyperband, RandomSearch or GridSearch, or an image with keras-tuner[bayesian]",
+        )
 
 
 def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
@@ -138,8 +151,18 @@ def _search(
         log.exception("search failed")
         reporter.update(force=True, phase=PHASE_FAILED, message=message)
         return _fail(EXIT_FAILED, message)
-    best_line = out["best"]
-    log.info("search completed; best: %s", best_line)
+    log.info("search completed; best: %s", out["best"])
+    pure = ctx.train_seconds - ctx.checkpoint_seconds
+    if pure > 0:
+        log.info(
+            "checkpoints: %d written in %.3fs = %.2f%% overhead on %.3fs of training "
+            "(%d steps in this process)",
+            ctx.checkpoints,
+            ctx.checkpoint_seconds,
+            100 * ctx.checkpoint_seconds / pure,
+            pure,
+            ctx.steps,
+        )
     reporter.update(force=True, phase=PHASE_COMPLETED, message="")
     return EXIT_COMPLETED
 

@@ -70,8 +70,10 @@ class Context:
     root: Path
     reporter: Reporter
     write: bool = True  # False on non-chief workers
-    checkpoint_seconds: float = 0.0
+    checkpoint_seconds: float = 0.0  # time spent writing checkpoints (this process)
     checkpoints: int = 0
+    train_seconds: float = 0.0  # epochs incl. validation and checkpoints (this process)
+    steps: int = 0  # training steps run by this process
 
 
 class ResumableMixin:
@@ -196,6 +198,7 @@ class ResumableMixin:
             idx = order[step * bs : steps * bs]
             callback = _StepCallback(self, store, epoch, step, history, pending_metrics)
             pending_metrics = None
+            t_fit = time.monotonic()
             fit = model.fit(
                 data.x[idx],
                 data.y[idx],
@@ -225,6 +228,7 @@ class ResumableMixin:
             self._maybe_save_best(tid, model, logs[spec.tuner.objective], epoch)
             epoch, step = epoch + 1, 0
             self._checkpoint(store, model, epoch, 0, history)
+            ctx.train_seconds += time.monotonic() - t_fit
             if preemption.requested():  # SIGTERM arrived during validation
                 raise preemption.Preempted()
         if ctx.write:
@@ -258,7 +262,9 @@ class ResumableMixin:
             else value < meta["value"]
         )
         if better:
+            t0 = time.monotonic()
             store.save(model_state(model), {"value": value, "epoch": epoch})
+            self.ctx.checkpoint_seconds += time.monotonic() - t0
 
     # -- best model ---------------------------------------------------------------------
     def load_model(self, trial: Any) -> Any:
@@ -322,6 +328,7 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         ctx = self.tuner.ctx
         step = self.start_step + batch + 1
+        ctx.steps += 1
         ctx.reporter.step(self.epoch, step)
         self.since_steps += 1
         cp = ctx.spec.checkpoint

@@ -1,0 +1,37 @@
+"""The progress record: progress.json readable by the contract, /progress and /metrics."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+from tuneop_contract import PHASE_RUNNING, read_progress
+from tuneop_trainer.progress import Reporter
+
+
+def test_progress_file_and_endpoint(tmp_path: Path) -> None:
+    reporter = Reporter(tmp_path, min_interval=3600)
+    port = reporter.serve(port=0, address="127.0.0.1")
+    assert port
+    try:
+        reporter.update(force=True, phase=PHASE_RUNNING, trial_id="0003", trials_total=5)
+        reporter.step(epoch=1, step=7)  # throttled: not yet in the file
+        on_disk = read_progress(tmp_path)
+        assert on_disk is not None and on_disk.trial_id == "0003" and on_disk.step == 0
+        reporter.checkpointed(0.01)  # a checkpoint always publishes
+        on_disk = read_progress(tmp_path)
+        assert on_disk is not None and (on_disk.epoch, on_disk.step) == (1, 7)
+        assert on_disk.last_checkpoint_time and on_disk.last_progress_time
+        assert on_disk.to_status()["trialsTotal"] == 5
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/progress", timeout=5) as resp:
+            served = json.loads(resp.read())
+        assert served["trial_id"] == "0003" and served["step"] == 7
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            metrics = resp.read().decode()
+        assert "tuneop_trainer_steps_total 1.0" in metrics
+        assert "tuneop_trainer_checkpoints_total 1.0" in metrics
+        assert "tuneop_trainer_trials_total_planned 5.0" in metrics
+    finally:
+        reporter.close()
