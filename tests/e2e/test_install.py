@@ -12,14 +12,17 @@ reconcile the TuningJobs of other tests sharing the session's cluster.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 from tuneop import rbac
 
-from tests.e2e.harness import Operator, wait_for
+from tests.e2e.harness import Operator, free_port, wait_for
+from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -291,4 +294,83 @@ def test_the_real_operator_runs_with_only_the_charts_permissions(
             operator.stop()
         cp.kubectl("delete", "clusterkopfpeering", peering, "--ignore-not-found")
         helm(cp, "uninstall", OP_RELEASE, "--namespace", OP_RELEASE, "--wait", "--timeout", "2m")
+        cp.kubectl("delete", "namespace", watched, "--wait=false", check=False)
+
+
+def test_the_charts_deployment_runs_the_operator_in_the_cluster(
+    cluster: LocalCluster,
+) -> None:
+    """`helm install` on the local cluster whose node agent runs pods as local processes:
+    the chart's Deployment pod runs `python -m tuneop` with in-cluster credentials (its
+    ServiceAccount token), serves its liveness endpoint, and joins the chart's KopfPeering
+    under its pod name (POD_ID). One replica: pods share the host network here, so two
+    would fight over the ports. It watches only an empty namespace of its own."""
+    cp = cluster.control_plane
+    apply_crds(cp)
+    release, watched = "tuneop-e2e-pod", "tuneop-e2e-pod-watched"
+    health_port, metrics_port = free_port(), free_port()
+    cp.kubectl("create", "namespace", watched, check=False)
+    helm(cp, "uninstall", release, "--namespace", release, check=False)
+    helm(
+        cp,
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        release,
+        "--create-namespace",
+        "--set",
+        "replicaCount=1",
+        "--set",
+        f"operator.watchNamespaces={{{watched}}}",
+        "--set",
+        f"operator.peeringName={release}",
+        "--set",
+        f"health.port={health_port}",
+        "--set",
+        f"metrics.port={metrics_port}",
+        "--set",
+        "operator.logLevel=DEBUG",
+    )
+    try:
+        selector = f"app.kubernetes.io/instance={release}"
+
+        def running_pod() -> dict[str, str] | None:
+            out = cp.kubectl(
+                "-n", release, "get", "pods", "-l", selector, "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.podIP}"
+                "{'\\n'}{end}",
+            ).stdout.split()  # fmt: skip
+            if len(out) == 3 and out[1] == "Running" and out[2]:
+                return {"name": out[0], "ip": out[2]}
+            return None
+
+        pod = wait_for(running_pod, 90, "operator pod Running")
+
+        def healthy() -> bool:
+            with contextlib.suppress(OSError):
+                url = f"http://{pod['ip']}:{health_port}/healthz"
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    return bool(response.status == 200)
+            return False
+
+        wait_for(healthy, 60, "the operator pod's /healthz")
+
+        def joined() -> bool:
+            status = cp.kubectl(
+                "-n", watched, "get", "kopfpeering", release, "-o", "jsonpath={.status}"
+            ).stdout
+            return pod["name"] in status
+
+        wait_for(joined, 60, "the operator pod in the KopfPeering status")
+        with urllib.request.urlopen(
+            f"http://{pod['ip']}:{metrics_port}/metrics", timeout=5
+        ) as response:
+            assert b"tuneop_tuningjob_phase" in response.read()
+        logs = cp.kubectl("-n", release, "logs", pod["name"], check=False)
+        if logs.returncode == 0:
+            assert "Forbidden" not in logs.stdout and " 403 " not in logs.stdout, logs.stdout
+    finally:
+        helm(cp, "uninstall", release, "--namespace", release, "--wait", "--timeout", "2m")
+        cp.kubectl("delete", "clusterkopfpeering", release, "--ignore-not-found")
         cp.kubectl("delete", "namespace", watched, "--wait=false", check=False)
