@@ -628,3 +628,47 @@ def test_pods_listen_on_the_same_wildcard_port(cluster: LocalCluster) -> None:
         with socket.create_connection((ip, 47001), timeout=10) as conn:
             assert conn.recv(100) == name.encode()
         cluster.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_multi_worker_tf_config_with_dns_names(cluster: LocalCluster) -> None:
+    """Two pods behind a headless Service run MultiWorkerMirroredStrategy on the same
+    port, finding each other by DNS name (hosts files) at their own IPs (bind shim)."""
+    ns = cluster.create_namespace("agent-mwms")
+    cluster.core.create_namespaced_service(
+        ns,
+        {
+            "metadata": {"name": "mw"},
+            "spec": {"clusterIP": "None", "selector": {"job": "mw"}, "ports": [{"port": 23456}]},
+        },
+    )
+    script = """
+        import json, os
+        import tensorflow as tf
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+
+        @tf.function
+        def step():
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce("sum", tf.constant(float(index) + 1.0))
+
+        result = strategy.experimental_local_results(strategy.run(step))[0]
+        print("replicas", strategy.num_replicas_in_sync, "sum", float(result), flush=True)
+    """
+    workers = [f"w{i}.mw.{ns}.svc:23456" for i in range(2)]
+    for i in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}
+        env = [
+            {"name": "TF_CONFIG", "value": json.dumps(tf_config)},
+            {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"},
+        ]
+        body = python_pod(f"w{i}", script, hostname=f"w{i}", subdomain="mw",
+                          labels={"job": "mw"}, container={"env": env})  # fmt: skip
+        create(cluster, ns, body)
+    for i in range(2):
+        pod = cluster.wait_for_pod_phase(ns, f"w{i}", ("Succeeded", "Failed"), timeout=300)
+        logs = cluster.logs(ns, f"w{i}")
+        assert pod.status.phase == "Succeeded", logs[-2000:]
+        assert "replicas 2 sum 3.0" in logs

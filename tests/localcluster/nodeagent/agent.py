@@ -137,6 +137,7 @@ class NodeAgent:
 
     def _halt(self, crash: bool) -> None:
         self._stop.set()
+        self._hosts_now.set()  # wake the hosts loop
         with self.lock:
             workers = list(self.workers.values())
         for worker in workers:
@@ -150,7 +151,9 @@ class NodeAgent:
             self.logs.stop()
             self.logs = None
         for thread in self._threads:
-            thread.join(15)
+            # The watch thread may sit in a watch request for up to 5 s; it does nothing
+            # once _stop is set, so it is not waited for.
+            thread.join(0.5 if thread.name.endswith("_watch_loop") else 15)
         self._threads.clear()
         self.running = False
 
