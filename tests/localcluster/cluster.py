@@ -150,10 +150,10 @@ class LocalCluster:
     def leftovers(self) -> list[str]:
         """Processes of any agent still alive and mounts under the workdir in this mount
         namespace: both must be empty after :meth:`stop`."""
-        out = []
-        groups = {pid for a in [*self.agents.values(), *self._removed] for pid in a.all_pids}
-        out += [
-            f"process {pid} of a pod (group {pgid})" for pid, pgid in _processes() if pgid in groups
+        out = [
+            f"process {pid} of node {agent.name}"
+            for agent in [*self.agents.values(), *self._removed]
+            for pid in agent.live_processes()
         ]
         with open("/proc/self/mountinfo") as f:
             for line in f:
@@ -248,29 +248,6 @@ class LocalCluster:
         if container:
             args += ["-c", container]
         return str(self.kubectl(*args).stdout)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _processes() -> list[tuple[int, int]]:
-    """(pid, process group id) of every live (non-zombie) process."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z":
-            out.append((int(entry.name), int(fields[2])))
-    return out
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,8 @@ log = logging.getLogger("tuneop.nodeagent")
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40
 HEARTBEAT_SECONDS = 5.0
+AGENT_MARKER_ENV = "TUNEOP_LOCAL_NODE_DIR"
+"""Set in every container's env: how leftover processes are found (pids get reused)."""
 
 
 @dataclasses.dataclass
@@ -87,8 +89,6 @@ class NodeAgent:
         self.workers: dict[str, PodWorker] = {}
         self.lock = threading.RLock()
         self.pids: set[int] = set()
-        self.all_pids: set[int] = set()
-        """Every container process ever started (each leads its own process group)."""
         self._ips_in_use: set[str] = set()
         self._next_ip = 2
         self._stop = threading.Event()
@@ -166,7 +166,6 @@ class NodeAgent:
     def track(self, pid: int) -> None:
         with self.lock:
             self.pids.add(pid)
-            self.all_pids.add(pid)
 
     def untrack(self, pid: int) -> None:
         with self.lock:
@@ -178,6 +177,24 @@ class NodeAgent:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+
+    def live_processes(self) -> list[int]:
+        """Live (non-zombie) processes started by this agent's containers, found by
+        the marker in their environment (inherited by their children)."""
+        marker = f"{AGENT_MARKER_ENV}={self.workdir}".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                    continue
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":
+                found.append(int(entry.name))
+        return found
 
     def allocate_ip(self) -> str:
         with self.lock:
@@ -200,6 +217,7 @@ class NodeAgent:
         shim = {"LD_PRELOAD": str(self.bind_shim), BIND_IP_ENV: pod_ip} if self.bind_shim else {}
         return {
             **shim,
+            AGENT_MARKER_ENV: str(self.workdir),
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/root"),
             "HOSTNAME": podspec.pod_hostname(pod),
