@@ -287,7 +287,10 @@ def decide(
         if not b.get("startTime"):
             b.put("startTime", st.rfc3339(b.now))
         if attempt > 0:
+            # what the new trainer reports from now on is about this group
             b.decision.status["progress"] = {"resumedFromStep": None}
+            progress = b.old.get("progress") or {}
+            b.put("restoreBaseline", int(progress.get("restores") or 0))
         b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
         b.event(
             "Normal",
@@ -422,19 +425,23 @@ def decide(
 
 
 def _report_restore(b: _Builder, attempt: int) -> None:
+    """A recreated group's trainer restored from the volume: it reports the step it
+    resumed at (> 0 mid-epoch) or, at an epoch boundary, a higher `restores` count."""
     progress = b.old.get("progress") or {}
-    resumed = progress.get("resumedFromStep") if isinstance(progress, dict) else None
-    if attempt <= 0 or not resumed or int(resumed) <= 0:
+    if attempt <= 0 or not isinstance(progress, dict) or b.get("restoredAttempt") == attempt:
         return
-    if b.get("restoredAttempt") == attempt:
+    resumed = int(progress.get("resumedFromStep") or 0)
+    count = int(progress.get("restores") or 0)
+    if resumed <= 0 and count <= int(b.get("restoreBaseline") or 0):
         return
     b.count("restores")
     b.put("restoredAttempt", attempt)
+    where = f"at step {resumed}" if resumed > 0 else "at an epoch boundary"
     b.event(
         "Normal",
         "Restored",
-        f"trainer pod group {attempt} resumed trial {progress.get('trialId')} "
-        f"at step {int(resumed)} from the checkpoint",
+        f"trainer pod group {attempt} resumed trial {progress.get('trialId')} {where} "
+        "from the checkpoint",
     )
 
 

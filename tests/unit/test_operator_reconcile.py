@@ -164,6 +164,23 @@ def test_preemption_recreates_counts_and_reports_the_restore():
     assert w.status["restores"] == 1  # reported once per pod group
 
 
+def test_a_restore_at_an_epoch_boundary_is_reported_from_the_restores_count():
+    w = World()
+    start(w)
+    w.progress(trial_id="0001", step=12, restores=2)  # earlier restores of this search
+    w.vanish("j-worker-0")
+    w.step()
+    w.step()
+    w.run_pods()
+    w.step()
+    w.progress(trial_id="0001", step=0, resumed_from_step=0)  # the new trainer, not restored yet
+    w.step()
+    assert w.status["restores"] == 0
+    w.progress(trial_id="0001", step=0, resumed_from_step=0, restores=3)
+    w.step()
+    assert w.status["restores"] == 1 and "epoch boundary" in w.events[-1][2]
+
+
 def test_pod_deleted_by_a_person_waits_for_the_checkpoint_then_recreates():
     w = World()
     start(w)
