@@ -144,6 +144,7 @@ class NodeAgent:
             worker.stop(crash=crash)
         for worker in workers:
             worker.finished.wait(15)
+        self.kill_all_processes()
         with self.lock:
             self.workers.clear()
             self._ips_in_use.clear()
@@ -172,11 +173,16 @@ class NodeAgent:
             self.pids.discard(pid)
 
     def kill_all_processes(self) -> None:
+        """SIGKILL every container's process group, and any process that escaped its
+        group (found by the environment marker)."""
         with self.lock:
             pids = list(self.pids)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+        for pid in self.live_processes():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def live_processes(self) -> list[int]:
         """Live (non-zombie) processes started by this agent's containers, found by
