@@ -67,6 +67,17 @@ cluster-up: venv cluster-tools ## Start the local cluster (control plane + node 
 cluster-down: venv ## Stop the local control plane (no leftover processes)
 	@$(PY) -m tests.localcluster down
 
+.PHONY: test-trainer
+test-trainer: venv ## Trainer tests: real TF on 2 logical CPUs, kills and resumes (~4 min)
+	$(PY) -m pytest tests/trainer $(PYTEST_ARGS)
+
+.PHONY: bench-trainer
+bench-trainer: venv ## Trainer benchmark: work lost per preemption vs keras-tuner → bench/results/trainer.json
+	$(PY) bench/trainer/bench_trainer.py $(BENCH_TRAINER_ARGS)
+
+.PHONY: bench
+bench: bench-trainer ## All benchmarks (tables on stdout, JSON under bench/results/)
+
 # --- the operator (issue 4): kubebuilder-style entry points against $KUBECONFIG -------
 KUBECTL = $(eval KUBECTL := $(or $(shell command -v kubectl),$(shell hack/cluster-tools/build.sh | tail -n1)/kubectl))$(KUBECTL)
 
