@@ -52,7 +52,7 @@ manifests: ## Render manifests/{rbac,operator,prometheus} and chart CRDs from ch
 # The local cluster (tests/localcluster): binaries built from the Go module proxy at the
 # versions in hack/cluster-tools/versions.env, cached in $(CACHE)/bin/<key>/.
 .PHONY: cluster-tools
-cluster-tools: ## Build the pinned k8s/etcd/helm/kubeconform binaries (cold ~8 min, then cached)
+cluster-tools: ## Build the pinned k8s/etcd/helm/kubeconform binaries (cold 8-18 min, then cached)
 	@hack/cluster-tools/build.sh
 
 # `make cluster-up` also starts the node agent(s) and the local-path provisioner
