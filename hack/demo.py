@@ -10,6 +10,7 @@ Exits non-zero if the job did not complete or did not resume after the preemptio
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 for sub in ("contract", "operator", "trainer_image", "."):
     sys.path.insert(0, str(ROOT / sub))
 
-from tests.e2e.harness import Kubectl, Operator, sample, wait_for  # noqa: E402
+from tests.e2e.harness import Kubectl, Operator, sample, wait_for, wait_mid_epoch  # noqa: E402
 from tests.localcluster import disruption  # noqa: E402
 from tests.localcluster.cluster import LocalCluster  # noqa: E402
 from tests.localcluster.controlplane import ControlPlane  # noqa: E402
@@ -37,6 +38,7 @@ def main() -> int:
     cp = ControlPlane(work / "controlplane")
     cluster: LocalCluster | None = None
     operator: Operator | None = None
+    passed = False
     try:
         cp.start()
         cluster = LocalCluster(cp, work / "cluster")
@@ -64,29 +66,23 @@ def main() -> int:
         def show() -> None:
             print(kubectl("get", "tj", "-n", NAMESPACE).stdout.rstrip(), flush=True)
 
-        def mid_trial() -> bool:
-            s = status()
-            p = s.get("progress") or {}
-            return bool(
-                s.get("phase") == "Running"
-                and p.get("phase") == "Running"
-                and (p.get("trialsCompleted") or 0) >= 1
-                and (p.get("step") or 0) >= 2
-                and p.get("lastCheckpointTime")
-            )
-
-        say("waiting for the trainer to be mid-trial (after a checkpoint)")
-        wait_for(mid_trial, 600, "the trainer mid-trial", every=0.5)
+        say("waiting for the trainer to be mid-epoch in its second trial or later")
+        wait_for(lambda: status().get("phase") == "Running", 300, "the trainer running")
+        job = sample(NAME, NAMESPACE)
+        data = job["spec"]["data"]
+        train = int(data["synthetic"]["samples"] * (1 - data["validationSplit"]))
+        p = wait_mid_epoch(
+            kubectl, NAMESPACE, NAME, train // job["spec"]["tuner"]["batchSize"], timeout=600
+        )
         show()
-        p = status()["progress"]
-        say(f"evicting the trainer pod during trial {p['trialId']} at step {p['step']}")
+        say(f"evicting the trainer pod during trial {p['trial_id']} at step {p['step']}")
         disruption.evict_pod(cluster.api, NAMESPACE, f"{NAME}-worker-0")
         wait_for(lambda: status().get("preemptions", 0) >= 1, 120, "the preemption")
         show()
         say("waiting for the recreated trainer to resume from its checkpoint")
         wait_for(lambda: status().get("restores", 0) >= 1, 300, "the restore", every=0.5)
         p = status()["progress"]
-        print(f"resumed trial {p['trialId']} at step {p['resumedFromStep']}", flush=True)
+        print(f"resumed trial {p['trialId']} at step {p.get('resumedFromStep')}", flush=True)
         say("waiting for the search to complete")
         last = ""
         deadline = time.monotonic() + 900
@@ -123,6 +119,7 @@ def main() -> int:
         )
         if not ok and operator is not None:
             print(operator.log_tail(40))
+        passed = ok
         return 0 if ok else 1
     finally:
         say("tearing down")
@@ -131,6 +128,8 @@ def main() -> int:
         if cluster is not None:
             cluster.stop()
         cp.stop()
+        if passed:  # keep the logs of a failed demo
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Kubectl, Operator, sample, wait_for
+from tests.e2e.harness import Kubectl, Operator, sample, wait_for, wait_mid_epoch
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.controlplane import ControlPlane
 
@@ -36,6 +36,9 @@ SEARCH = {
     "resources": {},
     "terminationGracePeriodSeconds": 30,
 }
+
+
+STEPS_PER_EPOCH = 768 * 3 // 4 // 32  # training samples // batch size
 
 
 class Env:
@@ -95,21 +98,13 @@ class Env:
         )
 
     def wait_mid_trial(self, namespace: str, name: str = "search") -> dict[str, Any]:
-        """Until the trainer is inside a trial after the first one, past a checkpoint."""
-
-        def mid(s: dict[str, Any]) -> bool:
-            if s.get("phase") in ("Succeeded", "Failed"):
-                raise AssertionError(f"finished before it could be disrupted: {s}")
-            p = s.get("progress") or {}
-            return bool(
-                s.get("phase") == "Running"
-                and p.get("phase") == "Running"
-                and (p.get("trialsCompleted") or 0) >= 1
-                and (p.get("step") or 0) >= 4
-                and p.get("lastCheckpointTime")
-            )
-
-        return self.wait_status(namespace, mid, 300, "the trainer mid-trial", name)
+        """Until the trainer is mid-epoch in a trial after the first one (its own
+        /progress endpoint; SEARCH has 18 steps an epoch)."""
+        self.wait_phase(namespace, "Running", timeout=120, name=name)
+        try:
+            return wait_mid_epoch(self.kubectl, namespace, name, STEPS_PER_EPOCH)
+        except (TimeoutError, AssertionError) as err:
+            raise AssertionError(f"{err}\n{self.diagnose(namespace, name)}") from None
 
     def reasons(self, namespace: str, name: str = "search") -> list[str]:
         return [e["reason"] for e in self.kubectl.events(namespace, name)]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import tuneop_contract as contract
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +105,51 @@ class Kubectl:
         return list(
             self.json("get", "pods", "-n", namespace, "-l", f"tuneop.io/tuningjob={job}")["items"]
         )
+
+
+def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, Any] | None:
+    """The trainer's live progress record from its /progress endpoint (pod IP, metrics
+    port), fresher than status.progress (which the trainer patches every ~3 s)."""
+    import urllib.request
+
+    result = kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None
+    ip = (json.loads(result.stdout).get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    url = f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return dict(json.loads(response.read()))
+    except (OSError, ValueError):
+        return None
+
+
+def wait_mid_epoch(
+    kubectl: Kubectl,
+    namespace: str,
+    job: str,
+    steps_per_epoch: int,
+    timeout: float = 300,
+) -> dict[str, Any]:
+    """Until the (first) trainer is in a trial after the first one, in the middle of an
+    epoch, so that a disruption now makes it resume at a step > 0. Polls the trainer's
+    own endpoint every 50 ms (a step takes ~0.1 s here)."""
+    pod = f"{job}-worker-0"
+    high = max(2, steps_per_epoch - 6)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        progress = trainer_progress(kubectl, namespace, pod)
+        if progress is None or (progress.get("trials_completed") or 0) < 1:
+            time.sleep(0.5)
+            continue
+        if progress.get("phase") in (contract.PHASE_COMPLETED, contract.PHASE_FAILED):
+            raise AssertionError(f"finished before it could be disrupted: {progress}")
+        if progress.get("phase") == contract.PHASE_RUNNING and 2 <= progress["step"] <= high:
+            return progress
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {pod} mid-epoch")
 
 
 def sample(name: str = "emg-cnn", namespace: str = "default", **spec: Any) -> dict[str, Any]:
