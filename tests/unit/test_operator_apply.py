@@ -1,0 +1,82 @@
+"""The order in which tuneop.kube.apply carries out a Decision (what makes a crash at
+any instant safe): children, pods, status, deletions, events, job deletion.
+`RecordingKube` is a FAKE of the API layer that only records calls: the ordering is the
+property under test; the real API calls are exercised by tests/e2e."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tuneop import kube, names
+from tuneop.reconcile import Decision, Event
+
+JOB = {
+    "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+    "spec": {"image": "img", "hypermodel": "m:H", "distribution": {"workers": 2}},
+}
+
+
+class RecordingKube(kube.Kube):
+    """FAKE: records calls instead of talking to an API server."""
+
+    def __init__(self, existing_pod_attempt: str | None = None) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.existing_pod_attempt = existing_pod_attempt
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        self.calls.append(("create", f"{obj['kind']}/{obj['metadata']['name']}"))
+        return not (obj["kind"] == "Pod" and self.existing_pod_attempt is not None)
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        labels = {names.LABEL_ATTEMPT: self.existing_pod_attempt}
+        return {"metadata": {"labels": labels}}
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.calls.append(("patch_status", ",".join(sorted(status))))
+
+    def delete(self, kind: str, namespace: str, name: str, **options: Any) -> bool:
+        self.calls.append(("delete", f"{kind}/{name}"))
+        return True
+
+    def post_event(self, job: dict[str, Any], event: Event) -> None:
+        self.calls.append(("event", event.reason))
+
+
+def test_apply_order_create_then_status_then_delete_then_events():
+    fake = RecordingKube()
+    decision = Decision(
+        status={"attempt": 1, "attemptStarted": True},
+        events=[Event("Normal", "Created", "x")],
+        ensure_children=True,
+        create_pods=[0, 1],
+        create_attempt=1,
+        delete_pods=["old"],
+        delete_job=True,
+    )
+    kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    assert fake.calls == [
+        ("create", "PersistentVolumeClaim/j-ckpt"),
+        ("create", "ConfigMap/j-spec"),
+        ("create", "ServiceAccount/j-trainer"),
+        ("create", "Role/j-trainer"),
+        ("create", "RoleBinding/j-trainer"),
+        ("create", "Service/j-workers"),
+        ("create", "Pod/j-worker-0"),
+        ("create", "Pod/j-worker-1"),
+        ("patch_status", "attempt,attemptStarted"),
+        ("delete", "Pod/old"),
+        ("event", "Created"),
+        ("delete", "TuningJob/j"),
+    ]
+
+
+def test_a_pod_of_an_older_group_blocks_the_status_patch():
+    fake = RecordingKube(existing_pod_attempt="0")
+    decision = Decision(status={"attemptStarted": True}, create_pods=[0], create_attempt=1)
+    with pytest.raises(kube.StaleGroup):
+        kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    assert ("patch_status", "attemptStarted") not in fake.calls
+    same_group = RecordingKube(existing_pod_attempt="1")  # created before a crash: fine
+    kube.apply(same_group, JOB, decision, metrics_port=9464, uid=1000)
+    assert same_group.calls[-1] == ("patch_status", "attemptStarted")
