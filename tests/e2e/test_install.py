@@ -429,7 +429,8 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
         if logs.returncode == 0:
             assert "Forbidden" not in logs.stdout and " 403 " not in logs.stdout, logs.stdout
     finally:
-        cp.kubectl("-n", watched, "delete", "tj", "--all", "--wait=false", check=False)
+        # Deleted while its operator still runs, so kopf's finalizer is released.
+        cp.kubectl("-n", watched, "delete", "tj", "--all", "--timeout=90s", check=False)
         helm(cp, "uninstall", release, "--namespace", release, "--wait", "--timeout", "2m")
         cp.kubectl("delete", "clusterkopfpeering", release, "--ignore-not-found")
         cp.kubectl("delete", "namespace", watched, "--wait=false", check=False)

@@ -325,6 +325,8 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     )["Deployment"]
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    # A writable temp dir under the read-only root filesystem.
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {env.pop("TMPDIR")}
     assert all(name.startswith("TUNEOP_OPERATOR_") for name in env)
     pod_id = next(e for e in container["env"] if e["name"] == "POD_ID")  # kopf peer identity
     assert pod_id["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
