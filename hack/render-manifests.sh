@@ -48,7 +48,7 @@ rm -f "$out"/rbac/*.yaml "$out"/operator/*.yaml "$out"/prometheus/*.yaml
 awk -v out="$out" -v header="$header" '
   function dest(t) {
     if (t ~ /^(serviceaccount|clusterrole|clusterrolebinding)\.yaml$/) return out "/rbac/" t
-    if (t ~ /^(deployment|service|peering)\.yaml$/) return out "/operator/" t
+    if (t ~ /^(deployment|service|peering|poddisruptionbudget)\.yaml$/) return out "/operator/" t
     if (t ~ /^(servicemonitor|podmonitor|prometheusrule)\.yaml$/) return out "/prometheus/" t
     return ""
   }

@@ -47,6 +47,7 @@ TOGGLES = {
     "prometheusRule": (["prometheusRule.enabled=true"], "PrometheusRule", True),
     "no-metrics-service": (["metrics.service.enabled=false"], "Service", False),
     "no-rbac": (["rbac.create=false"], "ClusterRole", False),
+    "no-pdb": (["podDisruptionBudget.enabled=false"], "PodDisruptionBudget", False),
     "no-serviceaccount": (
         ["serviceAccount.create=false", "serviceAccount.name=existing"],
         "ServiceAccount",
@@ -208,7 +209,14 @@ def test_helm_lint_strict(helm: str) -> None:
 
 def test_default_values_render_the_operator_only(helm: str) -> None:
     kinds = sorted(obj["kind"] for obj in objects(template(helm)))
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+        "ServiceAccount",
+    ]
 
 
 @pytest.mark.parametrize("toggle", sorted(TOGGLES))
@@ -367,6 +375,15 @@ def test_namespaced_mode_creates_a_kopf_peering_per_watched_namespace(helm: str)
     assert "KopfPeering" not in {o["kind"] for o in objects(template(helm))}
 
 
+def test_disruption_budget_keeps_a_standby_replica(helm: str) -> None:
+    objs = by_kind(template(helm))
+    pdb, deploy = objs["PodDisruptionBudget"], objs["Deployment"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"] == deploy["spec"]["selector"]
+    single = {o["kind"] for o in objects(template(helm, "replicaCount=1"))}
+    assert "PodDisruptionBudget" not in single  # would block every drain
+
+
 def test_two_replicas_need_peering(helm: str) -> None:
     err = helm_error(helm, "operator.peeringName=")
     assert "operator.peeringName is empty" in err
@@ -464,7 +481,7 @@ def test_kubeconform_strict_default_and_all_toggles(
         report = kubeconform(bin_dir, schema_dirs, [out], skip=MONITORING_KINDS)
         summary = report["summary"]
         assert summary["invalid"] == 0 and summary["errors"] == 0, report
-        assert summary["valid"] >= 8  # 5 objects + 3 CRDs (TuningJob, 2 peering)
+        assert summary["valid"] >= 9  # 6 objects + 3 CRDs (TuningJob, 2 peering)
 
 
 def test_kubeconform_catches_a_typo(
