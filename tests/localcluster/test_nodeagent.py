@@ -670,3 +670,24 @@ def test_multi_worker_tf_config_with_dns_names(cluster: LocalCluster) -> None:
         logs = cluster.logs(ns, f"w{i}")
         assert pod.status.phase == "Succeeded", logs[-2000:]
         assert "replicas 2 sum 3.0" in logs
+
+
+@pytest.mark.cluster
+def test_missing_config_map_key_waits_then_starts(cluster: LocalCluster) -> None:
+    ns = cluster.create_namespace("agent-config-error")
+    env = [{"name": "V", "valueFrom": {"configMapKeyRef": {"name": "late", "key": "v"}}}]
+    create(cluster, ns, python_pod("waiter", "import os; print('v', os.environ['V'])",
+                                   container={"env": env}))  # fmt: skip
+
+    def config_error() -> Any:
+        pod = cluster.pod(ns, "waiter")
+        statuses = (pod.status.container_statuses or []) if pod else []
+        waiting = statuses[0].state.waiting if statuses else None
+        return pod if waiting and waiting.reason == "CreateContainerConfigError" else None
+
+    pod = cluster.wait_for(config_error, 60, "CreateContainerConfigError")
+    assert pod.status.phase == "Pending"
+    late = {"metadata": {"name": "late"}, "data": {"v": "1"}}
+    cluster.core.create_namespaced_config_map(ns, late)
+    cluster.wait_for_pod_phase(ns, "waiter", "Succeeded")
+    assert "v 1" in cluster.logs(ns, "waiter")

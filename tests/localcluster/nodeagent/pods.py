@@ -235,7 +235,8 @@ class PodWorker(threading.Thread):
                 codes = [c.state["terminated"]["exitCode"] for c in mains]
                 self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
             else:
-                self.phase = "Running"
+                # Pending until a container started (e.g. CreateContainerConfigError).
+                self.phase = "Running" if any(c.runs for c in mains) else "Pending"
         self._report()
 
     # --- processes -------------------------------------------------------------------
