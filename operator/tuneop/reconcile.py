@@ -337,6 +337,37 @@ def decide(
         )
         return b.decision
 
+    if Outcome.PREEMPTED in kinds:
+        # disruption wins: other workers of a MultiWorkerMirrored group often crash
+        # (exit 1) once a peer is gone, which is not their failure
+        what = ", ".join(
+            f"{n}: {c.reason}" for n, c in outcomes.items() if c.outcome == Outcome.PREEMPTED
+        )
+        preemptions = b.count("preemptions")
+        _delete_alive(b, group)
+        if preemptions > fp.max_preemptions:
+            _finish(
+                b,
+                succeeded=False,
+                reason="PreemptionBudgetExceeded",
+                message=f"{preemptions} preemptions exceed failurePolicy.maxPreemptions="
+                f"{fp.max_preemptions}; last: {what}",
+            )
+            return b.decision
+        b.event(
+            "Warning",
+            "Preempted",
+            f"trainer pod group {attempt} disrupted ({what}); recreating "
+            + ("all workers" if workers > 1 else "the trainer")
+            + ", it resumes from the checkpoint",
+        )
+        b.put("attempt", attempt + 1)
+        b.put("attemptStarted", False)
+        b.count("restarts")
+        b.put("message", f"preempted ({what}); recreating the trainer pod group")
+        b.cond(st.COND_RUNNING, False, "Preempted", what)
+        return b.decision
+
     if Outcome.FAILED in kinds:
         what = "; ".join(
             f"{n}: {c.reason}: {c.message}"
@@ -367,35 +398,6 @@ def decide(
         b.put("message", f"trainer failed: {what}; retrying in {delay}s")
         b.cond(st.COND_RUNNING, False, "TrainerFailed", what)
         b.decision.requeue_after = float(delay)
-        return b.decision
-
-    if Outcome.PREEMPTED in kinds:
-        what = ", ".join(
-            f"{n}: {c.reason}" for n, c in outcomes.items() if c.outcome == Outcome.PREEMPTED
-        )
-        preemptions = b.count("preemptions")
-        _delete_alive(b, group)
-        if preemptions > fp.max_preemptions:
-            _finish(
-                b,
-                succeeded=False,
-                reason="PreemptionBudgetExceeded",
-                message=f"{preemptions} preemptions exceed failurePolicy.maxPreemptions="
-                f"{fp.max_preemptions}; last: {what}",
-            )
-            return b.decision
-        b.event(
-            "Warning",
-            "Preempted",
-            f"trainer pod group {attempt} disrupted ({what}); recreating "
-            + ("all workers" if workers > 1 else "the trainer")
-            + ", it resumes from the checkpoint",
-        )
-        b.put("attempt", attempt + 1)
-        b.put("attemptStarted", False)
-        b.count("restarts")
-        b.put("message", f"preempted ({what}); recreating the trainer pod group")
-        b.cond(st.COND_RUNNING, False, "Preempted", what)
         return b.decision
 
     if Outcome.TERMINATING in kinds:

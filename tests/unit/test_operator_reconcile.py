@@ -277,6 +277,16 @@ def test_a_multi_worker_group_is_restarted_together():
     assert d.create_pods == [0, 1, 2] and d.create_attempt == 1
 
 
+def test_a_worker_crashing_because_its_peer_was_preempted_is_no_failure():
+    w = World(workers=2)
+    start(w)
+    w.vanish("j-worker-1")  # evicted
+    w.terminate("j-worker-0", 1, "collective op failed: peer unreachable")
+    w.step()
+    assert w.status["preemptions"] == 1 and w.status["failures"] == 0
+    assert w.reasons()[-1] == "Preempted"
+
+
 def test_suspend_stops_pods_without_counting_and_resume_restarts():
     w = World()
     start(w)
