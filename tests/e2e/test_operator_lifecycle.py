@@ -243,3 +243,42 @@ def test_ttl_deletes_a_finished_job(e2e: Env):
     e2e.submit(ns, env=[{"name": "TUNEOP_JOB_NAME", "value": "x"}], ttlSecondsAfterFinished=3)
     e2e.wait_phase(ns, "Failed", timeout=60)
     wait_for(lambda: e2e.kubectl.job(ns, "search") is None, 60, "the TTL deletion")
+
+
+def test_a_multi_worker_group_is_recreated_together(e2e: Env):
+    """Two workers (MultiWorkerMirroredStrategy via TF_CONFIG and a headless Service):
+    losing one replaces both, counted as one preemption. (Disrupted as soon as both run:
+    what is under test is the operator's group handling, not the trainer's training.)"""
+    ns = e2e.namespace("multi")
+    e2e.submit(
+        ns,
+        distribution={"strategy": "Auto", "workers": 2, "gpusPerWorker": 1},
+        data={"synthetic": {"samples": 256, "seed": 0}, "validationSplit": 0.25},
+    )
+    e2e.wait_status(
+        ns, lambda s: s.get("phase") == "Running" and condition(s, "Running")["status"] == "True",
+        120, "both workers running",
+    )  # fmt: skip
+    pods = {p["metadata"]["name"]: p for p in e2e.kubectl.pods(ns, "search")}
+    assert sorted(pods) == ["search-worker-0", "search-worker-1"]
+    hosts = [f"search-worker-{i}.search-workers.{ns}.svc:2222" for i in range(2)]
+    for i in range(2):
+        env = pods[f"search-worker-{i}"]["spec"]["containers"][0]["env"]
+        tf_config = json.loads(next(e["value"] for e in env if e["name"] == "TF_CONFIG"))
+        assert tf_config == {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}}
+    assert e2e.kubectl("get", "svc", "search-workers", "-n", ns, check=False).returncode == 0
+    disruption.delete_pod(e2e.cluster.api, ns, "search-worker-1")
+    status = e2e.wait_status(ns, lambda s: s.get("attempt") == 1, 120, "a new pod group")
+    assert status["preemptions"] == 1 and status["failures"] == 0
+
+    def recreated() -> list[dict[str, Any]] | None:
+        new = e2e.kubectl.pods(ns, "search")
+        ok = len(new) == 2 and all(p["metadata"]["labels"]["tuneop.io/attempt"] == "1" for p in new)
+        return new if ok else None
+
+    new = wait_for(recreated, 120, "both workers recreated")
+    assert not {p["metadata"]["uid"] for p in new} & {p["metadata"]["uid"] for p in pods.values()}
+    e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")
+    # the job is gone at once; its pods stop gracefully (the trainer's checkpoint)
+    assert e2e.kubectl("get", "svc", "-n", ns, "-o", "name").stdout.split() == []
+    wait_for(lambda: e2e.kubectl.pods(ns, "search") == [], 90, "the worker pods gone")
