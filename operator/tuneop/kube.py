@@ -187,6 +187,24 @@ def create_pod(kube: Kube, pod: Obj) -> None:
         raise StaleGroup(f"pod {meta['name']} of pod group {have} still exists")
 
 
+def refresh_configmap(
+    kube: Kube,
+    configmap: Obj,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
+) -> None:
+    """The spec file follows spec changes (the mutable fields) from the next pod group
+    on: replaced (delete + create) when it differs. Only called before a group's pods
+    are created, so no running pod mounts it."""
+    meta = configmap["metadata"]
+    path = f"{collection('ConfigMap', meta['namespace'])}/{meta['name']}"
+    existing = kube.get(path)
+    if existing is not None and existing.get("data") == configmap["data"]:
+        return
+    kube.delete("ConfigMap", meta["namespace"], meta["name"])
+    kube.create(configmap)
+    logger.info("updated ConfigMap %s to the current spec", meta["name"])
+
+
 def apply(
     kube: Kube,
     job: Obj,
@@ -203,6 +221,8 @@ def apply(
         for child in builders.build_children(job, spec):
             if kube.create(child):
                 logger.info("created %s %s", child["kind"], child["metadata"]["name"])
+            elif child["kind"] == "ConfigMap":
+                refresh_configmap(kube, child, logger)
     for index in decision.create_pods:
         pod = builders.build_pod(
             job, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid

@@ -182,11 +182,20 @@ def test_suspend_resume_and_delete_keeps_the_retained_claim(e2e: Env, reference:
     )  # fmt: skip
     assert condition(status, "Suspended")["status"] == "True"
     assert e2e.kubectl.pods(ns, "search") == []
-    assert status["progress"]["phase"] == "Preempted"  # the trainer checkpointed and exited 75
     e2e.kubectl(
-        "patch", "tj", "search", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":false}}'
+        "patch",
+        "tj",
+        "search",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        '{"spec":{"suspend":false,"checkpoint":{"intervalSteps":5}}}',
     )
     final = e2e.wait_phase(ns, "Succeeded", timeout=400)
+    # a spec change made while suspended reaches the trainer's spec file
+    spec_file = e2e.kubectl.json("get", "cm", "search-spec", "-n", ns)["data"]["spec.yaml"]
+    assert "intervalSteps: 5" in spec_file
     assert final["preemptions"] == 0 and final["failures"] == 0 and final["restores"] == 1
     assert final["bestTrial"]["id"] == reference["bestTrial"]["id"]
     assert e2e.reasons(ns) == [

@@ -20,15 +20,23 @@ JOB = {
 class RecordingKube(kube.Kube):
     """FAKE: records calls instead of talking to an API server."""
 
-    def __init__(self, existing_pod_attempt: str | None = None) -> None:
+    def __init__(
+        self, existing_pod_attempt: str | None = None, existing: dict[str, Any] | None = None
+    ) -> None:
         self.calls: list[tuple[str, str]] = []
         self.existing_pod_attempt = existing_pod_attempt
+        self.existing = existing or {}
 
     def create(self, obj: dict[str, Any]) -> bool:
         self.calls.append(("create", f"{obj['kind']}/{obj['metadata']['name']}"))
+        if obj["kind"] in self.existing:
+            self.existing.pop(obj["kind"])
+            return False
         return not (obj["kind"] == "Pod" and self.existing_pod_attempt is not None)
 
     def get(self, path: str) -> dict[str, Any] | None:
+        if "/configmaps/" in path:
+            return {"data": {"spec.yaml": "old: spec\n"}}
         labels = {names.LABEL_ATTEMPT: self.existing_pod_attempt}
         return {"metadata": {"labels": labels}}
 
@@ -80,3 +88,14 @@ def test_a_pod_of_an_older_group_blocks_the_status_patch():
     same_group = RecordingKube(existing_pod_attempt="1")  # created before a crash: fine
     kube.apply(same_group, JOB, decision, metrics_port=9464, uid=1000)
     assert same_group.calls[-1] == ("patch_status", "attemptStarted")
+
+
+def test_the_spec_configmap_follows_spec_changes_at_the_next_group():
+    fake = RecordingKube(existing={"ConfigMap": True})
+    decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
+    kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    i = fake.calls.index(("create", "ConfigMap/j-spec"))
+    assert fake.calls[i + 1 : i + 3] == [
+        ("delete", "ConfigMap/j-spec"),
+        ("create", "ConfigMap/j-spec"),
+    ]
