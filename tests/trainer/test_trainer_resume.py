@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
@@ -45,6 +46,7 @@ def test_sigkill_at_several_points_resumes_exactly(reference: dict, tmp_path: Pa
     progress = read_progress(ckpt)
     assert progress is not None and progress.phase == "Completed"
     assert progress.restores >= 3
+    assert progress.trials_completed == progress.trials_total == len(reference["trials"])
     assert "restored ckpt-" in log.read_text()
 
 
@@ -52,17 +54,21 @@ def test_sigterm_loses_at_most_the_current_step(reference: dict, tmp_path: Path)
     spec = write_spec(tmp_path, tiny_spec())
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     first = reference["trials"][0]["trialId"]
-    code = kill_when(spec, ckpt, log, lambda p: p.trial_id == first and p.step >= 4, signal.SIGTERM)
+    code = kill_when(spec, ckpt, log, lambda p: p.trial_id == first and p.step >= 3, signal.SIGTERM)
     assert code == EXIT_PREEMPTED
     stopped = read_progress(ckpt)
     assert stopped is not None and stopped.phase == "Preempted"
-    # The preemption checkpoint is at the step the trainer was in when the signal came.
+    # The preemption checkpoint is at the step the trainer was in when the signal came
+    # (or at the epoch end, if the signal came during validation).
     assert stopped.last_checkpoint_time is not None
     saved_at = (stopped.epoch, stopped.step)
+    text = log.read_text()
+    if "preempted: checkpoint at" in text:
+        assert f"preempted: checkpoint at epoch {saved_at[0]} step {saved_at[1]} written" in text
     assert run(spec, ckpt, log) == EXIT_COMPLETED
     text = log.read_text()
-    assert "restored ckpt-" in text
-    assert f"at epoch {saved_at[0]} step {saved_at[1]}" in text
+    # The resumed run starts exactly there: nothing but the interrupted step is redone.
+    assert re.search(rf"restored ckpt-\d+ at epoch {saved_at[0]} step {saved_at[1]} ", text)
     got = results(ckpt)
     assert comparable(got) == comparable(reference)
     assert got["best"]["weightsSha256"] == reference["best"]["weightsSha256"]

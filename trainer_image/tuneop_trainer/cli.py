@@ -147,7 +147,7 @@ def _search(
         reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
         return _fail(EXIT_INVALID_SPEC, str(exc))
     except Exception as exc:
-        message = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:1000]
+        message = _summary(exc)
         log.exception("search failed")
         reporter.update(force=True, phase=PHASE_FAILED, message=message)
         return _fail(EXIT_FAILED, message)
@@ -167,19 +167,34 @@ def _search(
     return EXIT_COMPLETED
 
 
+def _summary(exc: BaseException) -> str:
+    """One line for the operator: the error and, when keras-tuner wrapped the user's
+    traceback into it ("Number of consecutive failures exceeded..."), the user's error
+    (the traceback's last line)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    message = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    if len(lines) > 1:
+        message += f" {lines[-1]}"
+    return message[:1000]
+
+
 def _planned_trials(spec: TrainerSpec) -> int | None:
     t = spec.tuner
     if t.algorithm != "Hyperband":
         return t.max_trials
-    # keras-tuner's Hyperband: brackets s = smax..0, each with ceil(B/(s+1) * f**s) models
-    # trained over s+1 rounds (n_i = n / f**i models in round i).
+    # keras-tuner 1.4.8 HyperbandOracle: _get_num_brackets / _get_size, per iteration.
     import math
 
-    s_max = math.floor(math.log(t.max_epochs, t.factor) + 1e-9)
-    total = 0
-    for s in range(s_max, -1, -1):
-        n = math.ceil((s_max + 1) / (s + 1) * t.factor**s)
-        total += sum(max(1, math.floor(n / t.factor**i)) for i in range(s + 1))
+    brackets, epochs = 0, float(t.max_epochs)
+    while epochs >= 1:
+        epochs /= t.factor
+        brackets += 1
+    end_size = math.ceil(1 + math.log(t.max_epochs, t.factor))
+    total = sum(
+        math.ceil(end_size / (b + 1) * t.factor ** (b - r))
+        for b in range(brackets)
+        for r in range(b + 1)
+    )
     return total * t.hyperband_iterations
 
 

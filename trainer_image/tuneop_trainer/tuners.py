@@ -196,7 +196,7 @@ class ResumableMixin:
         while epoch < epochs:
             order = epoch_order(len(data.x), spec.tuner.seed, execution, epoch)
             idx = order[step * bs : steps * bs]
-            callback = _StepCallback(self, store, epoch, step, history, pending_metrics)
+            callback = _StepCallback(self, store, epoch, step, steps, history, pending_metrics)
             pending_metrics = None
             t_fit = time.monotonic()
             fit = model.fit(
@@ -227,6 +227,8 @@ class ResumableMixin:
             )
             self._maybe_save_best(tid, model, logs[spec.tuner.objective], epoch)
             epoch, step = epoch + 1, 0
+            # Progress says where a resume would start: (next epoch, step 0).
+            ctx.reporter.update(epoch=epoch, step=0)
             self._checkpoint(store, model, epoch, 0, history)
             ctx.train_seconds += time.monotonic() - t_fit
             if preemption.requested():  # SIGTERM arrived during validation
@@ -306,6 +308,7 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         store: CheckpointStore,
         epoch: int,
         start_step: int,
+        steps: int,
         history: dict[str, Any],
         pending_metrics: dict[str, np.ndarray] | None,
     ) -> None:
@@ -314,6 +317,7 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.store = store
         self.epoch = epoch
         self.start_step = start_step
+        self.steps = steps
         self.history = history
         self.pending_metrics = pending_metrics
         self.since_steps = 0
@@ -332,6 +336,11 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         ctx.reporter.step(self.epoch, step)
         self.since_steps += 1
         cp = ctx.spec.checkpoint
+        if step >= self.steps:
+            # The epoch's last step: validation and the epoch-end checkpoint follow at
+            # once (and handle a pending SIGTERM), so a checkpoint is never "all batches
+            # done, not validated" - a state that would have no batches left to resume.
+            return
         if preemption.requested():
             self.tuner._checkpoint(self.store, self.model, self.epoch, step, self.history)
             log.warning("preempted: checkpoint at epoch %d step %d written", self.epoch, step)
