@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from trainer_helpers import env, tiny_spec, write_spec
 from tuneop_contract import EXIT_INVALID_SPEC
-from tuneop_trainer.spec import SpecError, parse
+from tuneop_trainer.spec import SpecError, load_spec_file, parse
 
 HERE = Path(__file__).parent
 
@@ -119,3 +119,18 @@ def test_runtime_spec_errors(tmp_path: Path) -> None:
         code, stderr = run_cli(tmp, manifest)
         assert code == EXIT_INVALID_SPEC, stderr[-3000:]
         assert error_line(stderr).startswith(expected), stderr[-3000:]
+
+
+def test_sample_manifests_parse() -> None:
+    """What users apply (manifests/samples) is what the trainer accepts."""
+    samples = sorted((HERE.parents[1] / "manifests" / "samples").glob("*.yaml"))
+    assert samples
+    for path in samples:
+        spec = load_spec_file(path)
+        assert spec.hypermodel and spec.tuner.algorithm
+
+
+def test_crd_minimums_are_accepted() -> None:
+    """The CRD's lowest allowed values must not be rejected by the trainer."""
+    spec = parse({"checkpoint": {"keep": 1, "intervalSteps": 1, "intervalSeconds": 1}})
+    assert spec.checkpoint.keep == 1

@@ -123,7 +123,10 @@ def import_ref(ref: str, field: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise SpecError(field, f'cannot import "{module_name}": {exc}') from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise SpecError(field, f'module "{module_name}" has no attribute "{attr}"') from None
+    obj: Any = module
+    for part in attr.split("."):  # "pkg.module:Class.attribute" is allowed too
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SpecError(field, f'module "{module_name}" has no attribute "{attr}"') from None
+    return obj

@@ -191,7 +191,7 @@ def _parse_checkpoint(c: dict[str, Any]) -> CheckpointSpec:
     return CheckpointSpec(
         interval_steps=_int(c, "intervalSteps", "spec.checkpoint.intervalSteps", 50, minimum=0),
         interval_seconds=float(seconds),
-        keep=_int(c, "keep", "spec.checkpoint.keep", 2, minimum=2),
+        keep=_int(c, "keep", "spec.checkpoint.keep", 2, minimum=1),
     )
 
 
