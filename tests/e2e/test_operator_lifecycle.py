@@ -263,6 +263,7 @@ def test_a_multi_worker_group_is_recreated_together(e2e: Env):
         ns,
         distribution={"strategy": "Auto", "workers": 2, "gpusPerWorker": 1},
         data={"synthetic": {"samples": 256, "seed": 0}, "validationSplit": 0.25},
+        terminationGracePeriodSeconds=10,
     )
     e2e.wait_status(
         ns, lambda s: s.get("phase") == "Running" and condition(s, "Running")["status"] == "True",
