@@ -97,3 +97,9 @@ demo: venv cluster-tools ## Local cluster + operator + sample job, evicted midwa
 .PHONY: test-e2e
 test-e2e: venv cluster-tools ## Operator end-to-end tests on the local cluster (~8 min)
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+.PHONY: bench-operator
+bench-operator: venv cluster-tools ## Operator benchmark: status lag, eviction → replacement → restore → bench/results/operator.json
+	$(PY) bench/operator/bench_operator.py
+
+bench: bench-operator
