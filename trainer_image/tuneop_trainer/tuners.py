@@ -286,9 +286,10 @@ class ResumableMixin:
 
     def on_trial_end(self, trial: Any) -> None:
         super().on_trial_end(trial)  # type: ignore[misc]
-        progress = self.ctx.reporter.progress
-        best = self.oracle.get_best_trials(1)  # type: ignore[attr-defined]
-        fields: dict[str, Any] = {"trials_completed": progress.trials_completed + 1}
+        oracle = self.oracle  # type: ignore[attr-defined]
+        best = oracle.get_best_trials(1)
+        done = sum(1 for t in oracle.trials.values() if t.status == "COMPLETED")
+        fields: dict[str, Any] = {"trials_completed": done}
         if best and best[0].score is not None:
             fields.update(
                 best_trial_id=str(best[0].trial_id),
