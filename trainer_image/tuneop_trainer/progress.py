@@ -92,7 +92,8 @@ class Reporter:
         self._lock = threading.Lock()
         self._last_write = 0.0
         self._server: ThreadingHTTPServer | None = None
-        self._patcher: _StatusPatcher | None = _StatusPatcher.from_env()
+        # One reporter per job: only the chief patches the status (and writes files).
+        self._patcher: _StatusPatcher | None = _StatusPatcher.from_env() if write else None
 
     # -- updates ----------------------------------------------------------------
     def update(self, force: bool = False, **fields: Any) -> None:
