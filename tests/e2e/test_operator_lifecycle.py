@@ -13,6 +13,7 @@ import pytest
 from tests.e2e.conftest import Env
 from tests.e2e.harness import Operator, sample, wait_for
 from tests.localcluster import disruption
+from tests.localcluster.nodeagent.agent import NodeConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
@@ -292,3 +293,34 @@ def test_a_multi_worker_group_is_recreated_together(e2e: Env):
     # the job is gone at once; its pods stop gracefully (the trainer's checkpoint)
     assert e2e.kubectl("get", "svc", "-n", ns, "-o", "name").stdout.split() == []
     wait_for(lambda: e2e.kubectl.pods(ns, "search") == [], 90, "the worker pods gone")
+
+
+def test_node_loss_is_a_preemption_and_the_trainer_resumes(e2e: Env, reference: dict[str, Any]):
+    """The trainer's node crashes (processes SIGKILLed: no checkpoint at exit, the last
+    periodic one is used); the taint manager evicts the pod, the node comes back, the
+    operator recreates the trainer, which resumes and finds the reference's best trial."""
+    node = "crash-node"
+    e2e.cluster.add_node(NodeConfig(name=node, gpus=1))
+    try:
+        ns = e2e.namespace("nodeloss")
+        e2e.submit(ns, nodeSelector={"kubernetes.io/hostname": node})
+        e2e.wait_mid_trial(ns)
+        disruption.crash_node(e2e.cluster, node)
+        wait_for(
+            lambda: any(
+                p["metadata"].get("deletionTimestamp") for p in e2e.kubectl.pods(ns, "search")
+            ),
+            180,
+            "the taint manager's eviction",
+        )
+        # the pod is Terminating on a lost node: the operator waits, counts nothing yet
+        status = e2e.wait_status(ns, lambda s: "waiting" in s["message"], 30, "waiting")
+        assert status["preemptions"] == 0
+        disruption.recover_node(e2e.cluster, node)
+        final = e2e.wait_phase(ns, "Succeeded", timeout=400)
+        assert final["preemptions"] == 1 and final["failures"] == 0 and final["restores"] == 1
+        assert final["bestTrial"]["id"] == reference["bestTrial"]["id"]
+        preempted = [e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "Preempted"]
+        assert len(preempted) == 1 and "DeletionByTaintManager" in preempted[0]["message"]
+    finally:
+        e2e.cluster.remove_node(node)
