@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import math
 import time
@@ -34,7 +35,7 @@ import keras
 import keras_tuner
 import numpy as np
 from keras_tuner.src import utils as kt_utils
-from tuneop_contract import TRIALS_DIR, write_atomic
+from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
 
 from . import preemption, scope
 from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 
 
 def _atomic_save_json(path: str, obj: Any) -> str:
-    text = __import__("json").dumps(obj)
+    text = json.dumps(obj)
     write_atomic(path, text.encode())
     return text
 
@@ -138,8 +139,6 @@ class ResumableMixin:
         exec_dir = self._trial_dir(tid) / f"exec-{execution}"
         done = exec_dir / "done.json"
         if done.exists():  # finished before the kill: reuse, do not retrain
-            import json
-
             record = json.loads(done.read_text())
             return _history(record["history"], record["initialEpoch"])
         store = CheckpointStore(exec_dir, keep=spec.checkpoint.keep)
@@ -234,8 +233,6 @@ class ResumableMixin:
             if preemption.requested():  # SIGTERM arrived during validation
                 raise preemption.Preempted()
         if ctx.write:
-            import json
-
             record = {"history": history, "initialEpoch": initial_epoch}
             write_atomic(done, json.dumps(record).encode())
         return _history(history, initial_epoch)
@@ -385,8 +382,6 @@ class GridSearch(ResumableMixin, keras_tuner.GridSearch):  # type: ignore[misc]
 
 def create(ctx: Context, hypermodel: Any) -> Any:
     """The tuner for `ctx.spec`, its project under <dir>/tuner/search."""
-    from tuneop_contract import TUNER_DIR
-
     t = ctx.spec.tuner
     objective = keras_tuner.Objective(t.objective, direction=t.direction)
     common: dict[str, Any] = {
