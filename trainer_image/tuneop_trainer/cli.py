@@ -61,13 +61,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_installed(spec: TrainerSpec) -> None:
-    """keras-tuner's BayesianOptimization needs scipy (the `bayesian` extra); say so
-    up front instead of failing every trial."""
-    if spec.tuner.algorithm == "BayesianOptimization" and not importlib.util.find_spec("scipy"):
+    """keras-tuner's BayesianOptimization needs scipy and scikit-learn (its `bayesian`
+    extra); say so up front instead of failing every trial."""
+    if spec.tuner.algorithm != "BayesianOptimization":
+        return
+    missing = [m for m in ("scipy", "sklearn") if not importlib.util.find_spec(m)]
+    if missing:
         raise SpecError(
             "spec.tuner.algorithm",
-            '"BayesianOptimization" needs scipy, which this trainer image lacks; use '
-            "Hyperband, RandomSearch or GridSearch, or an image with keras-tuner[bayesian]",
+            f'"BayesianOptimization" needs {" and ".join(missing)}, which this trainer image '
+            "lacks; use Hyperband, RandomSearch or GridSearch, or an image with "
+            "keras-tuner[bayesian]",
         )
 
 
