@@ -132,9 +132,11 @@ def _fsync_dir(path: Path) -> None:
 def model_state(model: Any) -> dict[str, np.ndarray]:
     """Every variable that affects training from here on, as numpy arrays."""
     arrays: dict[str, np.ndarray] = {}
+    local = _multiworker(model)
     for group, variables in _groups(model).items():
         for i, var in enumerate(variables):
-            arrays[f"{group}/{i}"] = np.asarray(var.numpy())
+            value = _local_components(var)[0].numpy() if local else var.numpy()
+            arrays[f"{group}/{i}"] = np.asarray(value)
     return arrays
 
 
@@ -150,12 +152,35 @@ def restore_state(model: Any, arrays: dict[str, np.ndarray], groups: tuple[str, 
             raise ValueError(
                 f"checkpoint has {len(saved)} {group} variables, the model has {len(variables)}"
             )
+        local = group == "metrics" and _multiworker(model)
         for var, key in zip(variables, saved, strict=True):
-            var.assign(arrays[key])
+            if local:
+                for component in _local_components(var):
+                    component.assign(arrays[key])
+            else:
+                var.assign(arrays[key])
 
 
 def restore_metrics(model: Any, arrays: dict[str, np.ndarray]) -> None:
     restore_state(model, arrays, ("metrics",))
+
+
+def _multiworker(model: Any) -> bool:
+    """Under MultiWorkerMirroredStrategy, reading a metric accumulator (a SUM
+    SyncOnReadVariable) in cross-replica context is a cross-worker all-reduce, which
+    would block a chief that checkpoints alone. There the state is read from (and
+    metric accumulators restored into) this worker's local copies: model and optimizer
+    variables are mirrored (the local copy is the value); metric accumulators are the
+    chief's own share of the epoch so far (see docs/design.md, multi-worker)."""
+    from .multiworker import is_multiworker
+
+    return is_multiworker(model.distribute_strategy)
+
+
+def _local_components(var: Any) -> list[Any]:
+    tf_var = getattr(var, "value", var)  # Keras 3 Variable wraps a tf.Variable
+    values = getattr(tf_var, "values", None)
+    return list(values) if values is not None else [tf_var]
 
 
 def _groups(model: Any) -> dict[str, list[Any]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +58,18 @@ def export(tuner: Any, checkpoint_dir: Path, write: bool) -> dict[str, Any]:
         best_trial = tuner.oracle.get_trial(results["best"]["trialId"])
         model = tuner.load_model(best_trial)
         results["best"]["weightsSha256"] = weights_digest(model)
-        if write:
-            path = checkpoint_dir / BEST_MODEL_FILE
-            tmp = path.with_name(f".{path.name}.tmp.keras")
-            with tuner.ctx.strategy.scope():
-                model.save(tmp)
+        path = checkpoint_dir / BEST_MODEL_FILE
+        # Non-chief workers save too, to a scratch directory (the standard multi-worker
+        # pattern: every worker runs the same ops, only the chief's file is kept).
+        scratch = None if write else Path(tempfile.mkdtemp(prefix="tuneop-scratch-"))
+        tmp = (scratch or path.parent) / f".{path.name}.tmp.keras"
+        with tuner.ctx.strategy.scope():
+            model.save(tmp)
+        if scratch is None:
             tmp.replace(path)
             results["best"]["model"] = BEST_MODEL_FILE
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
     if write:
         write_atomic(checkpoint_dir / RESULTS_FILE, json.dumps(results, indent=2).encode())
     return results

@@ -64,6 +64,10 @@ def create(requested: str = "Auto") -> Any:
             strategy = tf.distribute.get_strategy()
             kind = "default strategy"
     log.info("strategy: %s, %d replica(s)", kind, strategy.num_replicas_in_sync)
+    from . import multiworker
+
+    if multiworker.apply(strategy):
+        log.info("Keras patched for MultiWorkerMirroredStrategy (tuneop_trainer.multiworker)")
     return strategy
 
 

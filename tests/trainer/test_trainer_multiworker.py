@@ -1,0 +1,145 @@
+"""MultiWorkerMirroredStrategy: two trainer processes, TF_CONFIG on loopback, one shared
+checkpoint directory (as two pods on one claim). Both run the same trials in lockstep;
+only the chief (index 0) writes; a SIGKILL of both mid-trial resumes from the chief's
+checkpoint."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainer_helpers import comparable, env, results, tiny_spec, write_spec
+from tuneop_contract import ENV_TF_CONFIG, EXIT_COMPLETED, read_progress
+
+pytestmark = pytest.mark.slow
+
+SPEC = {"algorithm": "RandomSearch", "maxTrials": 2, "maxEpochs": 2}
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _start_group(spec: Path, ckpt: Path, logs: list[Path]) -> list[subprocess.Popen[bytes]]:
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(len(logs))]
+    procs = []
+    for index, log in enumerate(logs):
+        e = env(devices=1)
+        e[ENV_TF_CONFIG] = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        )
+        cmd = [sys.executable, "-m", "tuneop_trainer", "run", "--spec", str(spec)]
+        procs.append(
+            subprocess.Popen(
+                [*cmd, "--dir", str(ckpt)], stdout=log.open("ab"), stderr=subprocess.STDOUT, env=e
+            )
+        )
+    return procs
+
+
+def _wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 150) -> list[int]:
+    try:
+        return [p.wait(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _best_line(log: Path) -> dict[str, Any]:
+    """The 'search completed; best: {...}' line every worker logs (its own view)."""
+    match = re.search(r"search completed; best: (\{.*\})", log.read_text())
+    assert match, log.read_text()[-3000:]
+    best: dict[str, Any] = ast.literal_eval(match.group(1))
+    best.pop("model", None)  # only the chief exported the model file
+    return best
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two workers, never interrupted."""
+    tmp = tmp_path_factory.mktemp("mw-reference")
+    spec = write_spec(tmp, tiny_spec(**SPEC))
+    ckpt, logs = tmp / "ckpt", [tmp / "log0", tmp / "log1"]
+    codes = _wait_all(_start_group(spec, ckpt, logs))
+    assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
+    return {"results": results(ckpt), "logs": logs, "ckpt": ckpt}
+
+
+def test_two_workers_complete_and_agree(reference: dict[str, Any]) -> None:
+    res, logs = reference["results"], reference["logs"]
+    assert [t["status"] for t in res["trials"]] == ["COMPLETED", "COMPLETED"]
+    assert all(t["score"] is not None for t in res["trials"])
+    for log in logs:
+        text = log.read_text()
+        assert "strategy: MultiWorkerMirroredStrategy, 2 replica(s)" in text
+        assert "PerReplica" not in text
+    # Same trials, same cross-worker metrics, same best weights on both workers.
+    epochs = [re.findall(r"trial \S+ exec \d+ epoch .*", log.read_text()) for log in logs]
+    assert epochs[0] == epochs[1] and len(epochs[0]) == 4
+    assert _best_line(logs[0]) == _best_line(logs[1])
+    assert _best_line(logs[0])["weightsSha256"] == res["best"]["weightsSha256"]
+    assert res["best"]["model"] == "best_model.keras"
+    assert (reference["ckpt"] / "best_model.keras").is_file()
+    progress = read_progress(reference["ckpt"])
+    assert progress is not None and progress.phase == "Completed"
+    assert progress.trials_completed == progress.trials_total == 2
+
+
+def test_group_sigkilled_mid_trial_resumes_from_checkpoint(
+    reference: dict[str, Any], tmp_path: Path
+) -> None:
+    spec = write_spec(tmp_path, tiny_spec(**SPEC))
+    ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
+    last = reference["results"]["trials"][-1]["trialId"]
+    procs = _start_group(spec, ckpt, logs)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), "a worker exited before the kill"
+            try:
+                p = read_progress(ckpt)
+            except (ValueError, OSError):
+                p = None
+            if p is not None and p.trial_id == last and p.epoch == 1 and p.step >= 4:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("kill point not reached")
+        for proc in procs:  # the pod group is lost together
+            proc.send_signal(signal.SIGKILL)
+        assert [proc.wait(timeout=30) for proc in procs] == [-signal.SIGKILL] * 2
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    codes = _wait_all(_start_group(spec, ckpt, logs))
+    assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
+    for log in logs:  # both workers restored the chief's mid-epoch checkpoint
+        restored = re.findall(r"restored ckpt-\d+ at epoch (\d+) step (\d+)", log.read_text())
+        assert restored and int(restored[-1][0]) == 1 and int(restored[-1][1]) > 0
+    got = results(ckpt)
+    # Weights, optimizer and the validation objective resume exactly.
+    assert comparable(got) == comparable(reference["results"])
+    assert got["best"]["weightsSha256"] == reference["results"]["best"]["weightsSha256"]
+    assert _best_line(logs[0]) == _best_line(logs[1])
+    progress = read_progress(ckpt)
+    assert progress is not None and progress.phase == "Completed" and progress.restores >= 1
