@@ -18,7 +18,13 @@ from typing import Any
 
 import pytest
 from trainer_helpers import comparable, env, results, tiny_spec, write_spec
-from tuneop_contract import ENV_TF_CONFIG, EXIT_COMPLETED, read_progress
+from tuneop_contract import (
+    ENV_TF_CONFIG,
+    EXIT_COMPLETED,
+    EXIT_PREEMPTED,
+    TUNER_DIR,
+    read_progress,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +67,20 @@ def _wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 150) -> lis
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def _wait_progress(procs: list[subprocess.Popen[bytes]], ckpt: Path, pred: Any) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert all(p.poll() is None for p in procs), "a worker exited before the kill point"
+        try:
+            progress = read_progress(ckpt)
+        except (ValueError, OSError):
+            progress = None
+        if progress is not None and pred(progress):
+            return
+        time.sleep(0.05)
+    raise AssertionError("kill point not reached")
 
 
 def _best_line(log: Path) -> dict[str, Any]:
@@ -111,18 +131,7 @@ def test_group_sigkilled_mid_trial_resumes_from_checkpoint(
     last = reference["results"]["trials"][-1]["trialId"]
     procs = _start_group(spec, ckpt, logs)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert all(p.poll() is None for p in procs), "a worker exited before the kill"
-            try:
-                p = read_progress(ckpt)
-            except (ValueError, OSError):
-                p = None
-            if p is not None and p.trial_id == last and p.epoch == 1 and p.step >= 4:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("kill point not reached")
+        _wait_progress(procs, ckpt, lambda p: p.trial_id == last and p.epoch == 1 and p.step >= 4)
         for proc in procs:  # the pod group is lost together
             proc.send_signal(signal.SIGKILL)
         assert [proc.wait(timeout=30) for proc in procs] == [-signal.SIGKILL] * 2
@@ -143,3 +152,32 @@ def test_group_sigkilled_mid_trial_resumes_from_checkpoint(
     assert _best_line(logs[0]) == _best_line(logs[1])
     progress = read_progress(ckpt)
     assert progress is not None and progress.phase == "Completed" and progress.restores >= 1
+
+
+def test_losing_one_worker_is_a_preemption_not_a_failed_trial(
+    reference: dict[str, Any], tmp_path: Path
+) -> None:
+    """The non-chief is SIGKILLed mid-trial: the chief's next collective fails; it must
+    exit 75 (resume me) without recording the trial as FAILED in the shared oracle."""
+    spec = write_spec(tmp_path, tiny_spec(**SPEC))
+    ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
+    first = reference["results"]["trials"][0]["trialId"]
+    procs = _start_group(spec, ckpt, logs)
+    try:
+        _wait_progress(procs, ckpt, lambda p: p.trial_id == first and p.step >= 3)
+        procs[1].send_signal(signal.SIGKILL)
+        assert procs[1].wait(timeout=30) == -signal.SIGKILL
+        assert procs[0].wait(timeout=120) == EXIT_PREEMPTED, logs[0].read_text()[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "lost another worker" in logs[0].read_text()
+    trial = json.loads((ckpt / TUNER_DIR / "search" / f"trial_{first}" / "trial.json").read_text())
+    assert trial["status"] == "RUNNING"
+    codes = _wait_all(_start_group(spec, ckpt, logs))
+    assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
+    got = results(ckpt)
+    assert comparable(got) == comparable(reference["results"])
+    assert got["best"]["weightsSha256"] == reference["results"]["best"]["weightsSha256"]

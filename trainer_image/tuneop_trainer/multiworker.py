@@ -15,15 +15,31 @@ Measured with two local workers (TF_CONFIG on loopback), plain Keras, no tuneop 
    mean over the replicas, each holding its own replica's metric value over the same
    number of samples (fixed-size batches) - the cross-worker metric.
 
+3. (Not a Keras bug.) When another worker dies, this worker's next collective fails
+   (`UnavailableError: Collective ops is aborted by: ... tasks are unhealthy`).
+   keras-tuner would record that as a FAILED trial in the shared oracle and go on; the
+   trial is not at fault, the pod group is being replaced. So such an error raises
+   `PeerLost` (a `Preempted`: exit 75, keras-tuner does not catch it) and the group
+   resumes from the chief's last checkpoint.
+
 Applied only when the strategy is MWMS (`apply(strategy)`), so the single-process
 paths run unchanged Keras code.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from .preemption import Preempted
+
+log = logging.getLogger(__name__)
+
 _applied = False
+
+
+class PeerLost(Preempted):
+    """A collective op failed because another worker of the group is gone."""
 
 
 def is_multiworker(strategy: Any) -> bool:
@@ -63,8 +79,31 @@ def apply(strategy: Any) -> bool:
             return None
         return original_build(self, iterator=iterator, data_batch=data_batch)
 
+    import tensorflow as tf
+    from keras_tuner.src.engine import base_tuner
+
+    original_run = base_tuner.BaseTuner._run_and_update_trial
+    peer_errors = (
+        tf.errors.UnavailableError,
+        tf.errors.AbortedError,
+        tf.errors.CancelledError,
+        tf.errors.DeadlineExceededError,
+    )
+
+    def _run_and_update_trial(self: Any, trial: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original_run(self, trial, *args, **kwargs)
+        except peer_errors as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            what = f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:300]
+            log.warning(
+                "trial %s: lost another worker (%s); exit to be restarted", trial.trial_id, what
+            )
+            raise PeerLost(what) from exc
+
     tf_trainer.reduce_per_replica = reduce_per_replica
     tf_trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
+    base_tuner.BaseTuner._run_and_update_trial = _run_and_update_trial
     _applied = True
     return True
 
