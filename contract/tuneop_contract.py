@@ -95,7 +95,11 @@ class Progress:
     epoch: int = 0
     step: int = 0
     resumed_from_step: int | None = None
-    """Set when this process restored a trial from a checkpoint: the step it resumed at."""
+    """Set when this process restored a trial from a checkpoint: the step (within the
+    epoch) it resumed at; 0 at an epoch boundary."""
+    resumed_from_epoch: int | None = None
+    """With resumed_from_step: the epoch it resumed in. (epoch, step) > (0, 0) means the
+    trial continued where it stopped instead of starting over."""
     restores: int = 0
     """How many times this search was restored from the volume (all processes)."""
     last_progress_time: str | None = None
