@@ -37,7 +37,7 @@ import numpy as np
 from keras_tuner.src import utils as kt_utils
 from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
 
-from . import preemption, scope
+from . import preemption, scope, uneven
 from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
 from .data import Dataset, epoch_order
 from .progress import Reporter
@@ -54,6 +54,8 @@ def _atomic_save_json(path: str, obj: Any) -> str:
 
 # keras-tuner's Stateful.save and Trial.save both go through utils.save_json.
 kt_utils.save_json = _atomic_save_json
+# Keras 3 fails on a first batch that splits unevenly across replicas: see uneven.py.
+uneven.install()
 
 
 class InvalidSearch(keras_tuner.errors.FatalError):  # type: ignore[misc]
