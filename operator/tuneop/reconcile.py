@@ -288,7 +288,7 @@ def decide(
             b.put("startTime", st.rfc3339(b.now))
         if attempt > 0:
             # what the new trainer reports from now on is about this group
-            b.decision.status["progress"] = {"resumedFromStep": None}
+            b.decision.status["progress"] = {"resumedFromStep": None, "resumedFromEpoch": None}
             progress = b.old.get("progress") or {}
             b.put("restoreBaseline", int(progress.get("restores") or 0))
         b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
@@ -438,7 +438,10 @@ def _report_restore(b: _Builder, attempt: int) -> None:
         return
     b.count("restores")
     b.put("restoredAttempt", attempt)
+    epoch = progress.get("resumedFromEpoch")
     where = f"at step {resumed}" if resumed > 0 else "at an epoch boundary"
+    if epoch is not None:
+        where += f" of epoch {epoch}"
     b.event(
         "Normal",
         "Restored",

@@ -97,12 +97,14 @@ class Env:
             namespace, lambda s: s.get("phase") == phase, timeout, f"phase {phase}", name
         )
 
-    def wait_mid_trial(self, namespace: str, name: str = "search") -> dict[str, Any]:
+    def wait_mid_trial(
+        self, namespace: str, name: str = "search", min_step: int = 2
+    ) -> dict[str, Any]:
         """Until the trainer is mid-epoch in a trial after the first one (its own
         /progress endpoint; SEARCH has 18 steps an epoch)."""
         self.wait_phase(namespace, "Running", timeout=120, name=name)
         try:
-            return wait_mid_epoch(self.kubectl, namespace, name, STEPS_PER_EPOCH)
+            return wait_mid_epoch(self.kubectl, namespace, name, STEPS_PER_EPOCH, min_step=min_step)
         except (TimeoutError, AssertionError) as err:
             raise AssertionError(f"{err}\n{self.diagnose(namespace, name)}") from None
 

@@ -132,12 +132,13 @@ def wait_mid_epoch(
     job: str,
     steps_per_epoch: int,
     timeout: float = 300,
+    min_step: int = 2,
 ) -> dict[str, Any]:
     """Until the (first) trainer is in a trial after the first one, in the middle of an
-    epoch, so that a disruption now makes it resume at a step > 0. Polls the trainer's
-    own endpoint every 50 ms (a step takes ~0.1 s here)."""
+    epoch (at `min_step` or later), so that a disruption now makes it resume at a step
+    > 0. Polls the trainer's own endpoint every 50 ms (a step takes ~0.1 s here)."""
     pod = f"{job}-worker-0"
-    high = max(2, steps_per_epoch - 6)
+    high = max(min_step, steps_per_epoch - 6)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         progress = trainer_progress(kubectl, namespace, pod)
@@ -146,7 +147,7 @@ def wait_mid_epoch(
             continue
         if progress.get("phase") in (contract.PHASE_COMPLETED, contract.PHASE_FAILED):
             raise AssertionError(f"finished before it could be disrupted: {progress}")
-        if progress.get("phase") == contract.PHASE_RUNNING and 2 <= progress["step"] <= high:
+        if progress.get("phase") == contract.PHASE_RUNNING and min_step <= progress["step"] <= high:
             return progress
         time.sleep(0.05)
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {pod} mid-epoch")

@@ -384,7 +384,7 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
             return False
 
         try:
-            wait_for(healthy, 60, "the operator pod's /healthz")
+            wait_for(healthy, 180, "the operator pod's /healthz")
         except TimeoutError as err:
             raise diagnose(err) from None
 

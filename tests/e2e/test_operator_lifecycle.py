@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Env
+from tests.e2e.conftest import SEARCH, Env
 from tests.e2e.harness import Operator, sample, wait_for
 from tests.localcluster import disruption
 from tests.localcluster.nodeagent.agent import NodeConfig
@@ -63,7 +63,10 @@ def _disrupt_and_finish(e2e: Env, reference: dict[str, Any], prefix: str, disrup
     status = e2e.wait_status(ns, lambda s: s.get("preemptions", 0) >= 1, 120, "the preemption")
     assert status["failures"] == 0
     restored = e2e.wait_status(ns, lambda s: s.get("restores", 0) >= 1, 240, "the restore")
-    assert restored["progress"]["resumedFromStep"] > 0
+    # Resumed where it stopped: mid-epoch, or at an epoch boundary if the signal came on
+    # an epoch's last step (the trainer then finishes that epoch first).
+    resumed = restored["progress"]
+    assert (resumed["resumedFromEpoch"], resumed["resumedFromStep"]) > (0, 0), resumed
     new_pod = e2e.cluster.pod(ns, pod)
     assert new_pod is not None and new_pod.metadata.uid != uid
     assert new_pod.metadata.labels["tuneop.io/attempt"] == "1"
@@ -308,7 +311,9 @@ def test_node_loss_is_a_preemption_and_the_trainer_resumes(e2e: Env, reference: 
     try:
         ns = e2e.namespace("nodeloss")
         e2e.submit(ns, nodeSelector={"kubernetes.io/hostname": node})
-        e2e.wait_mid_trial(ns)
+        # SIGKILL leaves only the periodic checkpoints: wait until this trial has one
+        # (every intervalSteps steps), or it would rightly start the trial over.
+        e2e.wait_mid_trial(ns, min_step=SEARCH["checkpoint"]["intervalSteps"] + 2)
         disruption.crash_node(e2e.cluster, node)
         wait_for(
             lambda: any(
