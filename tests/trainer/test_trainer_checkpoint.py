@@ -44,8 +44,9 @@ def test_corrupt_latest_checkpoint_falls_back_and_finishes(tmp_path: Path) -> No
     assert code == -signal.SIGKILL
     exec_dir = ckpt / "trials" / second / "exec-0"
     ckpts = sorted(exec_dir.glob("ckpt-*"))
-    assert len(ckpts) == 2
-    latest, previous = ckpts[-1], ckpts[0]
+    # keep=2, plus one more if the kill fell between a save and the pruning after it.
+    assert len(ckpts) in (2, 3), ckpts
+    latest, previous = ckpts[-1], ckpts[-2]
     corrupt = bytearray((latest / "state.npz").read_bytes())
     corrupt[len(corrupt) // 2] ^= 0xFF  # one flipped byte: sha256 catches it
     (latest / "state.npz").write_bytes(bytes(corrupt))
