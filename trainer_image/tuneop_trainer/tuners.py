@@ -37,7 +37,7 @@ import numpy as np
 from keras_tuner.src import utils as kt_utils
 from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
 
-from . import preemption, scope, uneven
+from . import multiworker, preemption, scope, uneven
 from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
 from .data import Dataset, epoch_order
 from .progress import Reporter
@@ -46,9 +46,15 @@ from .spec import TrainerSpec
 log = logging.getLogger(__name__)
 
 
+# False on non-chief workers: only the chief writes the checkpoint directory (the
+# other workers hold the same oracle in memory, they read the files only at start-up).
+_write_json = True
+
+
 def _atomic_save_json(path: str, obj: Any) -> str:
     text = json.dumps(obj)
-    write_atomic(path, text.encode())
+    if _write_json:
+        write_atomic(path, text.encode())
     return text
 
 
@@ -83,7 +89,9 @@ class ResumableMixin:
     ctx: Context
 
     def __init__(self, *args: Any, context: Context, **kwargs: Any) -> None:
+        global _write_json
         self.ctx = context
+        _write_json = context.write
         project = Path(kwargs["directory"]) / kwargs["project_name"]
         fresh = not (project / "tuner0.json").exists()
         super().__init__(*args, **kwargs)
@@ -91,6 +99,8 @@ class ResumableMixin:
             # keras-tuner writes tuner0.json only at trial end; without it a restart
             # during the first trial would start a new search.
             self.save()  # type: ignore[attr-defined]
+        # Every worker has now loaded the same state; none writes before all have.
+        multiworker.barrier(context.strategy)
 
     # -- paths ------------------------------------------------------------------
     def _trial_dir(self, trial_id: str) -> Path:
@@ -171,7 +181,6 @@ class ResumableMixin:
             ctx.reporter.update(
                 force=True,
                 resumed_from_step=step,
-                resumed_from_epoch=epoch,
                 restores=ctx.reporter.progress.restores + 1,
             )
         elif "tuner/trial_id" in hp.values:
