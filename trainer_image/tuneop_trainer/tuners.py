@@ -181,6 +181,7 @@ class ResumableMixin:
             ctx.reporter.update(
                 force=True,
                 resumed_from_step=step,
+                resumed_from_epoch=epoch,
                 restores=ctx.reporter.progress.restores + 1,
             )
         elif "tuner/trial_id" in hp.values:
