@@ -6,7 +6,6 @@ such: tests/e2e checks the same path against the real kube-apiserver."""
 from __future__ import annotations
 
 import json
-import shutil
 import ssl
 import subprocess
 import threading
@@ -15,11 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import pytest
 from tuneop_contract import Progress
 from tuneop_trainer.progress import _StatusPatcher
-
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 
 
 def _cert(tmp: Path) -> tuple[Path, Path]:
