@@ -181,6 +181,37 @@ def test_launcher_mounts_privately_and_execs(tmp_path: Path) -> None:
     assert created.read_text().split() == [str(tmp_path / "mnt"), str(target)]
 
 
+def test_launcher_resolves_sources_before_an_earlier_mount_hides_them(tmp_path: Path) -> None:
+    """A volume mounted over a directory (a pod's /tmp emptyDir, say) must not hide the
+    host paths that later volumes come from: the launcher opens every source first."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "hosts").write_text("127.0.1.7\tother-pod\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    created = work / "created"
+    script = "print(open('/etc/hosts').read().strip(), flush=True)"
+    spec = {
+        "argv": ["python3", "-c", script],
+        "env": {"PATH": "/usr/bin:/bin"},
+        "workingDir": "/",
+        "mounts": [
+            {"source": str(empty), "target": str(work)},  # hides work/hosts from here on
+            {"source": str(work / "hosts"), "target": "/etc/hosts"},
+        ],
+        "createdPaths": str(created),
+    }
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run(
+        ["unshare", "--mount", "--uts", "--propagation", "private",
+         sys.executable, "-S", str(LAUNCH_PY), str(tmp_path / "spec.json")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "127.0.1.7\tother-pod"
+    assert created.read_text() == ""  # every mount point already existed
+
+
 def test_mountpoints_still_mounted_elsewhere_are_kept(tmp_path: Path) -> None:
     """Removing a mount point detaches it in every namespace (e.g. another local
     cluster's pod on this machine), so cleanup keeps the ones still in use."""

@@ -61,17 +61,24 @@ def main(argv: list[str]) -> int:
     # Die with the agent thread that started us (safety net if the agent is killed).
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     created: list[str] = []
+    mounts = spec.get("mounts", [])
+    # Resolve every source (and the record file) before the first mount: a volume at,
+    # say, /tmp would otherwise hide the host paths that later sources live under.
+    fds = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in mounts]
+    record = open(spec["createdPaths"], "a") if spec.get("createdPaths") else None  # noqa: SIM115
     try:
-        for mount in spec.get("mounts", []):
-            source, target = mount["source"], mount["target"]
+        for mount, fd in zip(mounts, fds, strict=True):
+            source, target = f"/proc/self/fd/{fd}", mount["target"]
             _make_mountpoint(source, target, created)
             _mount(libc, source, target, MS_BIND | MS_REC)
             if mount.get("readOnly"):
                 _mount(libc, source, target, MS_BIND | MS_REMOUNT | MS_RDONLY)
     finally:
-        if created and spec.get("createdPaths"):
-            with open(spec["createdPaths"], "a") as f:
-                f.write("".join(p + "\n" for p in created))
+        if record is not None:
+            with record:
+                record.write("".join(p + "\n" for p in created))
+        for fd in fds:
+            os.close(fd)
     if spec.get("hostname"):
         with contextlib.suppress(OSError):
             socket.sethostname(spec["hostname"])
