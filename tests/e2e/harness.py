@@ -12,35 +12,22 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import tuneop_contract as contract
 import yaml
+
+from tests.localcluster.cluster import wait_for  # re-exported for the e2e tests
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "manifests" / "crd"
 SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-emg.yaml"
 PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("contract", "operator", "trainer_image", "."))
-T = TypeVar("T")
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, every: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 class Kubectl:

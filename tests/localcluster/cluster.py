@@ -54,6 +54,18 @@ def _stop_all_at_exit() -> None:  # before the control plane's own atexit hook
         cluster.stop()
 
 
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, every: float = 0.5) -> T:
+    """Poll ``predicate`` every ``every`` s until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
 class LocalCluster:
     def __init__(
         self,
@@ -174,14 +186,7 @@ class LocalCluster:
 
     def wait_for(self, predicate: Callable[[], T], timeout: float, what: str) -> T:
         """Poll ``predicate`` (every 0.2 s) until it returns something truthy."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(0.2)
+        return wait_for(predicate, timeout, what, every=0.2)
 
     def node_ready(self, name: str) -> bool:
         try:

@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.unit.test_operator_metrics import AGREED
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "manifests" / "prometheus" / "tuneop-rules.yaml"
 PROMETHEUS_RULE = ROOT / "manifests" / "prometheus" / "prometheusrule.yaml"
@@ -32,19 +34,7 @@ RUNBOOKS = ROOT / "docs" / "runbooks.md"
 
 ALERTS = {"TuneopTrialStalled", "TuneopJobFailed", "TuneopPreemptionStorm", "TuneopOperatorDown"}
 # The operator's metric names agreed for the alerts (labels namespace, tuningjob only).
-OPERATOR_METRICS = {
-    "tuneop_tuningjob_last_progress_timestamp_seconds",
-    "tuneop_tuningjob_last_checkpoint_timestamp_seconds",
-    "tuneop_tuningjob_stall_timeout_seconds",
-    "tuneop_tuningjob_trials_completed",
-    "tuneop_tuningjob_trials_planned",
-    "tuneop_tuningjob_best_score",
-    "tuneop_tuningjob_preemptions_total",
-    "tuneop_tuningjob_failures_total",
-    "tuneop_tuningjob_restores_total",
-    "tuneop_tuningjob_stalled",
-    "tuneop_tuningjob_phase",
-}
+OPERATOR_METRICS = AGREED
 PHASES = {"Pending", "Running", "Suspended", "Succeeded", "Failed"}
 
 
