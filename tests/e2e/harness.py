@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "manifests" / "crd"
 SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-emg.yaml"
 PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("contract", "operator", "trainer_image", "."))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
