@@ -42,6 +42,11 @@ ENV_TF_CONFIG = "TF_CONFIG"
 DEFAULT_METRICS_PORT = 9464
 DEFAULT_CHECKPOINT_DIR = "/checkpoints"
 DEFAULT_SPEC_FILE = "/etc/tuneop/spec.yaml"
+# Script mode: the ConfigMap named by `spec.script.configMap` is mounted read-only here
+# (a directory of its own: the spec's directory is a read-only volume too).
+SCRIPT_DIR = "/etc/tuneop-script"
+# The entry script when `spec.script.configMap.key` is unset and the map has several keys.
+DEFAULT_SCRIPT_KEY = "search.py"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 # --- files in the checkpoint directory ---------------------------------------------
