@@ -75,6 +75,69 @@ def start(spec: Path, ckpt: Path, log: Path, devices: int = 2) -> subprocess.Pop
     )
 
 
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def start_exec(
+    script: Path, ckpt: Path, log: Path, *args: str, devices: int = 2, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`python -m tuneop_trainer exec --deterministic` on a user script (script mode)."""
+    settings = ckpt.parent / "exec-spec.yaml"
+    if not settings.exists():  # checkpoints every 3 steps: kill points land mid-epoch
+        settings.write_text(
+            yaml.safe_dump({"checkpoint": {"intervalSteps": 3, "intervalSeconds": 0}})
+        )
+    command = [sys.executable, "-m", "tuneop_trainer", "exec", "--dir", str(ckpt)]
+    command += ["--spec", str(settings), "--deterministic", str(script), *args]
+    return subprocess.Popen(
+        command,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=env(devices),
+        cwd=cwd or ckpt.parent,
+    )
+
+
+def kill_exec_when(
+    script: Path, ckpt: Path, log: Path, pred: Any, *args: str, sig: int = signal.SIGKILL
+) -> int:
+    """Start `exec` on the script, send `sig` once pred(progress) holds, return its exit."""
+    proc = start_exec(script, ckpt, log, *args)
+    try:
+        wait_for(proc, ckpt, pred)
+        proc.send_signal(sig)
+        return proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def fit_final(ckpt: Path, fit_dir: str) -> dict[str, Any]:
+    """meta.json of a fit's final ("done") checkpoint: history, epochs, callbacks."""
+    latest = sorted((ckpt / fit_dir).glob("ckpt-*"))[-1]
+    meta: dict[str, Any] = json.loads((latest / "meta.json").read_text())
+    assert meta["done"], f"{latest} is not the final checkpoint"
+    return meta
+
+
+def fit_weights(ckpt: Path, fit_dir: str) -> str:
+    """sha256 of the model variables in a fit's final ("done") checkpoint."""
+    import hashlib
+
+    import numpy as np
+
+    latest = sorted((ckpt / fit_dir).glob("ckpt-*"))[-1]
+    meta = json.loads((latest / "meta.json").read_text())
+    assert meta["done"], f"{latest} is not the final checkpoint"
+    digest = hashlib.sha256()
+    with np.load(latest / "state.npz") as npz:
+        for key in npz.files:
+            if key.startswith("model/"):
+                digest.update(key.encode() + npz[key].tobytes())
+    return digest.hexdigest()
+
+
 def run(spec: Path, ckpt: Path, log: Path, timeout: float = 240) -> int:
     proc = start(spec, ckpt, log)
     return proc.wait(timeout=timeout)

@@ -3,8 +3,9 @@
 Layout of one checkpoint directory `<root>/ckpt-<seq:08d>/`:
   state.npz      every model variable (incl. non-trainable and dropout seed-generator
                  state), every optimizer variable (slots, iteration count) and every
-                 metric accumulator, as numpy arrays keyed `model/i`, `optimizer/i`,
-                 `metrics/i` in the objects' own (deterministic) variable order
+                 metric accumulator, as numpy arrays keyed `model/<path>`,
+                 `optimizer/<path>`, `metrics/<path>` (restored by path, shapes checked);
+                 in script mode also callback state (`callbacks/...`)
   meta.json      epoch, step within the epoch, history so far, times, ...
   MANIFEST.json  sha256 and size of the two files above; written last
 
@@ -129,36 +130,85 @@ def _fsync_dir(path: Path) -> None:
 # --- Keras model state <-> arrays ---------------------------------------------------
 
 
+class CheckpointMismatch(ValueError):
+    """A checkpoint does not fit the model it is restored into (the model changed)."""
+
+
 def model_state(model: Any) -> dict[str, np.ndarray]:
-    """Every variable that affects training from here on, as numpy arrays."""
+    """Every variable that affects training from here on, as numpy arrays keyed
+    `<group>/<variable path>` (see `_keys`)."""
     arrays: dict[str, np.ndarray] = {}
     local = _multiworker(model)
     for group, variables in _groups(model).items():
-        for i, var in enumerate(variables):
+        for key, var in zip(_keys(group, variables), variables, strict=True):
             value = _local_components(var)[0].numpy() if local else var.numpy()
-            arrays[f"{group}/{i}"] = np.asarray(value)
+            arrays[key] = np.asarray(value)
     return arrays
 
 
 def restore_state(model: Any, arrays: dict[str, np.ndarray], groups: tuple[str, ...]) -> None:
-    """Assign saved arrays to the model's variables (call inside strategy.scope())."""
+    """Assign saved arrays to the model's variables (call inside strategy.scope()).
+
+    Variables are matched by path and their shapes checked. When the paths differ but
+    the count and every shape agree in order (Keras numbers auto-named layers per
+    session: `dense_3` in one process is `dense` in another), they are matched in
+    order. Anything else raises `CheckpointMismatch` naming the variable."""
     current = _groups(model)
     for group in groups:
         variables = current[group]
-        saved = sorted(
-            (k for k in arrays if k.startswith(group + "/")), key=lambda k: int(k.split("/")[1])
-        )
-        if len(saved) != len(variables):
-            raise ValueError(
-                f"checkpoint has {len(saved)} {group} variables, the model has {len(variables)}"
+        keys = _keys(group, variables)
+        saved = [k for k in arrays if k.startswith(group + "/")]
+        if set(keys) != set(saved):
+            by_order = sorted(saved, key=_saved_order(saved))
+            shapes_agree = len(by_order) == len(variables) and all(
+                tuple(arrays[k].shape) == tuple(v.shape)
+                for k, v in zip(by_order, variables, strict=True)
             )
+            if not shapes_agree:
+                missing = sorted(set(keys) - set(saved)) or sorted(set(saved) - set(keys))
+                raise CheckpointMismatch(
+                    f"checkpoint has {len(saved)} {group} variables, the model has "
+                    f"{len(variables)}; first difference: {missing[0]}"
+                )
+            log.info("restoring %s variables in order (their paths differ)", group)
+            keys = by_order
         local = group == "metrics" and _multiworker(model)
-        for var, key in zip(variables, saved, strict=True):
+        for var, key in zip(variables, keys, strict=True):
+            value = arrays[key]
+            if tuple(value.shape) != tuple(var.shape):
+                raise CheckpointMismatch(
+                    f"variable {key} has shape {tuple(var.shape)} in the model and "
+                    f"{tuple(value.shape)} in the checkpoint"
+                )
             if local:
                 for component in _local_components(var):
-                    component.assign(arrays[key])
+                    component.assign(value)
             else:
-                var.assign(arrays[key])
+                var.assign(value)
+
+
+def _keys(group: str, variables: list[Any]) -> list[str]:
+    """`<group>/<path>`, with `#n` appended to the n-th repeat of a path."""
+    seen: dict[str, int] = {}
+    keys = []
+    for i, var in enumerate(variables):
+        path = str(getattr(var, "path", None) or getattr(var, "name", None) or i)
+        n = seen.get(path, 0)
+        seen[path] = n + 1
+        keys.append(f"{group}/{path}" + (f"#{n}" if n else ""))
+    return keys
+
+
+def _saved_order(saved: list[str]) -> Any:
+    """Saved keys in the order they were written (np.savez keeps insertion order;
+    older checkpoints used `<group>/<index>`)."""
+    position = {k: i for i, k in enumerate(saved)}
+
+    def order(key: str) -> tuple[int, int]:
+        tail = key.split("/", 1)[1]
+        return (int(tail), 0) if tail.isdigit() else (position[key], 1)
+
+    return order
 
 
 def restore_metrics(model: Any, arrays: dict[str, np.ndarray]) -> None:

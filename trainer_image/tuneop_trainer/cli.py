@@ -1,7 +1,10 @@
-"""The trainer's command line: `python -m tuneop_trainer run --spec FILE [--dir DIR]`.
+"""The trainer's command line:
+  `python -m tuneop_trainer run --spec FILE [--dir DIR]`
+  `python -m tuneop_trainer exec [--dir DIR] [--spec FILE] [--deterministic] SCRIPT [ARGS...]`
 
 FILE is a TuningJob manifest or just its spec; DIR is the checkpoint directory (the
-PersistentVolume mount in a pod). Exit codes come from tuneop_contract: 0 completed,
+PersistentVolume mount in a pod). `run` with a `spec.script` runs that script as `exec`
+does (script/runner.py). Exit codes come from tuneop_contract: 0 completed,
 1 failed, 2 invalid spec (one-line message naming the field, also written to the
 termination-message path), 75 preempted (SIGTERM; a checkpoint was written: resume me).
 """
@@ -46,18 +49,63 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run (or resume) the search described by a TuningJob")
     run.add_argument("--spec", default=os.environ.get(ENV_SPEC_FILE, DEFAULT_SPEC_FILE))
     run.add_argument("--dir", default=os.environ.get(ENV_CHECKPOINT_DIR, DEFAULT_CHECKPOINT_DIR))
+    exe = sub.add_parser(
+        "exec", help="run (or resume) a keras-tuner script, unchanged, preemption-safe"
+    )
+    exe.add_argument("--dir", default=os.environ.get(ENV_CHECKPOINT_DIR, DEFAULT_CHECKPOINT_DIR))
+    exe.add_argument(
+        "--spec",
+        default=None,
+        help="a TuningJob (or its spec) for the checkpoint settings (spec.checkpoint)",
+    )
+    exe.add_argument(
+        "--deterministic", action="store_true", help="TF op determinism (bit-identical resumes)"
+    )
+    exe.add_argument("script", help="the keras-tuner script (*.py)")
+    exe.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     # Before anything slow: a SIGTERM during start-up must still end in a clean exit 75.
     preemption.install()
+    if args.command == "exec":
+        return _exec(args)
     try:
         spec = load_spec_file(args.spec)
         _check_installed(spec)
     except SpecError as exc:
-        return _fail(EXIT_INVALID_SPEC, str(exc))
+        return fail(EXIT_INVALID_SPEC, str(exc))
+    if spec.script is not None:
+        from .script.runner import run_script
+
+        return run_script(
+            Path(spec.script.path),
+            list(spec.script.args),
+            Path(args.dir),
+            spec.checkpoint,
+            deterministic=spec.script.deterministic,
+            strategy_name=spec.strategy,
+            field=spec.script.field,
+        )
     return run_search(spec, Path(args.dir))
+
+
+def _exec(args: argparse.Namespace) -> int:
+    from .script.runner import run_script
+
+    try:
+        spec = load_spec_file(args.spec) if args.spec else TrainerSpec()
+    except SpecError as exc:
+        return fail(EXIT_INVALID_SPEC, str(exc))
+    return run_script(
+        Path(args.script),
+        list(args.args),
+        Path(args.dir),
+        spec.checkpoint,
+        deterministic=args.deterministic,
+        strategy_name=spec.strategy,
+    )
 
 
 def _check_installed(spec: TrainerSpec) -> None:
@@ -111,7 +159,7 @@ def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
             return _search(spec, strategy, dataset, hypermodel, checkpoint_dir, reporter, write)
         except SpecError as exc:
             reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
-            return _fail(EXIT_INVALID_SPEC, str(exc))
+            return fail(EXIT_INVALID_SPEC, str(exc))
     finally:
         reporter.close()
 
@@ -136,7 +184,7 @@ def _search(
             force=True,
             phase=PHASE_RUNNING,
             trials_completed=len(done),
-            trials_total=_planned_trials(spec),
+            trials_total=results.planned_trials(tuner.oracle),
             best_trial_id=str(best[0].trial_id) if best else None,
             best_score=float(best[0].score) if best and best[0].score is not None else None,
             message="",
@@ -149,12 +197,12 @@ def _search(
         return EXIT_PREEMPTED
     except tuners.InvalidSearch as exc:
         reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
-        return _fail(EXIT_INVALID_SPEC, str(exc))
+        return fail(EXIT_INVALID_SPEC, str(exc))
     except Exception as exc:
         message = _summary(exc)
         log.exception("search failed")
         reporter.update(force=True, phase=PHASE_FAILED, message=message)
-        return _fail(EXIT_FAILED, message)
+        return fail(EXIT_FAILED, message)
     log.info("search completed; best: %s", out["best"])
     pure = ctx.train_seconds - ctx.checkpoint_seconds
     if pure > 0:
@@ -180,26 +228,6 @@ def _summary(exc: BaseException) -> str:
     if len(lines) > 1:
         message += f" {lines[-1]}"
     return message[:1000]
-
-
-def _planned_trials(spec: TrainerSpec) -> int | None:
-    t = spec.tuner
-    if t.algorithm != "Hyperband":
-        return t.max_trials
-    # keras-tuner 1.4.8 HyperbandOracle: _get_num_brackets / _get_size, per iteration.
-    import math
-
-    brackets, epochs = 0, float(t.max_epochs)
-    while epochs >= 1:
-        epochs /= t.factor
-        brackets += 1
-    end_size = math.ceil(1 + math.log(t.max_epochs, t.factor))
-    total = sum(
-        math.ceil(end_size / (b + 1) * t.factor ** (b - r))
-        for b in range(brackets)
-        for r in range(b + 1)
-    )
-    return total * t.hyperband_iterations
 
 
 def resolve_hypermodel(ref: str, dataset: Any) -> Any:
@@ -237,7 +265,7 @@ def resolve_hypermodel(ref: str, dataset: Any) -> Any:
     )
 
 
-def _fail(code: int, message: str) -> int:
+def fail(code: int, message: str) -> int:
     """One line on stderr and in the termination message (the operator surfaces it)."""
     line = " ".join(message.split())
     print(f"error: {line}", file=sys.stderr)

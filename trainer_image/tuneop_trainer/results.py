@@ -73,3 +73,26 @@ def export(tuner: Any, checkpoint_dir: Path, write: bool) -> dict[str, Any]:
     if write:
         write_atomic(checkpoint_dir / RESULTS_FILE, json.dumps(results, indent=2).encode())
     return results
+
+
+def planned_trials(oracle: Any) -> int | None:
+    """How many trials the oracle will run: `max_trials`, or for Hyperband the size of
+    its brackets (keras-tuner 1.4.8 HyperbandOracle: _get_num_brackets / _get_size) per
+    iteration. None when unknown (e.g. a grid without max_trials)."""
+    import math
+
+    if hasattr(oracle, "hyperband_iterations") and hasattr(oracle, "factor"):
+        max_epochs, factor = int(oracle.max_epochs), int(oracle.factor)
+        brackets, epochs = 0, float(max_epochs)
+        while epochs >= 1:
+            epochs /= factor
+            brackets += 1
+        end_size = math.ceil(1 + math.log(max_epochs, factor))
+        total = sum(
+            math.ceil(end_size / (b + 1) * factor ** (b - r))
+            for b in range(brackets)
+            for r in range(b + 1)
+        )
+        return int(total * int(oracle.hyperband_iterations))
+    max_trials = getattr(oracle, "max_trials", None)
+    return int(max_trials) if max_trials else None

@@ -60,8 +60,19 @@ class CheckpointSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScriptSpec:
+    """`spec.script`: the user's own keras-tuner script (script mode)."""
+
+    path: str  # resolved: a ConfigMap key under tuneop_contract.SCRIPT_DIR, or spec.script.path
+    args: tuple[str, ...] = ()
+    deterministic: bool = False
+    field: str = "spec.script.path"  # named in errors about the file
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainerSpec:
     hypermodel: str = "tuneop_trainer.examples.emg:CNNHyperModel"
+    script: ScriptSpec | None = None
     python_path: tuple[str, ...] = ()
     data: DataSpec = dataclasses.field(default_factory=DataSpec)
     tuner: TunerSpec = dataclasses.field(default_factory=TunerSpec)
@@ -100,6 +111,7 @@ def parse(doc: Any) -> TrainerSpec:
         if not isinstance(doc, dict):
             raise SpecError("spec", "must be a mapping")
 
+    script = _parse_script(doc)
     hypermodel = _str(doc, "hypermodel", "spec.hypermodel", TrainerSpec.hypermodel)
     if ":" not in hypermodel or not all(hypermodel.split(":", 1)):
         raise SpecError("spec.hypermodel", f'{_q(hypermodel)} is not of the form "pkg.module:Name"')
@@ -114,6 +126,7 @@ def parse(doc: Any) -> TrainerSpec:
 
     return TrainerSpec(
         hypermodel=hypermodel,
+        script=script,
         python_path=tuple(python_path),
         data=_parse_data(_map(doc, "data", "spec.data")),
         tuner=_parse_tuner(_map(doc, "tuner", "spec.tuner")),
@@ -122,6 +135,51 @@ def parse(doc: Any) -> TrainerSpec:
         workers=workers,
         job_name=job_name,
     )
+
+
+def _parse_script(doc: dict[str, Any]) -> ScriptSpec | None:
+    """`spec.script` → ScriptSpec with the script's path inside the pod."""
+    from tuneop_contract import DEFAULT_SCRIPT_KEY, SCRIPT_DIR
+
+    if doc.get("script") is None:
+        return None
+    for other in ("hypermodel", "data", "tuner"):
+        if doc.get(other) is not None:
+            raise SpecError(
+                f"spec.{other}", "must not be set with spec.script (the script defines it)"
+            )
+    s = _map(doc, "script", "spec.script")
+    if ("configMap" in s) == ("path" in s):
+        raise SpecError("spec.script", "set exactly one of configMap and path")
+    args = s.get("args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise SpecError("spec.script.args", "must be a list of strings")
+    deterministic = s.get("deterministic", False)
+    if not isinstance(deterministic, bool):
+        raise SpecError("spec.script.deterministic", f"{_q(deterministic)} must be true or false")
+    if "path" in s:
+        path = _str(s, "path", "spec.script.path", "")
+        if not path.startswith("/"):
+            raise SpecError("spec.script.path", f"{_q(path)} must be an absolute path")
+        return ScriptSpec(path, tuple(args), deterministic, "spec.script.path")
+    cm = _map(s, "configMap", "spec.script.configMap")
+    key = cm.get("key")
+    if key is None:
+        key = _only_key(Path(SCRIPT_DIR)) or DEFAULT_SCRIPT_KEY
+    if not isinstance(key, str) or not key or "/" in key:
+        raise SpecError("spec.script.configMap.key", f"{_q(key)} must be a ConfigMap key")
+    return ScriptSpec(
+        str(Path(SCRIPT_DIR) / key), tuple(args), deterministic, "spec.script.configMap.key"
+    )
+
+
+def _only_key(directory: Path) -> str | None:
+    """The single key of a mounted ConfigMap (its volume also holds `..data` links)."""
+    try:
+        keys = [p.name for p in directory.iterdir() if not p.name.startswith(".")]
+    except OSError:
+        return None
+    return keys[0] if len(keys) == 1 else None
 
 
 def _parse_data(d: dict[str, Any]) -> DataSpec:

@@ -34,10 +34,9 @@ from typing import Any
 import keras
 import keras_tuner
 import numpy as np
-from keras_tuner.src import utils as kt_utils
 from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
 
-from . import multiworker, preemption, scope, uneven
+from . import ktpatch, multiworker, preemption, scope
 from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
 from .data import Dataset, epoch_order
 from .progress import Reporter
@@ -46,22 +45,7 @@ from .spec import TrainerSpec
 log = logging.getLogger(__name__)
 
 
-# False on non-chief workers: only the chief writes the checkpoint directory (the
-# other workers hold the same oracle in memory, they read the files only at start-up).
-_write_json = True
-
-
-def _atomic_save_json(path: str, obj: Any) -> str:
-    text = json.dumps(obj)
-    if _write_json:
-        write_atomic(path, text.encode())
-    return text
-
-
-# keras-tuner's Stateful.save and Trial.save both go through utils.save_json.
-kt_utils.save_json = _atomic_save_json
-# Keras 3 fails on a first batch that splits unevenly across replicas: see uneven.py.
-uneven.install()
+ktpatch.install()
 
 
 class InvalidSearch(keras_tuner.errors.FatalError):  # type: ignore[misc]
@@ -89,9 +73,8 @@ class ResumableMixin:
     ctx: Context
 
     def __init__(self, *args: Any, context: Context, **kwargs: Any) -> None:
-        global _write_json
         self.ctx = context
-        _write_json = context.write
+        ktpatch.set_writer(context.write)
         project = Path(kwargs["directory"]) / kwargs["project_name"]
         fresh = not (project / "tuner0.json").exists()
         super().__init__(*args, **kwargs)

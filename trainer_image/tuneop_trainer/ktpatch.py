@@ -1,0 +1,47 @@
+"""Process-wide changes to keras-tuner and Keras that both modes (`run`, `exec`) need.
+
+- keras-tuner writes its JSON files (oracle, tuner, trials) in place; a kill during a
+  write leaves a truncated file and a search that cannot be reloaded. Every such write
+  goes through `tuneop_contract.write_atomic` instead (Stateful.save and Trial.save both
+  call `utils.save_json`).
+- Only the chief of a multi-worker group writes: the other workers keep the same oracle
+  in memory and read the directory only at start-up (`set_writer(False)`).
+- Keras 3 fails on a first batch that splits unevenly across replicas: see uneven.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from keras_tuner.src import utils as kt_utils
+from tuneop_contract import write_atomic
+
+from . import uneven
+
+_state = {"write": True, "installed": False}
+
+
+def set_writer(write: bool) -> None:
+    """False on non-chief workers: keras-tuner's JSON files are the chief's."""
+    _state["write"] = write
+
+
+def is_writer() -> bool:
+    return bool(_state["write"])
+
+
+def _atomic_save_json(path: str, obj: Any) -> str:
+    text = json.dumps(obj)
+    if _state["write"]:
+        write_atomic(path, text.encode())
+    return text
+
+
+def install() -> None:
+    """Idempotent."""
+    if _state["installed"]:
+        return
+    _state["installed"] = True
+    kt_utils.save_json = _atomic_save_json
+    uneven.install()

@@ -1,0 +1,611 @@
+"""`Model.fit`, checkpointed and resumed at the exact step, with the script's arguments.
+
+In exec mode every `fit` (in a trial or after the search) gets a directory of its own
+(`Runtime.next_fit`) and runs as an outer loop of one Keras `fit` per epoch that all
+share one `CallbackList`: the script's callbacks see one `on_train_begin`, every epoch
+and batch with its true index, and one `on_train_end`, exactly as in a single `fit`.
+
+Why per epoch: the data position must be a pure function of (epoch, step). For numpy
+inputs (arrays, or lists/tuples/dicts of arrays: several inputs and outputs) the
+trainer orders each epoch itself - `shuffle=True` is a permutation seeded by the fit's
+identity and the epoch, `"batch"` permutes whole batches, `False` keeps the order - and
+hands Keras the epoch's remaining samples with `shuffle=False`; batches are Keras's
+(`batch_size`, default 32, the last one partial). `validation_split` is Keras's own
+split (the tail, before shuffling). `steps_per_epoch` reads the epochs as a stream over
+passes through the data, as Keras does. So a resumed fit sees the same batches in the
+same order as an uninterrupted one.
+
+A checkpoint (checkpoint.py format) holds the model, optimizer and metric-accumulator
+variables, every callback's state (callback_state.py), the position, the history so
+far and the fit's fingerprint. It is written every `intervalSteps` steps and/or
+`intervalSeconds`, at every epoch end, on SIGTERM (then `Preempted`, exit 75), and
+once more after `on_train_end` (`done`: callbacks such as EarlyStopping may restore
+weights there). A resumed fit restores the model and optimizer before training, the
+callbacks' state after their `on_train_begin`, the metric accumulators of a mid-epoch
+checkpoint after Keras resets them, and skips the batches already trained. A fit that
+was done returns its saved history and final weights without training.
+
+Other inputs: a `tf.data.Dataset` is resumed mid-epoch with `skip(step)` (a repeated,
+infinite one with `skip(epoch * steps_per_epoch + step)`): exact when the dataset's
+order does not depend on how often it was iterated before in the process (no
+`reshuffle_each_iteration`, or a fixed order); generators and `PyDataset`s are resumed
+at the start of the interrupted epoch (checkpoints only at epoch ends). Both log a
+warning saying so.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import logging
+import math
+import time
+from typing import Any
+
+import keras
+import keras_tuner
+import numpy as np
+
+from .. import preemption
+from ..checkpoint import (
+    CheckpointMismatch,
+    CheckpointStore,
+    model_state,
+    restore_metrics,
+    restore_state,
+)
+from . import callback_state, runtime
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 32  # Keras's, for array inputs without batch_size
+
+_original_fit: Any = None
+
+
+class ResumeMismatch(keras_tuner.errors.FatalError):  # type: ignore[misc]
+    """The script, its data or its model differ from the checkpoint being resumed.
+    A FatalError, so keras-tuner re-raises it instead of recording a failed trial."""
+
+
+class UnsupportedFit(keras_tuner.errors.FatalError):  # type: ignore[misc]
+    """A fit argument combination script mode cannot resume exactly."""
+
+
+def install() -> None:
+    """Route `keras.Model.fit` through `ResumableFit` while a Runtime is installed."""
+    global _original_fit
+    if _original_fit is not None:
+        return
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    original = TensorFlowTrainer.fit
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rt = runtime.current()
+        if rt is None:
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        arguments.pop("self")
+        return ResumableFit(rt, self, arguments).run()
+
+    _original_fit = original
+    TensorFlowTrainer.fit = fit
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or (
+        hasattr(value, "__array__") and hasattr(value, "shape") and hasattr(value, "dtype")
+    )
+
+
+def _arrays(structure: Any) -> bool:
+    """True for None, an array, or a list/tuple/dict of arrays (Keras's structures)."""
+    if structure is None:
+        return True
+    leaves = keras.tree.flatten(structure)
+    return bool(leaves) and all(_is_array(leaf) for leaf in leaves)
+
+
+def _to_numpy(structure: Any) -> Any:
+    if structure is None:
+        return None
+    return keras.tree.map_structure(np.asarray, structure)
+
+
+def _digest(structure: Any) -> str | None:
+    if structure is None:
+        return None
+    digest = hashlib.sha256()
+    for leaf in keras.tree.flatten(structure):
+        array = np.ascontiguousarray(leaf)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
+
+
+class ResumableFit:
+    def __init__(self, rt: runtime.Runtime, model: Any, args: dict[str, Any]) -> None:
+        self.rt = rt
+        self.model = model
+        self.args = args
+        self.id = rt.next_fit()
+        self.label, self.dir = self.id.label, self.id.dir
+        self.store = CheckpointStore(self.dir, keep=rt.checkpoint.keep)
+        self.history: dict[str, list[float]] = {}
+        self.epochs_done: list[int] = []
+        self.epoch = 0
+        self.last_logs: dict[str, Any] | None = None
+        self.pending_metrics: dict[str, np.ndarray] | None = None
+        self.saved_callbacks: tuple[list[dict[str, Any]], dict[str, np.ndarray]] | None = None
+        self.seed = int.from_bytes(hashlib.sha256(self.label.encode()).digest()[:4], "little")
+
+    # -- inputs -----------------------------------------------------------------------
+    def _prepare_inputs(self) -> None:
+        a = self.args
+        x, y, sw = a["x"], a["y"], a["sample_weight"]
+        self.array_input = _arrays(x) and x is not None and _arrays(y) and _arrays(sw)
+        self.validation_data = a["validation_data"]
+        if self.array_input:
+            x, y, sw = _to_numpy(x), _to_numpy(y), _to_numpy(sw)
+            if a["validation_split"] and self.validation_data is None:
+                from keras.src.trainers.data_adapters import array_slicing
+
+                (x, y, sw), self.validation_data = array_slicing.train_validation_split(
+                    (x, y, sw), validation_split=a["validation_split"]
+                )
+                x, y, sw = _to_numpy(x), _to_numpy(y), _to_numpy(sw)
+            sizes = {len(leaf) for leaf in keras.tree.flatten([x, y, sw]) if leaf is not None}
+            if len(sizes) != 1:
+                raise UnsupportedFit(
+                    f"{self.rt.script}: fit(): x, y and sample_weight have different "
+                    f"numbers of samples ({sorted(sizes)})"
+                )
+            self.samples = sizes.pop()
+            self.batch_size = int(a["batch_size"] or DEFAULT_BATCH_SIZE)
+            self.batches_per_pass = math.ceil(self.samples / self.batch_size)
+            self.steps = int(a["steps_per_epoch"] or self.batches_per_pass)
+            if self.steps != self.batches_per_pass and self.samples % self.batch_size:
+                raise UnsupportedFit(
+                    f"{self.rt.script}: fit(steps_per_epoch={self.steps}) over "
+                    f"{self.samples} samples in batches of {self.batch_size} would put a "
+                    "partial batch inside an epoch; script mode resumes such a fit only "
+                    "when the sample count is a multiple of batch_size (or without "
+                    "steps_per_epoch)"
+                )
+        else:
+            if a["validation_split"] and self.validation_data is None:
+                raise UnsupportedFit(
+                    f"{self.rt.script}: fit(validation_split=...) needs array inputs "
+                    "(as in Keras); pass validation_data"
+                )
+            self.steps = self._dataset_steps(x)
+        self.x, self.y, self.sample_weight = x, y, sw
+
+    def _dataset_steps(self, x: Any) -> int:
+        if self.args["steps_per_epoch"]:
+            return int(self.args["steps_per_epoch"])
+        if isinstance(x, keras.utils.PyDataset):
+            return len(x)
+        try:
+            import tensorflow as tf
+
+            if isinstance(x, tf.data.Dataset):
+                n = int(x.cardinality())
+                if n > 0:
+                    return n
+        except (TypeError, ValueError):
+            pass
+        return 0  # unknown: the epoch ends when the input does
+
+    def _kind(self) -> str:
+        if self.array_input:
+            return "arrays"
+        import tensorflow as tf
+
+        return "tf.data" if isinstance(self.x, tf.data.Dataset) else "other"
+
+    def _fingerprint(self) -> dict[str, Any]:
+        a = self.args
+        val = self.validation_data
+        if val is not None and _arrays(val):
+            val_id: Any = _digest(_to_numpy(val))
+        else:
+            val_id = None if val is None else type(val).__name__
+        data: Any
+        if self.array_input:
+            data = [_digest(self.x), _digest(self.y), _digest(self.sample_weight)]
+        else:
+            spec = getattr(self.x, "element_spec", None)
+            data = [type(self.x).__name__, str(spec) if spec is not None else None]
+        return {
+            "data": data,
+            "validation": val_id,
+            "arguments": {
+                "batch_size": a["batch_size"],
+                "epochs": a["epochs"],
+                "shuffle": a["shuffle"],
+                "steps_per_epoch": a["steps_per_epoch"],
+                "initial_epoch": a["initial_epoch"],
+                "validation_freq": a["validation_freq"],
+                "validation_split": a["validation_split"],
+                "class_weight": None
+                if a["class_weight"] is None
+                else {str(k): float(v) for k, v in dict(a["class_weight"]).items()},
+            },
+            "callbacks": [type(cb).__name__ for cb in self.user_callbacks],
+        }
+
+    def _pass_order(self, p: int) -> np.ndarray:
+        shuffle, n, bs = self.args["shuffle"], self.samples, self.batch_size
+        rng = np.random.default_rng([self.seed, p])
+        if shuffle == "batch":
+            blocks = rng.permutation(self.batches_per_pass)
+            return np.concatenate([np.arange(b * bs, min((b + 1) * bs, n)) for b in blocks])
+        if shuffle:
+            return rng.permutation(n)
+        return np.arange(n)
+
+    def _epoch_indices(self, epoch: int, start: int) -> np.ndarray:
+        """Sample indices of the batches [start, steps) of `epoch`, in order."""
+        bs, per_pass = self.batch_size, self.batches_per_pass
+        parts = []
+        orders: dict[int, np.ndarray] = {}
+        for g in range(epoch * self.steps + start, (epoch + 1) * self.steps):
+            p, b = divmod(g, per_pass)
+            if p not in orders:
+                orders[p] = self._pass_order(p)
+            parts.append(orders[p][b * bs : (b + 1) * bs])
+        return np.concatenate(parts) if parts else np.arange(0)
+
+    def _epoch_inputs(self, epoch: int, start: int) -> dict[str, Any]:
+        kind = self._kind()
+        if kind == "arrays":
+            idx = self._epoch_indices(epoch, start)
+
+            def take(s: Any) -> Any:
+                return None if s is None else keras.tree.map_structure(lambda v: v[idx], s)
+
+            return {
+                "x": take(self.x),
+                "y": take(self.y),
+                "sample_weight": take(self.sample_weight),
+                "batch_size": self.batch_size,
+                "steps_per_epoch": None,
+            }
+        x, spe = self.x, self.args["steps_per_epoch"]
+        if kind == "tf.data" and start:
+            infinite = int(x.cardinality()) == -1  # tf.data.INFINITE_CARDINALITY
+            x = x.skip(epoch * self.steps + start if infinite else start)
+            if spe:
+                spe = spe - start
+        elif kind == "tf.data" and int(x.cardinality()) == -1 and epoch and spe:
+            x = x.skip(epoch * self.steps)
+        return {
+            "x": x,
+            "y": self.y,
+            "sample_weight": self.sample_weight,
+            "batch_size": self.args["batch_size"],
+            "steps_per_epoch": spe,
+        }
+
+    # -- state ------------------------------------------------------------------------
+    def _prebuild(self) -> None:
+        """Create every model, optimizer and metric variable now (Keras creates them at
+        the first step) so a checkpoint can be restored before training."""
+        model = self.model
+        with model.distribute_strategy.scope():
+            if self.array_input:
+                bs = self.batch_size
+
+                def head(s: Any) -> Any:
+                    return None if s is None else keras.tree.map_structure(lambda v: v[:bs], s)
+
+                model._symbolic_build(
+                    data_batch=(head(self.x), head(self.y), head(self.sample_weight))
+                )
+            elif not model.built:
+                import tensorflow as tf
+
+                if isinstance(self.x, tf.data.Dataset):
+                    model._symbolic_build(data_batch=next(iter(self.x.take(1))))
+            if not model.optimizer.built:
+                model.optimizer.build(model.trainable_variables)
+
+    def _restore(self, arrays: dict[str, np.ndarray], groups: tuple[str, ...]) -> None:
+        try:
+            with self.model.distribute_strategy.scope():
+                restore_state(self.model, arrays, groups)
+        except CheckpointMismatch as exc:
+            raise ResumeMismatch(
+                f"{self.rt.script}: {self.label}: the model differs from the one in its "
+                f"checkpoint ({exc}); did the script change since the search started?"
+            ) from exc
+
+    def save(self, epoch: int, step: int, done: bool = False) -> None:
+        if not self.rt.write:
+            return
+        t0 = time.monotonic()
+        arrays = model_state(self.model)
+        described, cb_arrays = callback_state.capture(self.user_callbacks)
+        arrays.update(cb_arrays)
+        meta = {
+            "label": self.label,
+            "epoch": epoch,
+            "step": step,
+            "done": done,
+            "stopped": bool(self.model.stop_training),
+            "history": self.history,
+            "epochsDone": self.epochs_done,
+            "lastLogs": self.last_logs,
+            "callbacks": described,
+            "fingerprint": self.fingerprint,
+        }
+        self.store.save(arrays, meta)
+        seconds = time.monotonic() - t0
+        self.rt.checkpoints += 1
+        self.rt.checkpoint_seconds += seconds
+        self.rt.reporter.checkpointed(seconds)
+
+    def _history_object(self) -> Any:
+        history = self.callbacks._history if hasattr(self, "callbacks") else None
+        if history is None:
+            history = keras.callbacks.History()
+            history.set_model(self.model)
+        history.history = {k: list(v) for k, v in self.history.items()}
+        history.epoch = list(self.epochs_done)
+        return history
+
+    # -- the fit ----------------------------------------------------------------------
+    def run(self) -> Any:
+        a = self.args
+        callbacks = a["callbacks"]
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            callbacks = callbacks.callbacks
+        self.user_callbacks = list(callbacks or [])
+        self._prepare_inputs()
+        self.fingerprint = json.loads(json.dumps(self._fingerprint()))
+        epochs, start_epoch, start_step = int(a["epochs"]), int(a["initial_epoch"]), 0
+        found = self.store.latest()
+        meta: dict[str, Any] = {}
+        if found is not None:
+            arrays, meta, path = found
+            self._check_fingerprint(meta)
+            start_epoch, start_step = int(meta["epoch"]), int(meta["step"])
+            self.history = {k: list(v) for k, v in meta["history"].items()}
+            self.epochs_done = list(meta["epochsDone"])
+            self.last_logs = meta.get("lastLogs")
+        kind = self._kind()
+        if kind != "arrays":
+            log.warning(
+                "%s: input is %s: resumes %s; exact only if its order does not depend on "
+                "how often it was iterated before (docs/design.md, script mode)",
+                self.label,
+                type(self.x).__name__,
+                "mid-epoch with skip()" if kind == "tf.data" else "at the epoch start",
+            )
+        self._prebuild()
+        if found is not None:
+            self._restore(arrays, ("model", "optimizer"))
+            log.info(
+                "%s: restored %s at epoch %d step %d%s",
+                self.label,
+                path.name,
+                start_epoch,
+                start_step,
+                " (done)" if meta.get("done") else "",
+            )
+            self.rt.reporter.metrics.restores.inc()
+            self.rt.reporter.update(
+                force=True,
+                resumed_from_step=start_step,
+                resumed_from_epoch=start_epoch,
+                restores=self.rt.reporter.progress.restores + 1,
+            )
+            if meta.get("done"):
+                return self._history_object()
+            self.saved_callbacks = (meta["callbacks"], arrays)
+            if start_step:
+                self.pending_metrics = arrays
+        self._train(epochs, start_epoch, start_step, stopped=bool(meta.get("stopped")))
+        return self._history_object()
+
+    def _check_fingerprint(self, meta: dict[str, Any]) -> None:
+        saved = meta.get("fingerprint") or {}
+        for part in ("data", "validation", "arguments", "callbacks"):
+            if saved.get(part) != self.fingerprint[part]:
+                what = {
+                    "data": "its training data",
+                    "validation": "its validation data",
+                    "arguments": "its arguments",
+                    "callbacks": "its callbacks",
+                }[part]
+                detail = ""
+                if part == "arguments":
+                    changed = [
+                        k
+                        for k, v in self.fingerprint[part].items()
+                        if (saved.get(part) or {}).get(k) != v
+                    ]
+                    detail = f" ({', '.join(changed)})"
+                raise ResumeMismatch(
+                    f"{self.rt.script}: {self.label}: {what}{detail} changed since its "
+                    f"checkpoint in {self.dir}; a resume must see the same data and "
+                    "arguments (make the data deterministic, or start over with an "
+                    "empty checkpoint directory)"
+                )
+
+    def _train(self, epochs: int, start_epoch: int, start_step: int, stopped: bool) -> None:
+        a = self.args
+        model = self.model
+        self.mid_epoch = self._kind() != "other"
+        checkpointer = _Checkpointer(self)
+        self.callbacks = _FitCallbacks(
+            [*self.user_callbacks, checkpointer],
+            fit=self,
+            model=model,
+            verbose=a["verbose"],
+            epochs=epochs,
+            steps=self.steps or None,
+        )
+        optimizer = model.optimizer
+        finalize = getattr(optimizer, "finalize_variable_values", None)
+        if finalize is not None:
+            # Keras calls this at the end of every fit (EMA weights); once, at the end.
+            optimizer.finalize_variable_values = lambda *_: None
+        self.rt.reporter.update(
+            force=True,
+            trial_id=self.id.progress_id,
+            execution=self.id.ordinal,
+            epoch=start_epoch,
+            step=start_step,
+        )
+        try:
+            self.callbacks.on_train_begin()
+            for epoch in range(start_epoch, epochs):
+                if stopped:
+                    break
+                start = start_step if epoch == start_epoch else 0
+                self.callbacks.offset = start
+                inputs = self._epoch_inputs(epoch, start)
+                _original_fit(
+                    model,
+                    **inputs,
+                    epochs=epoch + 1,
+                    initial_epoch=epoch,
+                    verbose=a["verbose"],
+                    callbacks=self.callbacks,
+                    validation_data=self.validation_data,
+                    shuffle=False if self.array_input else a["shuffle"],
+                    class_weight=a["class_weight"],
+                    validation_steps=a["validation_steps"],
+                    validation_batch_size=a["validation_batch_size"],
+                    validation_freq=a["validation_freq"],
+                )
+                if model.stop_training:
+                    break
+        finally:
+            if finalize is not None:
+                del optimizer.finalize_variable_values
+        if epochs > 0 and finalize is not None:
+            finalize(model.trainable_weights)
+        self.callbacks.finish(self.last_logs)
+        self.save(self.epoch_position(), 0, done=True)
+
+    def epoch_position(self) -> int:
+        return (self.epochs_done[-1] + 1) if self.epochs_done else int(self.args["initial_epoch"])
+
+
+class _FitCallbacks(keras.callbacks.CallbackList):  # type: ignore[misc]
+    """One CallbackList across the per-epoch Keras fits: `on_train_begin` and
+    `on_train_end` reach the callbacks once, batch indices are the true ones."""
+
+    def __init__(self, callbacks: list[Any], fit: ResumableFit, model: Any, **params: Any) -> None:
+        verbose = params.get("verbose", "auto")
+        super().__init__(
+            callbacks, add_history=True, add_progbar=verbose != 0, model=model, **params
+        )
+        self.fit = fit
+        self.offset = 0
+        self.started = False
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if self.started:
+            return
+        self.started = True
+        super().on_train_begin(logs)
+        fit = self.fit
+        history = self._history
+        if history is not None:
+            history.history = {k: list(v) for k, v in fit.history.items()}
+            history.epoch = list(fit.epochs_done)
+        if fit.saved_callbacks is not None:
+            described, arrays = fit.saved_callbacks
+            try:
+                callback_state.restore(fit.user_callbacks, described, arrays)
+            except callback_state.CallbackMismatch as exc:
+                raise ResumeMismatch(f"{fit.rt.script}: {fit.label}: {exc}") from exc
+
+    def on_train_end(self, logs: Any = None) -> None:
+        pass  # see finish()
+
+    def finish(self, logs: Any) -> None:
+        super().on_train_end(logs)
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        super().on_train_batch_begin(batch + self.offset, logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        super().on_train_batch_end(batch + self.offset, logs)
+
+
+class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
+    """Last of the script's callbacks: progress, periodic and epoch-end checkpoints,
+    SIGTERM. Runs after the others so their state includes the step or epoch."""
+
+    def __init__(self, fit: ResumableFit) -> None:
+        super().__init__()
+        self.fit = fit
+        self.since_steps = 0
+        self.since_time = time.monotonic()
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        fit = self.fit
+        fit.epoch = epoch
+        if fit.pending_metrics is not None:
+            with self.model.distribute_strategy.scope():
+                restore_metrics(self.model, fit.pending_metrics)
+            fit.pending_metrics = None
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        fit, rt = self.fit, self.fit.rt
+        step = batch + 1
+        rt.steps += 1
+        rt.reporter.step(fit.epoch, step)
+        self.since_steps += 1
+        if fit.steps and step >= fit.steps:
+            return  # validation and the epoch-end checkpoint follow at once
+        if preemption.requested():
+            if fit.mid_epoch:
+                fit.save(fit.epoch, step)
+                log.warning(
+                    "preempted: %s checkpointed at epoch %d step %d", fit.label, fit.epoch, step
+                )
+            raise preemption.Preempted()
+        if not fit.mid_epoch:
+            return
+        cp = rt.checkpoint
+        due_steps = cp.interval_steps > 0 and self.since_steps >= cp.interval_steps
+        due_time = cp.interval_seconds > 0 and time.monotonic() - self.since_time >= (
+            cp.interval_seconds
+        )
+        if due_steps or due_time:
+            fit.save(fit.epoch, step)
+            self.since_steps = 0
+            self.since_time = time.monotonic()
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        fit = self.fit
+        logs = {k: float(v) for k, v in (logs or {}).items()}
+        for key, value in logs.items():
+            fit.history.setdefault(key, []).append(value)
+        fit.epochs_done.append(epoch)
+        fit.last_logs = logs
+        log.info(
+            "%s epoch %d: %s",
+            fit.label,
+            epoch + 1,
+            " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items())),
+        )
+        fit.rt.reporter.update(epoch=epoch + 1, step=0)
+        fit.save(epoch + 1, 0)
+        self.since_steps = 0
+        self.since_time = time.monotonic()
+        if preemption.requested():
+            raise preemption.Preempted()

@@ -1,0 +1,228 @@
+"""Run a user's keras-tuner script as `__main__` under the trainer, and map how it ends
+to the contract's exit codes: 0 it finished (or called `sys.exit(0)`), 75 preempted
+(SIGTERM: checkpoint written), 2 something tuneop cannot run or resume (a missing or
+unparsable script, a changed script or data, a model built outside the strategy: one
+line naming the file and line or what changed), 1 the script raised (one line: its
+file and line, the error). Both one-liners also go to the termination-message path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tuneop_contract import (
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_INVALID_SPEC,
+    EXIT_PREEMPTED,
+    PHASE_COMPLETED,
+    PHASE_FAILED,
+    PHASE_PREEMPTED,
+    PHASE_RUNNING,
+    RESULTS_FILE,
+    read_progress,
+    write_atomic,
+)
+
+from .. import ktpatch, preemption
+from ..spec import CheckpointSpec, SpecError
+
+log = logging.getLogger(__name__)
+
+SCRIPT_RECORD = "script.json"  # in DIR: what the search was started with
+
+
+def run_script(
+    script: Path,
+    args: list[str],
+    checkpoint_dir: Path,
+    checkpoint: CheckpointSpec,
+    deterministic: bool = False,
+    strategy_name: str = "Auto",
+    field: str = "SCRIPT",
+) -> int:
+    """Run `script` with `args` (its sys.argv[1:]); returns the exit code."""
+    from ..cli import fail
+
+    try:
+        source = _read_script(script, field)
+    except SpecError as exc:
+        return fail(EXIT_INVALID_SPEC, str(exc))
+    from .. import strategy as strategy_mod
+
+    write = strategy_mod.is_chief()
+    if write:
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    if deterministic:
+        os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
+    strategy = strategy_mod.create(strategy_name)  # before any other TF op
+    if deterministic:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+
+    from ..progress import Reporter
+    from . import fit, runtime, strategies, tuners
+
+    reporter = Reporter(checkpoint_dir, write=write)
+    previous = read_progress(checkpoint_dir) if write else None
+    reporter.update(force=False, restores=previous.restores if previous else 0)
+    reporter.serve()
+    rt = runtime.Runtime(
+        root=checkpoint_dir,
+        checkpoint=checkpoint,
+        strategy=strategy,
+        reporter=reporter,
+        write=write,
+        script=script.name,
+    )
+    try:
+        try:
+            _check_record(checkpoint_dir, script, source, args, write)
+        except SpecError as exc:
+            reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
+            return fail(EXIT_INVALID_SPEC, str(exc))
+        runtime.install(rt)
+        ktpatch.install()
+        ktpatch.set_writer(write)
+        fit.install()
+        tuners.install()
+        strategies.install(strategy, str(script))
+        reporter.update(force=True, phase=PHASE_RUNNING, message="")
+        code, message = _execute(script, source, args)
+        if code == EXIT_PREEMPTED:
+            reporter.update(force=True, phase=PHASE_PREEMPTED, message="preempted; resume me")
+            log.warning("exiting %d (preempted); checkpoint written", EXIT_PREEMPTED)
+            return code
+        if rt.tuners:
+            tuners.report_search(rt.tuners[-1])
+            _write_results(rt)
+        if code != EXIT_COMPLETED:
+            reporter.update(force=True, phase=PHASE_FAILED, message=message)
+            return fail(code, message)
+        log.info(
+            "script completed; %d checkpoints written in %.3fs, %d steps in this process",
+            rt.checkpoints,
+            rt.checkpoint_seconds,
+            rt.steps,
+        )
+        reporter.update(force=True, phase=PHASE_COMPLETED, message="")
+        return EXIT_COMPLETED
+    finally:
+        runtime.install(None)
+        reporter.close()
+
+
+def _read_script(script: Path, field: str) -> str:
+    if script.suffix != ".py":
+        raise SpecError(field, f'"{script}" is not a Python file (*.py)')
+    try:
+        return script.read_text()
+    except FileNotFoundError:
+        raise SpecError(field, f'"{script}" does not exist') from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(field, f'cannot read "{script}": {exc}') from exc
+
+
+def _check_record(root: Path, script: Path, source: str, args: list[str], write: bool) -> None:
+    """The search in `root` belongs to this script and these arguments: recorded at
+    the first run, compared at every resume (never a silent mix of two searches)."""
+    record = {"sha256": hashlib.sha256(source.encode()).hexdigest(), "args": list(args)}
+    path = root / SCRIPT_RECORD
+    if path.exists():
+        saved = json.loads(path.read_text())
+        if saved.get("sha256") != record["sha256"]:
+            raise SpecError(
+                str(script),
+                f"the script changed since the search in {root} started (sha256 "
+                f"{saved.get('sha256', '?')[:12]} then, {record['sha256'][:12]} now); run the "
+                "original script, or start over with an empty checkpoint directory",
+            )
+        if saved.get("args") != record["args"]:
+            raise SpecError(
+                str(script),
+                f"the script's arguments changed since the search in {root} started "
+                f"({saved.get('args')} then, {record['args']} now)",
+            )
+    elif write:
+        write_atomic(path, json.dumps({**record, "script": str(script)}).encode())
+
+
+def _execute(script: Path, source: str, args: list[str]) -> tuple[int, str]:
+    """(exit code, one-line message) of running the script as __main__."""
+    import keras_tuner
+
+    from .. import multiworker
+    from . import fit, tuners
+
+    try:
+        compile(source, str(script), "exec")
+    except SyntaxError as exc:
+        return EXIT_INVALID_SPEC, f"{script.name}:{exc.lineno}: SyntaxError: {exc.msg}"
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(script), *args]
+    sys.path.insert(0, str(script.parent))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except preemption.Preempted:
+        return EXIT_PREEMPTED, ""
+    except SystemExit as exc:
+        if exc.code is None or exc.code == 0:
+            return EXIT_COMPLETED, ""
+        if isinstance(exc.code, int):
+            return exc.code, f"{script.name} exited with status {exc.code}"
+        return EXIT_FAILED, f"{script.name}: {exc.code}"
+    except (
+        fit.ResumeMismatch,
+        fit.UnsupportedFit,
+        tuners.ScriptScopeError,
+        SpecError,
+    ) as exc:
+        return EXIT_INVALID_SPEC, str(exc)
+    except multiworker.PeerLost:
+        return EXIT_PREEMPTED, ""
+    except keras_tuner.errors.FatalError as exc:
+        return EXIT_FAILED, _summary(script, exc)
+    except Exception as exc:
+        log.error("the script raised:\n%s", "".join(traceback.format_exception(exc)))
+        return EXIT_FAILED, _summary(script, exc)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return EXIT_COMPLETED, ""
+
+
+def _summary(script: Path, exc: BaseException) -> str:
+    """`search.py:42: ValueError: ...`: the script's innermost frame, the error's first
+    line and, when keras-tuner wrapped a trial's traceback into it, that traceback's
+    last line (the user's error)."""
+    where = script.name
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if Path(frame.filename).resolve() == script.resolve():
+            where = f"{script.name}:{frame.lineno}"
+            break
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    message = f"{where}: {type(exc).__name__}: {lines[0] if lines else ''}"
+    if len(lines) > 1:
+        message += f" {lines[-1]}"
+    return message[:1000]
+
+
+def _write_results(rt: Any) -> None:
+    from ..results import collect
+
+    if not rt.write:
+        return
+    try:
+        results = collect(rt.tuners[-1])
+    except Exception as exc:  # the results file must not turn a finished search red
+        log.warning("cannot collect results: %s", exc)
+        return
+    write_atomic(rt.root / RESULTS_FILE, json.dumps(results, indent=2).encode())

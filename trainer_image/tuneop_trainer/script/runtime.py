@@ -1,0 +1,83 @@
+"""What the patched keras-tuner and Keras code needs from the exec runner: one object
+per process, installed before the user's script starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from tuneop_contract import TRIALS_DIR
+
+from ..progress import Reporter
+from ..spec import CheckpointSpec
+
+FITS_DIR = "fits"  # fits outside any trial (e.g. the best model's final fit)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitId:
+    label: str  # for messages: "trial 0003 fit 0", "fit 0"
+    dir: Path
+    progress_id: str  # Progress.trial_id while it runs: the trial, or "fit-<n>"
+    ordinal: int  # Progress.execution
+
+
+@dataclasses.dataclass
+class Runtime:
+    root: Path
+    checkpoint: CheckpointSpec
+    strategy: Any
+    reporter: Reporter
+    write: bool = True  # False on non-chief workers
+    script: str = ""  # the script's file name, for messages
+    tuners: list[Any] = dataclasses.field(default_factory=list)
+    trial_id: str | None = None  # the trial keras-tuner is running, if any
+    trial_fits: int = 0  # fits started in the current trial
+    trial_builds: int = 0  # models built in the current trial
+    outer_fits: int = 0  # fits started outside trials
+    outer_builds: int = 0
+    checkpoints: int = 0
+    checkpoint_seconds: float = 0.0
+    steps: int = 0
+
+    def begin_trial(self, trial_id: str) -> None:
+        self.trial_id, self.trial_fits, self.trial_builds = str(trial_id), 0, 0
+
+    def end_trial(self) -> None:
+        self.trial_id = None
+
+    def next_fit(self) -> FitId:
+        """The fit that starts now: `trials/<id>/fit-<n>` inside a trial, `fits/fit-<n>`
+        outside. Fits are numbered in call order, which a resumed process repeats."""
+        if self.trial_id is not None:
+            n, self.trial_fits = self.trial_fits, self.trial_fits + 1
+            path = self.root / TRIALS_DIR / self.trial_id / f"fit-{n}"
+            return FitId(f"trial {self.trial_id} fit {n}", path, self.trial_id, n)
+        n, self.outer_fits = self.outer_fits, self.outer_fits + 1
+        return FitId(f"fit {n}", self.root / FITS_DIR / f"fit-{n}", f"fit-{n}", n)
+
+    def next_build_seed(self, base: int) -> int:
+        """A seed for the model about to be built: a function of the search's seed,
+        the trial and the build's ordinal, so a resumed process builds the same
+        initial weights (and dropout seed state) as an uninterrupted one."""
+        if self.trial_id is not None:
+            n, self.trial_builds = self.trial_builds, self.trial_builds + 1
+            text = f"{base}/trial/{self.trial_id}/{n}"
+        else:
+            n, self.outer_builds = self.outer_builds, self.outer_builds + 1
+            text = f"{base}/outer/{n}"
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+_current: Runtime | None = None
+
+
+def install(runtime: Runtime | None) -> None:
+    global _current
+    _current = runtime
+
+
+def current() -> Runtime | None:
+    return _current

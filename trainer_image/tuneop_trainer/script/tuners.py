@@ -1,0 +1,234 @@
+"""keras-tuner, changed for the user's tuners in exec mode (installed before the script
+runs, for every tuner class: the four built-in ones and user subclasses).
+
+- `BaseTuner.__init__`: the project goes under `<DIR>/tuner/<project_name>` whatever
+  `directory=` says, `overwrite=` is ignored (a resumed process must reload, never
+  wipe), the tuner is saved right after construction (keras-tuner writes `tuner0.json`
+  only at a trial's end, so a kill in the first trial would start a new search), and
+  the hypermodel's `build` runs in the trainer's strategy scope with a seed derived from
+  the oracle's seed, the trial and the build's ordinal, then the scope guard's check.
+- `Tuner.__init__`: `distribution_strategy` is the trainer's strategy.
+- `BaseTuner._try_run_and_update_trial`: tells the Runtime which trial runs (fit
+  checkpoints live under `trials/<id>/`), seeds the trial, and stops between trials on
+  SIGTERM (the oracle's state is on disk).
+- `BaseTuner.on_trial_end`: progress (trials completed, best so far).
+- keras-tuner's `SaveBestEpoch` writes the best epoch's weights atomically.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import keras
+import keras_tuner
+from keras_tuner.src.engine import base_tuner, tuner_utils
+from keras_tuner.src.engine import tuner as tuner_module
+from tuneop_contract import TUNER_DIR
+
+from .. import preemption, scope
+from ..results import planned_trials
+from . import runtime
+
+log = logging.getLogger(__name__)
+
+_installed = False
+
+
+class ScriptScopeError(keras_tuner.errors.FatalError):  # type: ignore[misc]
+    """A model or optimizer built outside the strategy (exit 2)."""
+
+
+def _rt() -> runtime.Runtime:
+    rt = runtime.current()
+    if rt is None:
+        raise RuntimeError("tuneop exec runtime is not installed")
+    return rt
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    _patch_base_init()
+    _patch_tuner_init()
+    _patch_trial_run()
+    _patch_trial_end()
+    _patch_save_best_epoch()
+
+
+def _patch_base_init() -> None:
+    original = base_tuner.BaseTuner.__init__
+
+    @functools.wraps(original)
+    def __init__(
+        self: Any,
+        oracle: Any,
+        hypermodel: Any = None,
+        directory: Any = None,
+        project_name: Any = None,
+        overwrite: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        rt = _rt()
+        project_name = project_name or "untitled_project"
+        target = rt.root / TUNER_DIR
+        if directory not in (None, str(target)):
+            log.info(
+                "tuner %r: directory=%r is replaced by %s (the checkpoint volume)",
+                project_name,
+                directory,
+                target,
+            )
+        if overwrite:
+            log.info("tuner %r: overwrite=True is ignored (a resume must reload)", project_name)
+        fresh = not (target / project_name / "tuner0.json").exists()
+        original(
+            self,
+            oracle,
+            hypermodel=hypermodel,
+            directory=str(target),
+            project_name=project_name,
+            overwrite=False,
+            **kwargs,
+        )
+        if self.hypermodel is not None:
+            _wrap_build(self)
+        if fresh and rt.write:
+            self.save()
+        rt.tuners.append(self)
+        from .. import multiworker
+
+        multiworker.barrier(rt.strategy)
+
+    base_tuner.BaseTuner.__init__ = __init__
+
+
+def _patch_tuner_init() -> None:
+    original = tuner_module.Tuner.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        rt = _rt()
+        given = kwargs.get("distribution_strategy")
+        if given is not None and given is not rt.strategy:
+            log.info("distribution_strategy=%r is replaced by the trainer's strategy", given)
+        kwargs["distribution_strategy"] = rt.strategy
+        original(self, *args, **kwargs)
+
+    tuner_module.Tuner.__init__ = __init__
+
+
+def _wrap_build(tuner: Any) -> None:
+    hypermodel = tuner.hypermodel
+    original = hypermodel.build
+
+    @functools.wraps(original)
+    def build(hp: Any, *args: Any, **kwargs: Any) -> Any:
+        rt = _rt()
+        keras.utils.set_random_seed(rt.next_build_seed(int(tuner.oracle.seed or 0)))
+        with rt.strategy.scope():
+            model = original(hp, *args, **kwargs)
+        if isinstance(model, keras.Model) and getattr(model, "optimizer", None) is not None:
+            try:
+                scope.check_model(model, rt.strategy)
+            except scope.ScopeError as exc:
+                raise ScriptScopeError(
+                    str(exc).replace("spec.hypermodel: ", f"{rt.script}: ", 1)
+                ) from exc
+        return model
+
+    hypermodel.build = build
+
+
+def _trial_seed(tuner: Any, trial_id: str) -> int:
+    text = f"{tuner.oracle.seed}/trial/{trial_id}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+def _patch_trial_run() -> None:
+    original = base_tuner.BaseTuner._try_run_and_update_trial
+
+    @functools.wraps(original)
+    def _try_run_and_update_trial(self: Any, trial: Any, *args: Any, **kwargs: Any) -> Any:
+        rt = _rt()
+        if preemption.requested():
+            raise preemption.Preempted()
+        rt.begin_trial(trial.trial_id)
+        rt.reporter.update(
+            force=True,
+            trial_id=str(trial.trial_id),
+            execution=0,
+            epoch=0,
+            step=0,
+            trials_total=planned_trials(self.oracle),
+        )
+        keras.utils.set_random_seed(_trial_seed(self, str(trial.trial_id)))
+        try:
+            return original(self, trial, *args, **kwargs)
+        finally:
+            rt.end_trial()
+
+    base_tuner.BaseTuner._try_run_and_update_trial = _try_run_and_update_trial
+
+
+def _patch_trial_end() -> None:
+    original = base_tuner.BaseTuner.on_trial_end
+
+    @functools.wraps(original)
+    def on_trial_end(self: Any, trial: Any) -> None:
+        original(self, trial)
+        report_search(self)
+
+    base_tuner.BaseTuner.on_trial_end = on_trial_end
+
+
+def report_search(tuner: Any, force: bool = True) -> None:
+    """Trials completed and the best so far, from the oracle (restart-safe)."""
+    oracle = tuner.oracle
+    done = sum(1 for t in oracle.trials.values() if t.status == "COMPLETED")
+    fields: dict[str, Any] = {
+        "trials_completed": done,
+        "trials_total": planned_trials(oracle),
+        "objective": _objective_name(oracle),
+        "direction": _objective_direction(oracle),
+    }
+    best = oracle.get_best_trials(1)
+    if best and best[0].score is not None:
+        fields.update(
+            best_trial_id=str(best[0].trial_id),
+            best_score=float(best[0].score),
+            best_hyperparameters={
+                k: v
+                for k, v in best[0].hyperparameters.values.items()
+                if not k.startswith("tuner/")
+            },
+        )
+    _rt().reporter.update(force=force, **fields)
+
+
+def _objective_name(oracle: Any) -> str | None:
+    objective = oracle.objective
+    return str(getattr(objective, "name", None) or "") or None
+
+
+def _objective_direction(oracle: Any) -> str | None:
+    return getattr(oracle.objective, "direction", None)
+
+
+def _patch_save_best_epoch() -> None:
+    def _save_model(self: Any) -> None:
+        rt = _rt()
+        if not rt.write:
+            return
+        path = Path(self.filepath)
+        tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")  # keeps the .weights.h5 suffix
+        self.model.save_weights(str(tmp))
+        os.replace(tmp, path)
+
+    tuner_utils.SaveBestEpoch._save_model = _save_model
