@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tuneop import names
 
 from tests.e2e.conftest import Env
 from tests.e2e.harness import SCRIPT_FILE, script_sample, wait_for, wait_mid_epoch
@@ -49,7 +50,7 @@ def test_a_script_evicted_mid_trial_resumes_at_its_step_and_completes(e2e: Env):
     pod = "search-worker-0"
     first = e2e.kubectl.json("get", "pod", pod, "-n", ns)
     mounts = {m["name"]: m for m in first["spec"]["containers"][0]["volumeMounts"]}
-    assert mounts["script"]["readOnly"] is True
+    assert mounts[names.SCRIPT_VOLUME]["readOnly"] is True
     try:
         # a trial after the first, mid-epoch, past its first periodic checkpoint
         wait_mid_epoch(e2e.kubectl, ns, "search", STEPS_PER_EPOCH, min_step=INTERVAL_STEPS + 1)
