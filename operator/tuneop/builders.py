@@ -208,7 +208,9 @@ def build_pod(
 ) -> Obj:
     """Trainer pod `index` of pod group `attempt`: restricted pod security, fsGroup for
     the volume, GPU limits + toleration, the grace period the trainer needs to write its
-    checkpoint, restartPolicy Never (the operator decides about restarts)."""
+    checkpoint, restartPolicy Never (the operator decides about restarts). In script
+    mode with `spec.script.configMap` the user's ConfigMap is mounted too; the command
+    is the same in both modes (the trainer reads `spec.script` from the spec file)."""
     job_name = job["metadata"]["name"]
     spec_dir = contract.DEFAULT_SPEC_FILE.rsplit("/", 1)[0]
     container: Obj = {
@@ -272,6 +274,14 @@ def build_pod(
             },
         ],
     }
+    if spec.script_configmap:
+        # the whole map, read-only: the trainer resolves the entry script in it
+        container["volumeMounts"].append(
+            {"name": names.SCRIPT_VOLUME, "mountPath": contract.SCRIPT_DIR, "readOnly": True}
+        )
+        pod_spec["volumes"].append(
+            {"name": names.SCRIPT_VOLUME, "configMap": {"name": spec.script_configmap}}
+        )
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.affinity:

@@ -115,6 +115,9 @@ class Kube:
     def get_node(self, name: str) -> Obj | None:
         return self.get(f"/api/v1/nodes/{name}")
 
+    def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        return self.get(f"{collection('ConfigMap', namespace)}/{name}")
+
     # --- writes ------------------------------------------------------------------
     def create(self, obj: Obj) -> bool:
         """Create `obj`; False if it exists already (409)."""

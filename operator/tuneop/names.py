@@ -27,6 +27,8 @@ TF_WORKER_PORT = 2222
 CHECKPOINT_VOLUME = "checkpoints"
 SPEC_VOLUME = "spec"
 SPEC_KEY = "spec.yaml"
+SCRIPT_VOLUME = "script"
+"""Volume of the user's `spec.script.configMap` (mounted at tuneop_contract.SCRIPT_DIR)."""
 TRAINER_CONTAINER = "trainer"
 TRAINER_UID = 1000
 

@@ -33,7 +33,8 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "resources": ["pods"],
         "verbs": ["get", "list", "watch", "create", "delete"],
     },
-    # The other children of a job.
+    # The other children of a job; `get` on configmaps also reads the user's
+    # spec.script.configMap before each pod group (it must exist and hold the script).
     {
         "apiGroups": [""],
         "resources": ["services", "configmaps", "persistentvolumeclaims", "serviceaccounts"],

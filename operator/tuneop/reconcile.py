@@ -14,14 +14,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
+
+import tuneop_contract as contract
 
 from . import names
 from . import status as st
 from .classify import Classification, Outcome, classify, classify_missing
-from .spec import JobSpec, validate
+from .spec import JobSpec, SpecError, check_script_configmap, validate
 
 Obj = dict[str, Any]
+
+INVALID_SPEC_PREFIX = "invalid spec: "
+"""Start of the message of an InvalidSpec found by the operator itself (the trainer's
+starts otherwise): such a failure reopens as soon as the operator's checks pass."""
+SCRIPT_MISSING = "ScriptConfigMapMissing"
+"""Reason (condition Running, Warning Event) while spec.script.configMap does not exist."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +182,34 @@ def _ttl(b: _Builder, spec: JobSpec) -> None:
         b.decision.requeue_after = left
 
 
+def _script_missing(spec: JobSpec, configmaps: Mapping[str, Obj | None]) -> bool:
+    return bool(spec.script_configmap) and configmaps.get(spec.script_configmap) is None
+
+
+def _script_error(spec: JobSpec, configmaps: Mapping[str, Obj | None]) -> SpecError | None:
+    """What is wrong with an existing spec.script.configMap (None: fine or missing)."""
+    configmap = configmaps.get(spec.script_configmap) if spec.script_configmap else None
+    return check_script_configmap(spec, configmap) if configmap is not None else None
+
+
+def _wait_for_script(b: _Builder, spec: JobSpec) -> None:
+    """The user's ConfigMap does not exist (yet: `kubectl apply -f dir/` or a GitOps tool
+    may create it after the job). Wait for it rather than fail, but visibly; never
+    create pods that would sit in ContainerCreating until it appears."""
+    name, ns = spec.script_configmap, b.job["metadata"]["namespace"]
+    key = spec.script.key if spec.script is not None and spec.script.key else None
+    message = (
+        f"waiting for ConfigMap {name!r} (spec.script.configMap.name) in namespace {ns!r}; "
+        f"create it, e.g. kubectl create configmap {name} -n {ns} "
+        f"--from-file={key or contract.DEFAULT_SCRIPT_KEY}"
+    )
+    running = st.get_condition(b.conditions, st.COND_RUNNING) or {}
+    if running.get("reason") != SCRIPT_MISSING:
+        b.event("Warning", SCRIPT_MISSING, message)
+    b.cond(st.COND_RUNNING, False, SCRIPT_MISSING, message)
+    b.put("message", message)
+
+
 def decide(
     job: Obj,
     pods: list[Obj],
@@ -180,12 +217,16 @@ def decide(
     now: dt.datetime,
     nodes: dict[str, Obj | None] | None = None,
     last_seen: dict[str, Obj] | None = None,
+    configmaps: Mapping[str, Obj | None] | None = None,
 ) -> Decision:
     """What to do next for `job`. `pods`: the job's pods (by label). `nodes`: Node objects
     by name, None for a node known not to exist (names absent = unknown). `last_seen`:
-    the last version of each pod the watch delivered (says why a vanished pod went)."""
+    the last version of each pod the watch delivered (says why a vanished pod went).
+    `configmaps`: the ConfigMap named by spec.script.configMap, by name (None or absent
+    = not found), read before each decision so no pod is created without it."""
     nodes = nodes or {}
     last_seen = last_seen or {}
+    configmaps = configmaps or {}
     b = _Builder(job, now)
     name = job["metadata"]["name"]
     spec = JobSpec.from_dict(job.get("spec") or {})
@@ -210,14 +251,21 @@ def decide(
     stale = [p for p in pods if p["metadata"]["name"] not in current]
     _delete_alive(b, stale)
     errors = validate(spec)
+    script_error = _script_error(spec, configmaps)
 
     if phase in st.TERMINAL_PHASES:
         failed = st.get_condition(b.conditions, st.COND_FAILED) or {}
+        # A spec edit may fix what the trainer rejected; what the operator rejected is
+        # re-checked every pass (a fixed ConfigMap changes no generation).
         reopen = (
             phase == st.PHASE_FAILED
             and failed.get("reason") == "InvalidSpec"
-            and failed.get("observedGeneration") != b.generation
+            and (
+                failed.get("observedGeneration") != b.generation
+                or str(failed.get("message", "")).startswith(INVALID_SPEC_PREFIX)
+            )
             and not errors
+            and script_error is None
         )
         if not reopen:
             if phase == st.PHASE_FAILED:
@@ -240,7 +288,7 @@ def decide(
             current = {}
 
     if errors:
-        message = "invalid spec: " + "; ".join(str(e) for e in errors)
+        message = INVALID_SPEC_PREFIX + "; ".join(str(e) for e in errors)
         _delete_alive(b, list(current.values()))
         _finish(b, succeeded=False, reason="InvalidSpec", message=message)
         return b.decision
@@ -276,6 +324,18 @@ def decide(
         if retry is not None and b.now < retry:
             b.put("message", f"retrying at {st.rfc3339(retry)} (backoff after a failure)")
             b.decision.requeue_after = (retry - b.now).total_seconds()
+            return b.decision
+        # checked before every pod group: the map may have changed since the last one
+        if script_error is not None:
+            _finish(
+                b,
+                succeeded=False,
+                reason="InvalidSpec",
+                message=INVALID_SPEC_PREFIX + str(script_error),
+            )
+            return b.decision
+        if _script_missing(spec, configmaps):
+            _wait_for_script(b, spec)
             return b.decision
         b.decision.ensure_children = True
         b.decision.create_pods = list(range(workers))
@@ -421,6 +481,12 @@ def decide(
         pending = ", ".join(
             f"{n}: {c.reason}" for n, c in outcomes.items() if c.outcome == Outcome.PENDING
         )
+        if _script_missing(spec, configmaps):
+            # deleted after the check: the kubelet retries the mount until it is back
+            pending += (
+                f"; ConfigMap {spec.script_configmap!r} (spec.script.configMap.name) not "
+                "found: the pods start once it exists"
+            )
         b.cond(st.COND_RUNNING, False, "PodsPending", pending)
         b.put("message", f"waiting for trainer pods ({pending})")
     return b.decision

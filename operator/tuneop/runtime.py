@@ -14,6 +14,7 @@ from . import kube as kube_mod
 from . import metrics, names
 from .config import Config
 from .reconcile import decide
+from .spec import JobSpec
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
@@ -64,12 +65,17 @@ class Runtime:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name and node_name not in nodes:
                 nodes[node_name] = self.kube.get_node(node_name)
+        configmaps: dict[str, Obj | None] = {}
+        script_configmap = JobSpec.from_dict(job.get("spec") or {}).script_configmap
+        if script_configmap:
+            configmaps[script_configmap] = self.kube.get_configmap(namespace, script_configmap)
         decision = decide(
             job,
             pods,
             now=dt.datetime.now(dt.UTC),
             nodes=nodes,
             last_seen=self.last_seen((namespace, name)),
+            configmaps=configmaps,
         )
         kube_mod.apply(
             self.kube,

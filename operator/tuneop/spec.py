@@ -3,7 +3,11 @@
 `JobSpec.from_dict` applies the same defaults as the CRD (a unit test keeps them in
 sync), so the operator behaves the same when it sees an object the API server did not
 default. `validate` returns `SpecError`s naming the field (`spec.env[2].name`); the
-operator turns them into condition Failed/InvalidSpec and a Warning Event."""
+operator turns them into condition Failed/InvalidSpec and a Warning Event.
+
+The operator never reads `spec.hypermodel`, `spec.data` or `spec.tuner` (the trainer
+does, from the spec file): what it needs of the search, the trial count, comes from the
+trainer's progress, which works the same for spec mode and for a `spec.script`."""
 
 from __future__ import annotations
 
@@ -63,6 +67,31 @@ class FailurePolicy:
 
 
 @dataclasses.dataclass(frozen=True)
+class Script:
+    """`spec.script`: the user's own keras-tuner script. The operator only mounts the
+    ConfigMap and checks it; the trainer resolves and runs the script."""
+
+    config_map: str = ""
+    """Name of the ConfigMap holding the script ("" with `path`)."""
+    key: str = ""
+    """The entry script's key in that ConfigMap; "" = resolved from the map's keys."""
+    path: str = ""
+    args: tuple[str, ...] = ()
+    deterministic: bool = False
+
+    @classmethod
+    def from_dict(cls, script: dict[str, Any]) -> Script:
+        config_map = script.get("configMap") or {}
+        return cls(
+            config_map=str(config_map.get("name") or ""),
+            key=str(config_map.get("key") or ""),
+            path=str(script.get("path") or ""),
+            args=tuple(str(a) for a in script.get("args") or ()),
+            deterministic=bool(script.get("deterministic", False)),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class JobSpec:
     raw: dict[str, Any]
     """The spec as given (after API-server defaulting), passed to the trainer as is."""
@@ -81,6 +110,8 @@ class JobSpec:
     suspend: bool = False
     ttl_seconds_after_finished: int | None = None
     termination_grace_period_seconds: int = 60
+    script: Script | None = None
+    """Script mode; None in spec mode (hypermodel + data + tuner)."""
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> JobSpec:
@@ -123,11 +154,17 @@ class JobSpec:
             suspend=bool(spec.get("suspend", False)),
             ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
             termination_grace_period_seconds=int(spec.get("terminationGracePeriodSeconds", 60)),
+            script=Script.from_dict(spec["script"]) if spec.get("script") else None,
         )
 
     @property
     def multi_worker(self) -> bool:
         return self.distribution.workers > 1
+
+    @property
+    def script_configmap(self) -> str:
+        """The ConfigMap the trainer pods mount, or "" (spec mode, or script.path)."""
+        return self.script.config_map if self.script is not None else ""
 
 
 def _quantity(value: Any) -> Decimal | None:
@@ -188,4 +225,47 @@ def validate(spec: JobSpec) -> list[SpecError]:
         errors.append(
             SpecError("spec.failurePolicy.maxBackoffSeconds", "must be >= backoffSeconds")
         )
+    # Only spec.script.configMap is mounted there: a path under it names nothing.
+    if spec.script is not None and _under(spec.script.path, contract.SCRIPT_DIR):
+        errors.append(
+            SpecError(
+                "spec.script.path",
+                f"{contract.SCRIPT_DIR} is where spec.script.configMap is mounted; "
+                "use spec.script.configMap for a script in a ConfigMap",
+            )
+        )
     return errors
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def check_script_configmap(spec: JobSpec, configmap: dict[str, Any]) -> SpecError | None:
+    """Whether the ConfigMap named by `spec.script.configMap` (as read from the API)
+    holds the entry script: the given key, or without a key its only key or
+    `DEFAULT_SCRIPT_KEY` (the rule the trainer resolves by). None = fine, or not
+    script.configMap mode. A ConfigMap that does not exist is the caller's case (it
+    waits for it)."""
+    if spec.script is None or not spec.script.config_map:
+        return None
+    name, key = spec.script.config_map, spec.script.key
+    # both are mounted as files: `kubectl create configmap --from-file` puts a file
+    # that is not UTF-8 into binaryData
+    keys = sorted({*(configmap.get("data") or {}), *(configmap.get("binaryData") or {})})
+    if not keys:
+        return SpecError("spec.script.configMap", f"ConfigMap {name!r} is empty (no script)")
+    have = ", ".join(keys)
+    if key:
+        if key in keys:
+            return None
+        return SpecError(
+            "spec.script.configMap.key", f"ConfigMap {name!r} has no key {key!r} (it has: {have})"
+        )
+    if len(keys) == 1 or contract.DEFAULT_SCRIPT_KEY in keys:
+        return None
+    return SpecError(
+        "spec.script.configMap.key",
+        f"unset, and ConfigMap {name!r} has {len(keys)} keys ({have}) but no "
+        f"{contract.DEFAULT_SCRIPT_KEY!r}: set spec.script.configMap.key to the entry script",
+    )

@@ -23,6 +23,8 @@ from tests.localcluster.cluster import wait_for  # re-exported for the e2e tests
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "manifests" / "crd"
 SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-emg.yaml"
+SCRIPT_SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-script.yaml"
+SCRIPT_FILE = ROOT / "manifests" / "samples" / "emg_search.py"
 PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("contract", "operator", "trainer_image", "."))
 
 
@@ -145,6 +147,17 @@ def wait_mid_epoch(
 def sample(name: str = "emg-cnn", namespace: str = "default", **spec: Any) -> dict[str, Any]:
     """The sample TuningJob with a new name/namespace and spec fields replaced."""
     doc = yaml.safe_load(SAMPLE.read_text())
+    doc["metadata"] = {"name": name, "namespace": namespace}
+    doc["spec"].update(spec)
+    return dict(doc)
+
+
+def script_sample(
+    name: str = "emg-script", namespace: str = "default", **spec: Any
+) -> dict[str, Any]:
+    """The script-mode sample TuningJob (runs SCRIPT_FILE from ConfigMap emg-search),
+    with a new name/namespace and spec fields replaced."""
+    doc = yaml.safe_load(SCRIPT_SAMPLE.read_text())
     doc["metadata"] = {"name": name, "namespace": namespace}
     doc["spec"].update(spec)
     return dict(doc)

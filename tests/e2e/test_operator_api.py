@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from tests.e2e.harness import Kubectl, sample
+from tests.e2e.harness import Kubectl, sample, script_sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -47,6 +47,79 @@ def test_invalid_specs_are_rejected_with_a_clear_message(kubectl, change, messag
     job = sample("bad", "default")
     job["spec"].update(change)
     assert message in rejected(kubectl, job)
+
+
+SCRIPT = {"configMap": {"name": "my-search"}}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"script": SCRIPT, "hypermodel": "m:H"}, "set exactly one of spec.hypermodel"),
+        ({"script": None}, "set exactly one of spec.hypermodel"),
+        ({"data": {"synthetic": {}}}, "spec.data is only allowed with spec.hypermodel"),
+        ({"tuner": {"maxTrials": 3}}, "spec.tuner is only allowed with spec.hypermodel"),
+        (
+            {"script": {**SCRIPT, "path": "/checkpoints/s.py"}},
+            "set exactly one of spec.script.configMap or spec.script.path",
+        ),
+        ({"script": {}}, "set exactly one of spec.script.configMap or spec.script.path"),
+        ({"script": {"path": "code/search.py"}}, "spec.script.path"),
+        ({"script": {"configMap": {"name": "My_Search"}}}, "spec.script.configMap.name"),
+        ({"script": {"configMap": {"key": "search.py"}}}, "spec.script.configMap.name"),
+        (
+            {"script": {"configMap": {"name": "s", "key": "dir/search.py"}}},
+            "spec.script.configMap.key",
+        ),
+        ({"script": {"configMap": {"name": "s", "key": ".."}}}, "not a valid ConfigMap key"),
+        ({"script": {**SCRIPT, "args": ["x"] * 65}}, "spec.script.args"),
+        ({"script": {**SCRIPT, "args": [3]}}, "spec.script.args[0]"),
+    ],
+)
+def test_invalid_script_specs_are_rejected_with_a_clear_message(kubectl, change, message):
+    job = script_sample("bad-script", "default")
+    for key, value in change.items():
+        if value is None:
+            del job["spec"][key]
+        else:
+            job["spec"][key] = value
+    assert message in rejected(kubectl, job)
+
+
+def test_script_jobs_are_accepted_and_their_mode_is_immutable(kubectl):
+    by_path = script_sample("by-path", "default")
+    by_path["spec"]["script"] = {"path": "/checkpoints/code/search.py", "args": ["--epochs", "3"]}
+    out = kubectl(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(by_path)
+    ).stdout
+    spec = json.loads(out)["spec"]
+    assert "data" not in spec and "tuner" not in spec  # no object defaults any more
+    assert spec["script"]["deterministic"] is False
+    # a spec-mode job without data and tuner is valid; no objective direction default
+    minimal = sample("minimal", "default")
+    del minimal["spec"]["data"]
+    minimal["spec"]["tuner"] = {"objective": {"name": "val_loss"}}
+    out = kubectl(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(minimal)
+    ).stdout
+    assert json.loads(out)["spec"]["tuner"]["objective"] == {"name": "val_loss"}
+    job = script_sample("script-mode", "default")
+    kubectl.apply(job)
+    try:
+        for change, message in [
+            ({"script": {"configMap": {"name": "other"}}}, "spec.script is immutable"),
+            ({"script": None, "hypermodel": "m:H"}, "cannot be added or removed after creation"),
+        ]:
+            changed = copy.deepcopy(job)
+            for key, value in change.items():
+                if value is None:
+                    del changed["spec"][key]
+                else:
+                    changed["spec"][key] = value
+            result = kubectl("apply", "-f", "-", input=yaml.safe_dump(changed), check=False)
+            assert result.returncode != 0 and message in result.stderr, result.stderr
+    finally:
+        kubectl("delete", "tj", "script-mode", "-n", "default", "--wait=false")
 
 
 def test_name_length_and_immutable_fields(kubectl):

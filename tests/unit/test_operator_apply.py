@@ -5,11 +5,14 @@ property under test; the real API calls are exercised by tests/e2e."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from tuneop import kube, names
+from tuneop.config import Config
 from tuneop.reconcile import Decision, Event
+from tuneop.runtime import Runtime
 
 JOB = {
     "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
@@ -99,3 +102,41 @@ def test_the_spec_configmap_follows_spec_changes_at_the_next_group():
         ("delete", "ConfigMap/j-spec"),
         ("create", "ConfigMap/j-spec"),
     ]
+
+
+class ReadingKube(RecordingKube):
+    """FAKE: also serves the reads of Runtime.reconcile_once (job, pods, ConfigMap)."""
+
+    def __init__(self, job: dict[str, Any], configmaps: dict[str, Any]) -> None:
+        super().__init__()
+        self.job = job
+        self.configmaps = configmaps
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.job
+
+    def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        return []
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(("get", f"ConfigMap/{name}"))
+        return self.configmaps.get(name)
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_the_read_phase_fetches_the_script_configmap_before_deciding(present: bool):
+    job = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": {"image": "img", "script": {"configMap": {"name": "my-search"}}},
+    }
+    fake = ReadingKube(job, {"my-search": {"data": {"search.py": ""}}} if present else {})
+    Runtime(Config.from_env({}), fake).reconcile_once("ns", "j", logging.getLogger("test"))
+    assert fake.calls[0] == ("get", "ConfigMap/my-search")
+    created = [what for call, what in fake.calls if call == "create"]
+    if present:
+        assert "Pod/j-worker-0" in created
+    else:
+        assert created == [] and ("event", "ScriptConfigMapMissing") in fake.calls
+    spec_mode = ReadingKube({**job, "spec": {"image": "img", "hypermodel": "m:H"}}, {})
+    Runtime(Config.from_env({}), spec_mode).reconcile_once("ns", "j", logging.getLogger("test"))
+    assert not [c for c in spec_mode.calls if c[0] == "get"]

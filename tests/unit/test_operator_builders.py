@@ -170,3 +170,43 @@ def test_trainer_rbac_is_least_privilege():
         {"kind": "ServiceAccount", "name": "emg-trainer", "namespace": "ml"}
     ]
     assert builders.build_service_account(JOB)["metadata"]["name"] == "emg-trainer"
+
+
+def script_spec(**script) -> JobSpec:
+    spec = {k: v for k, v in JOB["spec"].items() if k != "hypermodel"}
+    return JobSpec.from_dict({**spec, "script": script})
+
+
+def test_script_configmap_is_mounted_read_only_on_every_pod():
+    spec = script_spec(configMap={"name": "my-search", "key": "search.py"}, args=["-v"])
+    multi = JobSpec.from_dict({**spec.raw, "distribution": {"workers": 3}})
+    for job_spec, workers in ((spec, 1), (multi, 3)):
+        for i in range(workers):
+            pod = builders.build_pod(JOB, job_spec, i, 0)
+            (container,) = pod["spec"]["containers"]
+            mounts = {m["name"]: m for m in container["volumeMounts"]}
+            assert mounts[names.SCRIPT_VOLUME] == {
+                "name": names.SCRIPT_VOLUME,
+                "mountPath": contract.SCRIPT_DIR,
+                "readOnly": True,
+            }
+            volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+            assert volumes[names.SCRIPT_VOLUME] == {
+                "name": names.SCRIPT_VOLUME,
+                "configMap": {"name": "my-search"},
+            }
+            # same command as spec mode: the trainer reads spec.script from the spec file
+            assert container["command"][-4:] == [
+                "--spec", contract.DEFAULT_SPEC_FILE, "--dir", contract.DEFAULT_CHECKPOINT_DIR,
+            ]  # fmt: skip
+    spec_file = yaml.safe_load(builders.build_configmap(JOB, spec)["data"]["spec.yaml"])
+    assert spec_file["script"] == {"configMap": {"name": "my-search", "key": "search.py"},
+                                   "args": ["-v"]}  # fmt: skip
+
+
+def test_no_script_volume_in_spec_mode_or_with_a_script_path():
+    for spec in (spec_with(), script_spec(path="/checkpoints/code/search.py")):
+        pod = builders.build_pod(JOB, spec, 0, 0)
+        assert names.SCRIPT_VOLUME not in {v["name"] for v in pod["spec"]["volumes"]}
+        mounts = pod["spec"]["containers"][0]["volumeMounts"]
+        assert {m["mountPath"] for m in mounts} == {"/checkpoints", "/etc/tuneop"}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tuneop_contract as contract
 import yaml
 from tuneop import names
 from tuneop.spec import Checkpoint, Distribution, FailurePolicy, JobSpec
@@ -17,6 +18,7 @@ from tuneop.spec import Checkpoint, Distribution, FailurePolicy, JobSpec
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "manifests" / "crd" / "tuneop.io_tuningjobs.yaml"
 SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-emg.yaml"
+SCRIPT_SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-script.yaml"
 
 
 def crd() -> dict[str, Any]:
@@ -199,8 +201,74 @@ def test_crd_defaults_match_the_operator_spec_defaults():
     defaulted = apply_defaults(minimal, schema()["properties"]["spec"])
     from_crd, from_code = JobSpec.from_dict(defaulted), JobSpec.from_dict(minimal)
     assert dataclasses_equal(from_crd, from_code)
-    assert defaulted["data"] == {"synthetic": {"samples": 256, "seed": 0}, "validationSplit": 0.2}
-    assert defaulted["tuner"]["objective"] == {"name": "val_accuracy", "direction": "max"}
+    # no object-level defaults for data and tuner: they are only allowed with hypermodel
+    # (the trainer's code defaults cover a spec-mode job without them)
+    assert "data" not in defaulted and "tuner" not in defaulted
+    with_tuner = apply_defaults({**minimal, "tuner": {}, "data": {"synthetic": {}}}, spec_node())
+    assert with_tuner["data"] == {"synthetic": {"samples": 256, "seed": 0}, "validationSplit": 0.2}
+    # no direction default: the trainer infers it from the metric name (val_loss: min)
+    assert with_tuner["tuner"]["objective"] == {"name": "val_accuracy"}
+    script = {"image": "x", "script": {"configMap": {"name": "s"}}}
+    defaulted = apply_defaults(script, spec_node())
+    assert defaulted["script"] == {"configMap": {"name": "s"}, "deterministic": False}
+    assert JobSpec.from_dict(defaulted).script == JobSpec.from_dict(script).script
+
+
+def spec_node() -> dict[str, Any]:
+    return dict(schema()["properties"]["spec"])
+
+
+def spec_rules() -> dict[str, str]:
+    return {r["rule"]: r["message"] for r in spec_node()["x-kubernetes-validations"]}
+
+
+def test_script_mode_shape_and_rules():
+    """The API of script mode; the CEL rules themselves run on the real API server in
+    tests/e2e/test_operator_api.py."""
+    node = spec_node()
+    assert node["required"] == ["image"]
+    script = node["properties"]["script"]
+    assert set(script["properties"]) == {"configMap", "path", "args", "deterministic"}
+    assert set(script["properties"]["configMap"]["properties"]) == {"name", "key"}
+    assert script["properties"]["configMap"]["required"] == ["name"]
+    assert script["properties"]["args"]["maxItems"] == 64
+    assert script["properties"]["args"]["items"]["type"] == "string"
+    assert [r["rule"] for r in script["x-kubernetes-validations"]] == [
+        "has(self.configMap) != has(self.path)",
+        "self == oldSelf",
+    ]
+    rules = spec_rules()
+    assert "has(self.hypermodel) != has(self.script)" in rules
+    assert "!has(self.data) || has(self.hypermodel)" in rules
+    assert "!has(self.tuner) || has(self.hypermodel)" in rules
+    for message in rules.values():
+        assert "spec." in message, message  # every message names the field
+    # what `kubectl explain` says agrees with the contract the trainer resolves by
+    described = str(script["properties"]["configMap"]["description"])
+    assert contract.SCRIPT_DIR in described
+    key = script["properties"]["configMap"]["properties"]["key"]
+    assert contract.DEFAULT_SCRIPT_KEY in str(key["description"])
+    assert contract.DEFAULT_CHECKPOINT_DIR in str(script["properties"]["path"]["description"])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "ok"),
+    [
+        (("configMap", "name"), "emg-search", True),
+        (("configMap", "name"), "my.search-2", True),
+        (("configMap", "name"), "My_Search", False),
+        (("configMap", "key"), "search.py", True),
+        (("configMap", "key"), "a b.py", False),
+        (("configMap", "key"), "dir/search.py", False),
+        (("path",), "/checkpoints/code/search.py", True),
+        (("path",), "code/search.py", False),
+    ],
+)
+def test_script_field_patterns(field, value, ok):
+    node = spec_node()["properties"]["script"]
+    for key in field:
+        node = node["properties"][key]
+    assert (check(value, node) == []) is ok
 
 
 def dataclasses_equal(a: JobSpec, b: JobSpec) -> bool:
@@ -215,6 +283,22 @@ def test_sample_is_valid_and_small():
     tuner = sample["spec"]["tuner"]
     assert tuner["algorithm"] == "Hyperband" and tuner["maxEpochs"] <= 3
     assert sample["spec"]["data"]["synthetic"]["samples"] <= 1024
+
+
+def test_script_sample_is_valid_and_names_its_script():
+    sample = yaml.safe_load(SCRIPT_SAMPLE.read_text())
+    assert sample["apiVersion"] == names.API_VERSION and sample["kind"] == names.KIND
+    assert check(sample, schema()) == []
+    spec = sample["spec"]
+    assert "hypermodel" not in spec and "data" not in spec and "tuner" not in spec
+    assert spec["script"]["configMap"]["name"] == "emg-search"
+    # the header's `kubectl create configmap --from-file=...` creates the key it runs
+    script_file = SCRIPT_SAMPLE.parent / "emg_search.py"
+    header = SCRIPT_SAMPLE.read_text()
+    assert "kubectl create configmap emg-search --from-file=manifests/samples/emg_search.py" in (
+        header
+    )
+    assert spec["script"]["configMap"].get("key", script_file.name) == script_file.name
 
 
 @pytest.mark.parametrize(

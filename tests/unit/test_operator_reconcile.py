@@ -40,6 +40,8 @@ class World:
         self.events: list[tuple[str, str, str]] = []
         self.children_ensured = 0
         self.last_seen: dict[str, dict[str, Any]] = {}
+        self.configmaps: dict[str, dict[str, Any]] = {}
+        """The namespace's ConfigMaps the operator reads (the user's script)."""
 
     @property
     def status(self) -> dict[str, Any]:
@@ -47,7 +49,13 @@ class World:
 
     def step(self, seconds: float = 2) -> Decision:
         self.now += dt.timedelta(seconds=seconds)
-        d = decide(self.job, list(self.pods.values()), now=self.now, last_seen=self.last_seen)
+        d = decide(
+            self.job,
+            list(self.pods.values()),
+            now=self.now,
+            last_seen=self.last_seen,
+            configmaps=self.configmaps,
+        )
         spec = JobSpec.from_dict(self.job["spec"])
         if d.ensure_children:
             self.children_ensured += 1
@@ -345,3 +353,125 @@ def test_operator_restart_between_create_and_status_patch_creates_no_duplicates(
     w.run_pods()
     w.step()
     assert w.status["phase"] == st.PHASE_RUNNING and w.status["preemptions"] == 0
+
+
+# --- script mode ----------------------------------------------------------------------
+def script_world(workers: int = 1, **script: Any) -> World:
+    """A script-mode job (no hypermodel); by default its script is ConfigMap `search`."""
+    w = World(workers=workers, script=script or {"configMap": {"name": "search"}})
+    del w.job["spec"]["hypermodel"]
+    return w
+
+
+def script_volume(pod: dict[str, Any]) -> dict[str, Any] | None:
+    return next((v for v in pod["spec"]["volumes"] if v["name"] == names.SCRIPT_VOLUME), None)
+
+
+def test_a_script_job_waits_for_its_configmap_then_runs_with_trials_from_progress():
+    w = script_world()
+    d = w.step()
+    assert not d.create_pods and not d.ensure_children and w.pods == {}
+    assert w.status["phase"] == st.PHASE_PENDING
+    running = w.condition(st.COND_RUNNING)
+    assert running["status"] == "False" and running["reason"] == "ScriptConfigMapMissing"
+    assert w.events == [("Warning", "ScriptConfigMapMissing", w.status["message"])]
+    assert "ConfigMap 'search' (spec.script.configMap.name)" in w.status["message"]
+    assert "kubectl create configmap search -n ns --from-file=search.py" in w.status["message"]
+    w.step()
+    w.step()
+    assert w.reasons() == ["ScriptConfigMapMissing"] and w.pods == {}  # one Event, no pods
+    w.configmaps["search"] = {"data": {"emg_search.py": "import keras_tuner"}}
+    start(w)
+    assert script_volume(w.pods["j-worker-0"]) == {
+        "name": names.SCRIPT_VOLUME,
+        "configMap": {"name": "search"},
+    }
+    assert w.status["trials"] == "0/?"  # a script's trial count is known from the trainer
+    w.progress(phase=contract.PHASE_RUNNING, trial_id="1", trials_completed=1, trials_total=3)
+    w.step()
+    assert w.status["trials"] == "1/3" and w.status["trialsTotal"] == 3
+    w.progress(trials_completed=3, best_trial_id="2", best_score=0.9)
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED and w.status["trials"] == "3/3"
+    assert w.reasons() == ["ScriptConfigMapMissing", "Created", "Completed"]
+
+
+def test_a_configmap_without_the_script_is_an_invalid_spec_until_the_map_is_fixed():
+    w = script_world(configMap={"name": "search", "key": "train.py"})
+    w.configmaps["search"] = {"data": {"a.py": "", "b.py": ""}}
+    d = w.step()
+    assert not d.create_pods and not d.ensure_children
+    assert w.status["phase"] == st.PHASE_FAILED
+    failed = w.condition(st.COND_FAILED)
+    assert failed["reason"] == "InvalidSpec"
+    assert failed["message"] == (
+        "invalid spec: spec.script.configMap.key: ConfigMap 'search' has no key 'train.py' "
+        "(it has: a.py, b.py)"
+    )
+    assert w.events[-1][:2] == ("Warning", "InvalidSpec")
+    w.step()
+    assert w.reasons() == ["InvalidSpec"] and w.pods == {}
+    # the user adds the key: no spec change (the script is immutable), the job reopens
+    w.configmaps["search"]["data"]["train.py"] = "import keras_tuner"
+    d = w.step()
+    assert d.create_pods == [0] and w.condition(st.COND_FAILED)["status"] == "False"
+    assert w.reasons() == ["InvalidSpec", "SpecChanged", "Created"]
+
+
+def test_the_trainers_invalid_spec_does_not_reopen_without_a_spec_change():
+    w = script_world()
+    w.configmaps["search"] = {"data": {"search.py": "raise SystemExit(2)"}}
+    start(w)
+    w.terminate("j-worker-0", contract.EXIT_INVALID_SPEC, "spec.script: the script failed")
+    w.step()
+    assert w.status["phase"] == st.PHASE_FAILED
+    for _ in range(3):
+        d = w.step()
+        assert not d.create_pods and w.status["phase"] == st.PHASE_FAILED
+
+
+def test_a_preempted_script_group_waits_for_a_deleted_configmap_and_counts_once():
+    w = script_world(workers=2)
+    w.configmaps["search"] = {"data": {"search.py": ""}}
+    start(w)
+    assert all(script_volume(p) is not None for p in w.pods.values())
+    del w.configmaps["search"]
+    w.vanish("j-worker-1")
+    w.step()
+    assert w.status["preemptions"] == 1 and w.status["attempt"] == 1
+    w.gc_deleted()
+    for _ in range(3):
+        d = w.step()
+        assert not d.create_pods and w.pods == {}
+    assert w.condition(st.COND_RUNNING)["reason"] == "ScriptConfigMapMissing"
+    w.configmaps["search"] = {"data": {"search.py": ""}}
+    d = w.step()
+    assert d.create_pods == [0, 1] and d.create_attempt == 1
+    w.run_pods()
+    w.step()
+    assert w.status["preemptions"] == 1 and w.status["failures"] == 0
+    assert w.condition(st.COND_RUNNING)["status"] == "True"
+    assert w.reasons() == ["Created", "Preempted", "ScriptConfigMapMissing", "Created"]
+
+
+def test_pending_pods_whose_configmap_went_away_say_so():
+    w = script_world()
+    w.configmaps["search"] = {"data": {"search.py": ""}}
+    w.step()  # pods created; the ConfigMap is deleted before the kubelet mounts it
+    del w.configmaps["search"]
+    w.pods["j-worker-0"]["status"] = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {"name": "trainer", "state": {"waiting": {"reason": "ContainerCreating"}}}
+        ],
+    }
+    w.step()
+    assert "ConfigMap 'search' (spec.script.configMap.name) not found" in w.status["message"]
+    assert w.pods["j-worker-0"]["metadata"].get("deletionTimestamp") is None
+
+
+def test_a_script_path_job_needs_no_configmap():
+    w = script_world(path="/checkpoints/code/search.py")
+    start(w)
+    assert script_volume(w.pods["j-worker-0"]) is None

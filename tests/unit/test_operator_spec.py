@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import tuneop_contract as contract
 from tuneop.config import Config, ConfigError
-from tuneop.spec import FailurePolicy, JobSpec, validate
+from tuneop.spec import FailurePolicy, JobSpec, Script, check_script_configmap, validate
 
 BASE = {"image": "img", "hypermodel": "m:H"}
 
@@ -56,3 +57,68 @@ def test_config_from_env_validates():
         Config.from_env({"TUNEOP_OPERATOR_METRICS_PORT": "http"})
     with pytest.raises(ConfigError, match="RECONCILE_SECONDS"):
         Config.from_env({"TUNEOP_OPERATOR_RECONCILE_SECONDS": "0"})
+
+
+SCRIPT = {"image": "img", "script": {"configMap": {"name": "s"}}}
+
+
+def test_script_mode_is_parsed():
+    assert JobSpec.from_dict(BASE).script is None
+    assert JobSpec.from_dict(BASE).script_configmap == ""
+    spec = JobSpec.from_dict(
+        {
+            "image": "img",
+            "script": {
+                "configMap": {"name": "s", "key": "k.py"},
+                "args": ["--epochs", 3],
+                "deterministic": True,
+            },
+        }
+    )
+    assert spec.script == Script(config_map="s", key="k.py", args=("--epochs", "3"),
+                                 deterministic=True)  # fmt: skip
+    assert spec.script_configmap == "s"
+    by_path = JobSpec.from_dict({"image": "img", "script": {"path": "/checkpoints/s.py"}})
+    assert by_path.script == Script(path="/checkpoints/s.py") and by_path.script_configmap == ""
+    assert validate(spec) == [] and validate(by_path) == []
+
+
+def test_a_script_path_where_the_configmap_is_mounted_is_refused():
+    spec = JobSpec.from_dict({"image": "img", "script": {"path": contract.SCRIPT_DIR + "/s.py"}})
+    (error,) = validate(spec)
+    assert error.field == "spec.script.path" and "spec.script.configMap" in error.message
+    near = JobSpec.from_dict({"image": "img", "script": {"path": contract.SCRIPT_DIR + "-x/s"}})
+    assert validate(near) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "configmap", "expected"),
+    [
+        ("", {"data": {"mine.py": ""}}, None),
+        ("", {"binaryData": {"mine.py": ""}}, None),
+        ("", {"data": {"a.py": "", contract.DEFAULT_SCRIPT_KEY: ""}}, None),
+        ("b.py", {"data": {"a.py": ""}, "binaryData": {"b.py": ""}}, None),
+        (
+            "train.py",
+            {"data": {"a.py": "", "b.py": ""}},
+            "spec.script.configMap.key: ConfigMap 's' has no key 'train.py' (it has: a.py, b.py)",
+        ),
+        (
+            "",
+            {"data": {"a.py": "", "b.py": ""}},
+            "spec.script.configMap.key: unset, and ConfigMap 's' has 2 keys (a.py, b.py) but no "
+            f"{contract.DEFAULT_SCRIPT_KEY!r}: set spec.script.configMap.key to the entry script",
+        ),
+        ("", {}, "spec.script.configMap: ConfigMap 's' is empty (no script)"),
+    ],
+)
+def test_the_script_configmap_must_hold_the_entry_script(key, configmap, expected):
+    script = {"configMap": {"name": "s", **({"key": key} if key else {})}}
+    error = check_script_configmap(JobSpec.from_dict({**SCRIPT, "script": script}), configmap)
+    assert (str(error) if error else None) == expected
+
+
+def test_the_configmap_check_ignores_other_modes():
+    assert check_script_configmap(JobSpec.from_dict(BASE), {}) is None
+    by_path = JobSpec.from_dict({"image": "img", "script": {"path": "/s.py"}})
+    assert check_script_configmap(by_path, {}) is None

@@ -1,0 +1,112 @@
+"""Script mode end to end: the user's own keras-tuner script (manifests/samples/
+emg_search.py) in a ConfigMap, a TuningJob like manifests/samples/tuningjob-script.yaml,
+the real operator and real trainer processes on the local cluster.
+
+The eviction test needs a trainer that runs scripts; the ConfigMap tests only need the
+operator (they end before a trainer would matter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tuneop import names
+
+from tests.e2e.conftest import Env
+from tests.e2e.harness import SCRIPT_FILE, script_sample, wait_for, wait_mid_epoch
+from tests.localcluster import disruption
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
+
+# emg_search.py: 384 samples, validation_split 0.25, batch_size 16; 3 trials of 2 epochs
+STEPS_PER_EPOCH = 384 * 3 // 4 // 16
+INTERVAL_STEPS = 3
+"""Small, so the trial running at the eviction has a checkpoint at a step > 0."""
+
+
+def submit(e2e: Env, namespace: str, **spec: Any) -> dict[str, Any]:
+    job = script_sample(
+        "search",
+        namespace,
+        checkpoint={"size": "1Gi", "intervalSteps": INTERVAL_STEPS, "intervalSeconds": 30},
+        resources={},
+        terminationGracePeriodSeconds=30,
+        **spec,
+    )
+    e2e.kubectl.apply(job)
+    return job
+
+
+def create_script_configmap(e2e: Env, namespace: str) -> None:
+    """What the sample's header tells users to run."""
+    e2e.kubectl("create", "configmap", "emg-search", "-n", namespace, f"--from-file={SCRIPT_FILE}")
+
+
+def test_a_script_evicted_mid_trial_resumes_at_its_step_and_completes(e2e: Env):
+    ns = e2e.namespace("script")
+    create_script_configmap(e2e, ns)
+    submit(e2e, ns)
+    e2e.wait_phase(ns, "Running", timeout=120)
+    pod = "search-worker-0"
+    first = e2e.kubectl.json("get", "pod", pod, "-n", ns)
+    mounts = {m["name"]: m for m in first["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts[names.SCRIPT_VOLUME]["readOnly"] is True
+    try:
+        # a trial after the first, mid-epoch, past its first periodic checkpoint
+        wait_mid_epoch(e2e.kubectl, ns, "search", STEPS_PER_EPOCH, min_step=INTERVAL_STEPS + 1)
+    except (TimeoutError, AssertionError) as err:
+        raise AssertionError(f"{err}\n{e2e.diagnose(ns)}") from None
+    uid = first["metadata"]["uid"]
+    disruption.evict_pod(e2e.cluster.api, ns, pod)
+    status = e2e.wait_status(ns, lambda s: s.get("preemptions", 0) >= 1, 120, "the preemption")
+    assert status["preemptions"] == 1 and status["failures"] == 0
+    restored = e2e.wait_status(ns, lambda s: s.get("restores", 0) >= 1, 240, "the restore")
+    # disrupted well before the epoch's last step: the new trainer resumes mid-epoch
+    assert restored["progress"]["resumedFromStep"] > 0, restored["progress"]
+    new_pod = e2e.cluster.pod(ns, pod)
+    assert new_pod is not None and new_pod.metadata.uid != uid
+    assert new_pod.metadata.labels["tuneop.io/attempt"] == "1"
+    final = e2e.wait_phase(ns, "Succeeded", timeout=400)
+    assert final["preemptions"] == 1 and final["failures"] == 0 and final["restores"] == 1
+    assert final["trialsCompleted"] == final["trialsTotal"] == 3 and final["trials"] == "3/3"
+    assert final["bestTrial"]["id"] and isinstance(final["bestTrial"]["score"], float)
+    events = e2e.kubectl.events(ns, "search")
+    reasons = [e["reason"] for e in events]
+    assert reasons == ["Created", "Preempted", "Created", "Restored", "Completed"], reasons
+    assert "EvictionByEvictionAPI" in events[1]["message"]
+    assert "at step" in events[3]["message"]
+    # the user's script itself ran to its end (its last line prints this)
+    logs = e2e.kubectl("logs", "-n", ns, pod, check=False).stdout
+    assert "best hyperparameters:" in logs, logs[-3000:]
+
+
+def test_a_job_applied_before_its_configmap_waits_without_pods_then_starts(e2e: Env):
+    ns = e2e.namespace("script-wait")
+    submit(e2e, ns)
+    status = e2e.wait_status(
+        ns, lambda s: "waiting for ConfigMap 'emg-search'" in s.get("message", ""), 60,
+        "the wait for the ConfigMap",
+    )  # fmt: skip
+    assert status["phase"] == "Pending" and status["preemptions"] == 0
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert running["status"] == "False" and running["reason"] == "ScriptConfigMapMissing"
+    events = e2e.kubectl.events(ns, "search")
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "ScriptConfigMapMissing")]
+    assert "spec.script.configMap.name" in events[0]["message"]
+    assert e2e.kubectl.pods(ns, "search") == []  # never a pod stuck in ContainerCreating
+    create_script_configmap(e2e, ns)
+    wait_for(lambda: e2e.kubectl.pods(ns, "search"), 60, "the trainer pod")
+    assert e2e.reasons(ns)[:2] == ["ScriptConfigMapMissing", "Created"]
+    e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")
+
+
+def test_a_configmap_without_the_named_key_fails_the_job_naming_the_key(e2e: Env):
+    ns = e2e.namespace("script-key")
+    create_script_configmap(e2e, ns)
+    submit(e2e, ns, script={"configMap": {"name": "emg-search", "key": "search.py"}})
+    status = e2e.wait_phase(ns, "Failed", timeout=60)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "spec.script.configMap.key" in failed["message"]
+    assert "(it has: emg_search.py)" in failed["message"]
+    assert e2e.reasons(ns) == ["InvalidSpec"] and e2e.kubectl.pods(ns, "search") == []
