@@ -45,13 +45,30 @@ def test_npz_file_and_npy_directory(tmp_path: Path) -> None:
         load(DataSpec(synthetic_samples=None, path=str(tmp_path)))
 
 
+def keras_convention():
+    x = np.zeros((10, 16, 8, 1), "float32")
+    y = np.eye(4, dtype="float32")[np.arange(10) % 4]
+    return (x[:8], y[:8]), (x[8:], y[8:])
+
+
+def not_arrays():
+    return (1, 2)
+
+
+def test_loader_in_the_keras_datasets_convention(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = load(DataSpec(synthetic_samples=None, loader=f"{__name__}:keras_convention"))
+    assert (len(data.x), len(data.x_val)) == (8, 2)
+    with pytest.raises(SpecError, match=r"^spec.data.loader: .* returned a int as x; expected"):
+        load(DataSpec(synthetic_samples=None, loader=f"{__name__}:not_arrays"))
+
+
 def test_errors_go_to_the_termination_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = tmp_path / "termination-log"
     log.touch()  # the kubelet creates it; the trainer only writes when it exists
     monkeypatch.setattr(cli, "TERMINATION_MESSAGE_PATH", str(log))
-    code = cli._fail(2, 'spec.tuner.algorithm: "Foo" is not one of\n Hyperband')
+    code = cli.fail(2, 'spec.tuner.algorithm: "Foo" is not one of\n Hyperband')
     assert code == 2
     assert log.read_text() == 'spec.tuner.algorithm: "Foo" is not one of Hyperband'
     assert capsys.readouterr().err == 'error: spec.tuner.algorithm: "Foo" is not one of Hyperband\n'

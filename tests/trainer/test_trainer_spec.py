@@ -125,9 +125,62 @@ def test_sample_manifests_parse() -> None:
     """What users apply (manifests/samples) is what the trainer accepts."""
     samples = sorted((HERE.parents[1] / "manifests" / "samples").glob("*.yaml"))
     assert samples
+    modes = set()
     for path in samples:
         spec = load_spec_file(path)
-        assert spec.hypermodel and spec.tuner.algorithm
+        if spec.script is not None:
+            modes.add("script")
+            assert spec.script.path.endswith(".py")
+        else:
+            modes.add("hypermodel")
+            assert spec.hypermodel and spec.tuner.algorithm
+    assert modes == {"script", "hypermodel"}
+
+
+@pytest.mark.parametrize(
+    ("objective", "direction"),
+    [
+        ({"name": "val_loss"}, "min"),
+        ("val_loss", "min"),
+        ({"name": "val_accuracy"}, "max"),
+        ({"name": "val_mean_absolute_error"}, "min"),
+        ({"name": "auc"}, "max"),
+        ({"name": "val_loss", "direction": "max"}, "max"),
+    ],
+)
+def test_objective_direction_is_inferred_as_keras_tuner_does(
+    objective: Any, direction: str
+) -> None:
+    assert parse({"tuner": {"objective": objective}}).tuner.direction == direction
+
+
+def test_unknown_metric_without_direction_is_an_error() -> None:
+    with pytest.raises(
+        SpecError, match=r'^spec.tuner.objective.direction: cannot tell .*"my_score"'
+    ):
+        parse({"tuner": {"objective": {"name": "my_score"}}})
+
+
+def test_script_spec() -> None:
+    spec = parse(
+        {"script": {"path": "/checkpoints/s.py", "args": ["--epochs", "2"], "deterministic": True}}
+    )
+    assert spec.script is not None
+    assert (spec.script.path, spec.script.args, spec.script.deterministic) == (
+        "/checkpoints/s.py",
+        ("--epochs", "2"),
+        True,
+    )
+    cm = parse({"script": {"configMap": {"name": "m", "key": "train.py"}}}).script
+    assert cm is not None and cm.path.endswith("/train.py")
+    for bad, message in [
+        ({"script": {"path": "s.py"}}, "spec.script.path"),
+        ({"script": {"path": "/a.py"}, "hypermodel": "a:B"}, "spec.hypermodel"),
+        ({"script": {}}, "spec.script: set exactly one"),
+        ({"script": {"path": "/a.py", "args": [1]}}, "spec.script.args"),
+    ]:
+        with pytest.raises(SpecError, match=f"^{message}"):
+            parse(bad)
 
 
 def test_crd_minimums_are_accepted() -> None:

@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             deterministic=spec.script.deterministic,
             strategy_name=spec.strategy,
             field=spec.script.field,
+            python_path=spec.python_path,
         )
     return run_search(spec, Path(args.dir))
 
@@ -154,7 +155,12 @@ def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
     reporter.serve()
     try:
         try:
+            import keras
+
+            # A loader that draws random numbers draws the same ones after a restart.
+            keras.utils.set_random_seed(spec.tuner.seed)
             dataset = data_mod.load(spec.data)
+            _check_fingerprint(spec, dataset, checkpoint_dir, write)
             hypermodel = resolve_hypermodel(spec.hypermodel, dataset)
             return _search(spec, strategy, dataset, hypermodel, checkpoint_dir, reporter, write)
         except SpecError as exc:
@@ -162,6 +168,21 @@ def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
             return fail(EXIT_INVALID_SPEC, str(exc))
     finally:
         reporter.close()
+
+
+def _check_fingerprint(spec: TrainerSpec, dataset: Any, root: Path, write: bool) -> None:
+    """A resume must see the same data, hypermodel and search as the first run."""
+    import dataclasses
+
+    from . import fingerprint
+
+    record = {
+        "data": fingerprint.digest_arrays(dataset.x, dataset.y, dataset.x_val, dataset.y_val),
+        "hypermodel": spec.hypermodel,
+        "tuner": dataclasses.asdict(spec.tuner),
+    }
+    fields = {"data": "spec.data", "hypermodel": "spec.hypermodel", "tuner": "spec.tuner"}
+    fingerprint.check_or_record(root, record, fields, write)
 
 
 def _search(

@@ -64,8 +64,11 @@ def load(spec: DataSpec) -> Dataset:
         x, y, val = _load_loader(spec.loader)
     else:
         x, y = synthetic_emg(spec.synthetic_samples or 256, spec.synthetic_seed)
-    x = np.asarray(x)
-    y = np.asarray(y)
+    try:
+        x = np.asarray(x)
+        y = np.asarray(y)
+    except ValueError as exc:  # ragged lists
+        raise SpecError("spec.data", f"x and y must be arrays: {exc}") from exc
     if x.ndim == 3:  # (n, h, w) → (n, h, w, 1): the CNN wants a channel axis
         x = x[..., None]
     if len(x) != len(y):
@@ -111,9 +114,26 @@ def _load_loader(ref: str) -> tuple[np.ndarray, np.ndarray, Any]:
         out = fn()
     except Exception as exc:
         raise SpecError("spec.data.loader", f"{ref}() raised {type(exc).__name__}: {exc}") from exc
+    shapes = "(x, y), (x, y, x_val, y_val) or ((x, y), (x_val, y_val)) of arrays"
+    if isinstance(out, list):
+        out = tuple(out)
     if not isinstance(out, tuple) or len(out) not in (2, 4):
-        raise SpecError("spec.data.loader", f"{ref}() must return (x, y) or (x, y, x_val, y_val)")
+        raise SpecError("spec.data.loader", f"{ref}() returned {_kind(out)}; expected {shapes}")
+    pairs = len(out) == 2 and all(isinstance(p, tuple | list) and len(p) == 2 for p in out)
+    if pairs:  # the keras.datasets convention: (x, y), (x_val, y_val)
+        out = (*out[0], *out[1])
+    for name, value in zip(("x", "y", "x_val", "y_val"), out, strict=False):
+        if not hasattr(value, "__len__") or np.ndim(value) == 0:
+            raise SpecError(
+                "spec.data.loader", f"{ref}() returned {_kind(value)} as {name}; expected {shapes}"
+            )
     return out[0], out[1], (out[2], out[3]) if len(out) == 4 else None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"
 
 
 def import_ref(ref: str, field: str) -> Any:

@@ -210,13 +210,15 @@ def _parse_tuner(t: dict[str, Any]) -> TunerSpec:
     _one_of(algorithm, ALGORITHMS, "spec.tuner.algorithm")
     obj = t.get("objective", {})
     if isinstance(obj, str):  # shorthand: `objective: val_loss` (direction inferred)
-        obj = {"name": obj, "direction": "min" if obj.endswith("loss") else "max"}
+        obj = {"name": obj}
     if not isinstance(obj, dict):
         raise SpecError("spec.tuner.objective", "must be a mapping {name, direction}")
     name = _str(obj, "name", "spec.tuner.objective.name", "val_accuracy")
     if not name:
         raise SpecError("spec.tuner.objective.name", "must not be empty")
-    direction = _str(obj, "direction", "spec.tuner.objective.direction", "max")
+    direction = _str(obj, "direction", "spec.tuner.objective.direction", "")
+    if not direction:
+        direction = infer_direction(name)
     _one_of(direction, DIRECTIONS, "spec.tuner.objective.direction")
     deterministic = t.get("deterministic", False)
     if not isinstance(deterministic, bool):
@@ -238,6 +240,30 @@ def _parse_tuner(t: dict[str, Any]) -> TunerSpec:
         batch_size=_int(t, "batchSize", "spec.tuner.batchSize", 32, minimum=1),
         deterministic=deterministic,
     )
+
+
+def infer_direction(name: str) -> str:
+    """The direction keras-tuner infers for a metric name (`val_loss` → min,
+    `val_accuracy` → max, any Keras metric or loss by its name); SpecError when it
+    cannot tell (a custom metric: say `direction: min` or `max`)."""
+    base = name.removeprefix("val_").removeprefix("weighted_")
+    if base in ("loss", "crossentropy", "ce") or base.endswith("_loss"):
+        return "min"
+    if base in ("accuracy", "acc"):
+        return "max"
+    from keras_tuner.src.engine.metrics_tracking import infer_metric_direction
+
+    try:
+        direction = infer_metric_direction(name)
+    except Exception:  # keras-tuner raises for some names instead of returning None
+        direction = None
+    if direction not in DIRECTIONS:
+        raise SpecError(
+            "spec.tuner.objective.direction",
+            f'cannot tell whether "{name}" is to be minimised or maximised; set direction: '
+            "min or max",
+        )
+    return str(direction)
 
 
 def _parse_checkpoint(c: dict[str, Any]) -> CheckpointSpec:

@@ -32,12 +32,10 @@ from tuneop_contract import (
     write_atomic,
 )
 
-from .. import ktpatch, preemption
+from .. import fingerprint, ktpatch, preemption
 from ..spec import CheckpointSpec, SpecError
 
 log = logging.getLogger(__name__)
-
-SCRIPT_RECORD = "script.json"  # in DIR: what the search was started with
 
 
 def run_script(
@@ -48,8 +46,10 @@ def run_script(
     deterministic: bool = False,
     strategy_name: str = "Auto",
     field: str = "SCRIPT",
+    python_path: tuple[str, ...] = (),
 ) -> int:
-    """Run `script` with `args` (its sys.argv[1:]); returns the exit code."""
+    """Run `script` with `args` (its sys.argv[1:]); returns the exit code. The script's
+    directory and `python_path` come first on sys.path, as for `python SCRIPT`."""
     from ..cli import fail
 
     try:
@@ -97,7 +97,7 @@ def run_script(
         tuners.install()
         strategies.install(strategy, str(script))
         reporter.update(force=True, phase=PHASE_RUNNING, message="")
-        code, message = _execute(script, source, args)
+        code, message = _execute(script, source, args, python_path)
         if code == EXIT_PREEMPTED:
             reporter.update(force=True, phase=PHASE_PREEMPTED, message="preempted; resume me")
             log.warning("exiting %d (preempted); checkpoint written", EXIT_PREEMPTED)
@@ -133,30 +133,17 @@ def _read_script(script: Path, field: str) -> str:
 
 
 def _check_record(root: Path, script: Path, source: str, args: list[str], write: bool) -> None:
-    """The search in `root` belongs to this script and these arguments: recorded at
-    the first run, compared at every resume (never a silent mix of two searches)."""
-    record = {"sha256": hashlib.sha256(source.encode()).hexdigest(), "args": list(args)}
-    path = root / SCRIPT_RECORD
-    if path.exists():
-        saved = json.loads(path.read_text())
-        if saved.get("sha256") != record["sha256"]:
-            raise SpecError(
-                str(script),
-                f"the script changed since the search in {root} started (sha256 "
-                f"{saved.get('sha256', '?')[:12]} then, {record['sha256'][:12]} now); run the "
-                "original script, or start over with an empty checkpoint directory",
-            )
-        if saved.get("args") != record["args"]:
-            raise SpecError(
-                str(script),
-                f"the script's arguments changed since the search in {root} started "
-                f"({saved.get('args')} then, {record['args']} now)",
-            )
-    elif write:
-        write_atomic(path, json.dumps({**record, "script": str(script)}).encode())
+    """The search in `root` belongs to this script and these arguments."""
+    record = {
+        "script": hashlib.sha256(source.encode()).hexdigest(),
+        "arguments": list(args),
+    }
+    fingerprint.check_or_record(root, record, {"script": str(script), "arguments": "ARGS"}, write)
 
 
-def _execute(script: Path, source: str, args: list[str]) -> tuple[int, str]:
+def _execute(
+    script: Path, source: str, args: list[str], python_path: tuple[str, ...]
+) -> tuple[int, str]:
     """(exit code, one-line message) of running the script as __main__."""
     import keras_tuner
 
@@ -169,7 +156,7 @@ def _execute(script: Path, source: str, args: list[str]) -> tuple[int, str]:
         return EXIT_INVALID_SPEC, f"{script.name}:{exc.lineno}: SyntaxError: {exc.msg}"
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args]
-    sys.path.insert(0, str(script.parent))
+    sys.path[:0] = [str(script.parent), *python_path]
     try:
         runpy.run_path(str(script), run_name="__main__")
     except preemption.Preempted:

@@ -1,0 +1,4 @@
+import keras
+
+def broken(:
+    pass
