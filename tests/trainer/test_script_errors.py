@@ -51,7 +51,8 @@ def test_not_a_python_file(tmp_path: Path) -> None:
 
 
 def test_syntax_error_names_file_and_line(tmp_path: Path) -> None:
-    code, line = _exec(tmp_path, SCRIPTS / "syntax_error.py")
+    (tmp_path / "syntax_error.py").write_text("import keras\n\ndef broken(:\n    pass\n")
+    code, line = _exec(tmp_path, tmp_path / "syntax_error.py")
     assert code == EXIT_INVALID_SPEC
     assert line.startswith("error: syntax_error.py:3: SyntaxError")
 

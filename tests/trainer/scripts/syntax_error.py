@@ -1,4 +1,0 @@
-import keras
-
-def broken(:
-    pass
