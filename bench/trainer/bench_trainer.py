@@ -6,6 +6,9 @@ SIGKILLed N times at the same points and restarted until it completes:
   tuneop        python -m tuneop_trainer run (this project)
   keras-tuner   plain keras-tuner, overwrite=False, restarted after each kill
   kt+backup     the same plus keras.callbacks.BackupAndRestore
+  exec          the keras-tuner program itself (kt_baseline.py, unchanged) run by
+                `python -m tuneop_trainer exec` (script mode): its overhead when nothing
+                goes wrong is `exec` clean vs `keras-tuner` clean
 Kill points: process i is SIGKILLed once it has run N_i training steps (--kill-after-steps,
 default 130,170,110 with 100 steps per epoch: mid-epoch, off checkpoint boundaries),
 polled every 20 ms, so every program is killed at the same amount of work whatever the
@@ -122,9 +125,13 @@ class Proc:
             time.sleep(0.02)
 
     def steps_at_exit(self) -> int:
+        """tuneop's own count if it printed one (under `exec` the script's callback
+        count is restored across processes), else the baseline's."""
         text = "".join(self.lines)
-        m = re.search(r"\((\d+) steps in this process\)|^STEPS (\d+)$", text, re.M)
-        return int(m.group(1) or m.group(2)) if m else 0
+        m = re.search(r"\((\d+) steps in this process\)", text) or re.search(
+            r"^STEPS (\d+)$", text, re.M
+        )
+        return int(m.group(1)) if m else 0
 
     def wait(self) -> tuple[int, float]:
         code = self.p.wait()
@@ -152,6 +159,9 @@ def command(variant: str, spec: Path, ckpt: Path) -> list[str]:
             str(ckpt),
         ]
     cmd = [sys.executable, str(HERE / "kt_baseline.py"), "--spec", str(spec), "--dir", str(ckpt)]
+    if variant == "exec":
+        trainer = [sys.executable, "-m", "tuneop_trainer", "exec", "--dir", str(ckpt)]
+        return [*trainer, "--spec", str(spec), "--deterministic", *cmd[1:]]
     return [*cmd, "--backup"] if variant == "kt+backup" else cmd
 
 
@@ -203,7 +213,19 @@ def run_variant(variant: str, spec: Path, work: Path, kill_steps: list[int]) -> 
     }
     if variant == "tuneop":
         result.update(tuneop_details(clean_lines, proc.lines, work, ckpt))
+    if variant == "exec":
+        result.update(exec_details(work, ckpt))
     return result
+
+
+def exec_details(work: Path, ckpt: Path) -> dict[str, Any]:
+    """Did the interrupted script-mode search end as the uninterrupted one?"""
+    clean = json.loads((work / "exec-clean" / "results.json").read_text())
+    killed = json.loads((ckpt / "results.json").read_text())
+    return {
+        "sameTrialsAndScores": [(t["trialId"], t["score"]) for t in clean["trials"]]
+        == [(t["trialId"], t["score"]) for t in killed["trials"]]
+    }
 
 
 def tuneop_details(
@@ -269,7 +291,7 @@ def main() -> None:
         default="130,170,110",
         help="kill process i once it has run this many training steps (comma list)",
     )
-    parser.add_argument("--variants", default="tuneop,keras-tuner,kt+backup")
+    parser.add_argument("--variants", default="tuneop,exec,keras-tuner,kt+backup")
     parser.add_argument("--work", default=None, help="keep the work dir here")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-trainer-"))
@@ -324,6 +346,17 @@ def main() -> None:
             f"every 10 steps; restore {t.get('restoreSeconds')} s; bit-identical best weights "
             f"after kills: {t.get('bitIdenticalBestWeights')}; SIGTERM to exit "
             f"{t['sigterm']['exitCode']} in {t['sigterm']['secondsToExit']} s"
+        )
+    by_name = {r["variant"]: r for r in rows}
+    if "exec" in by_name and "keras-tuner" in by_name:
+        e, k = by_name["exec"], by_name["keras-tuner"]
+        overhead = 100 * (e["uninterruptedSearchSeconds"] / k["uninterruptedSearchSeconds"] - 1)
+        by_name["exec"]["overheadPercentVsKerasTuner"] = round(overhead, 1)
+        OUT.write_text(json.dumps(report, indent=2) + "\n")
+        print(
+            f"exec (script mode): {overhead:+.1f}% search time vs plain keras-tuner when "
+            f"nothing goes wrong; same trials and scores after kills: "
+            f"{e.get('sameTrialsAndScores')}"
         )
     print(f"wrote {OUT.relative_to(REPO)}")
 

@@ -157,7 +157,7 @@ def wait_for(
             progress = None
         if progress is not None and pred(progress):
             return progress
-        time.sleep(0.05)
+        time.sleep(0.005)  # kill points can be a few steps (tens of ms) wide
     raise AssertionError("kill point not reached in time")
 
 

@@ -130,6 +130,9 @@ def _fsync_dir(path: Path) -> None:
 # --- Keras model state <-> arrays ---------------------------------------------------
 
 
+REPLICA_SEP = "@replica"
+
+
 class CheckpointMismatch(ValueError):
     """A checkpoint does not fit the model it is restored into (the model changed)."""
 
@@ -141,8 +144,14 @@ def model_state(model: Any) -> dict[str, np.ndarray]:
     local = _multiworker(model)
     for group, variables in _groups(model).items():
         for key, var in zip(_keys(group, variables), variables, strict=True):
-            value = _local_components(var)[0].numpy() if local else var.numpy()
+            components = _local_components(var)
+            value = components[0].numpy() if local else var.numpy()
             arrays[key] = np.asarray(value)
+            if group == "metrics" and not local and len(components) > 1:
+                # Each replica's share of a SUM accumulator: restoring the shares (not
+                # the total split evenly) keeps the epoch's train metrics bit-exact.
+                for i, component in enumerate(components):
+                    arrays[f"{key}{REPLICA_SEP}{i}"] = np.asarray(component.numpy())
     return arrays
 
 
@@ -157,7 +166,7 @@ def restore_state(model: Any, arrays: dict[str, np.ndarray], groups: tuple[str, 
     for group in groups:
         variables = current[group]
         keys = _keys(group, variables)
-        saved = [k for k in arrays if k.startswith(group + "/")]
+        saved = [k for k in arrays if k.startswith(group + "/") and REPLICA_SEP not in k]
         if set(keys) != set(saved):
             by_order = sorted(saved, key=_saved_order(saved))
             shapes_agree = len(by_order) == len(variables) and all(
@@ -180,9 +189,18 @@ def restore_state(model: Any, arrays: dict[str, np.ndarray], groups: tuple[str, 
                     f"variable {key} has shape {tuple(var.shape)} in the model and "
                     f"{tuple(value.shape)} in the checkpoint"
                 )
+            components = _local_components(var)
+            shares = [arrays.get(f"{key}{REPLICA_SEP}{i}") for i in range(len(components))]
             if local:
-                for component in _local_components(var):
+                for component in components:
                     component.assign(value)
+            elif (
+                group == "metrics"
+                and len(components) > 1
+                and all(share is not None for share in shares)
+            ):
+                for component, share in zip(components, shares, strict=True):
+                    component.assign(share)
             else:
                 var.assign(value)
 

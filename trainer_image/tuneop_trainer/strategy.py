@@ -35,8 +35,15 @@ def tf_config_workers(environ: dict[str, str] | None = None) -> tuple[int, int]:
     return max(workers, 1), index
 
 
+_created: list[Any] = []
+
+
 def create(requested: str = "Auto") -> Any:
-    """Create and return the strategy; logs which one and how many replicas."""
+    """Create and return the strategy; logs which one and how many replicas. Once per
+    process: a second call (e.g. from a user script that uses this module under
+    `exec`) returns the same strategy."""
+    if _created:
+        return _created[0]
     import tensorflow as tf
 
     workers, _ = tf_config_workers()
@@ -68,6 +75,7 @@ def create(requested: str = "Auto") -> Any:
 
     if multiworker.apply(strategy):
         log.info("Keras patched for MultiWorkerMirroredStrategy (tuneop_trainer.multiworker)")
+    _created.append(strategy)
     return strategy
 
 

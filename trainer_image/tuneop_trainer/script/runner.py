@@ -109,7 +109,7 @@ def run_script(
             reporter.update(force=True, phase=PHASE_FAILED, message=message)
             return fail(code, message)
         log.info(
-            "script completed; %d checkpoints written in %.3fs, %d steps in this process",
+            "script completed; %d checkpoints written in %.3fs (%d steps in this process)",
             rt.checkpoints,
             rt.checkpoint_seconds,
             rt.steps,
