@@ -110,7 +110,15 @@ class _Builder:
         return value
 
 
+RESULT_FROM_SUMMARY = "TerminationMessage"
+"""status.resultSource once the final trials/best came from the trainer's final summary;
+from then on status.progress (possibly stale: a lost patch) no longer overrides them."""
+RESULT_FROM_PROGRESS = "Progress"
+
+
 def _apply_progress(b: _Builder) -> None:
+    if b.old.get("resultSource") == RESULT_FROM_SUMMARY:
+        return
     progress = b.old.get("progress") or {}
     if not isinstance(progress, dict) or not progress:
         if b.get("trials") is None:
@@ -134,6 +142,32 @@ def _apply_progress(b: _Builder) -> None:
     for key in ("lastProgressTime", "lastCheckpointTime"):
         if progress.get(key):
             b.put(key, progress[key])
+
+
+def _apply_final(b: _Builder, chief: Classification) -> None:
+    """The completed chief's termination message holds the search's final summary: it
+    wins over status.progress, whose last patches may never have arrived."""
+    summary = contract.parse_final_summary(chief.message)
+    if summary is None:  # an older trainer: the progress is all there is
+        b.put("resultSource", RESULT_FROM_PROGRESS)
+        return
+    total = summary.trials_total
+    b.put("trialsCompleted", summary.trials_completed)
+    if total is not None:
+        b.put("trialsTotal", total)
+    b.put("trials", f"{summary.trials_completed}/{total if total is not None else '?'}")
+    if summary.best_trial_id is not None:
+        old = b.get("bestTrial") or {}
+        best: Obj = {"id": summary.best_trial_id}
+        if summary.best_score is not None:
+            best["score"] = summary.best_score
+        hps = summary.best_hyperparameters
+        if hps is None and isinstance(old, dict) and old.get("id") == summary.best_trial_id:
+            hps = old.get("hyperparameters")  # omitted from a summary too long to keep
+        if hps is not None:
+            best["hyperparameters"] = hps
+        b.put("bestTrial", best)
+    b.put("resultSource", RESULT_FROM_SUMMARY)
 
 
 def _best_text(b: _Builder) -> str:
@@ -383,6 +417,7 @@ def decide(
 
     if chief.outcome == Outcome.COMPLETED and not kinds & {Outcome.FAILED, Outcome.INVALID_SPEC}:
         _delete_alive(b, group, keep_ended=True)
+        _apply_final(b, chief)
         _finish(b, succeeded=True, reason="Completed", message=f"search completed: {_best_text(b)}")
         _ttl(b, spec)
         return b.decision

@@ -475,3 +475,62 @@ def test_a_script_path_job_needs_no_configmap():
     w = script_world(path="/checkpoints/code/search.py")
     start(w)
     assert script_volume(w.pods["j-worker-0"]) is None
+
+
+def _summary(**fields: Any) -> str:
+    return contract.FinalSummary(**fields).to_message()
+
+
+def test_the_final_summary_wins_over_a_stale_progress():
+    """Every trainer status patch after trial 1 was lost (API server down while the
+    trainer finished): the termination message still carries the final result."""
+    w = World()
+    start(w)
+    w.progress(trials_total=6, trials_completed=1, best_trial_id="0000", best_score=0.5,
+               best_hyperparameters={"units": 8})  # fmt: skip
+    w.step()
+    summary = _summary(trials_completed=6, trials_total=6, best_trial_id="0004",
+                       best_score=0.9, best_hyperparameters={"units": 32})  # fmt: skip
+    w.terminate("j-worker-0", 0, summary)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+    assert w.status["trials"] == "6/6" and w.status["trialsCompleted"] == 6
+    assert w.status["bestTrial"] == {"id": "0004", "score": 0.9, "hyperparameters": {"units": 32}}
+    assert w.status["resultSource"] == "TerminationMessage"
+    assert "best trial 0004 score 0.9" in w.status["message"]
+    w.step()  # the stale progress does not take it back
+    assert w.status["trials"] == "6/6" and w.status["bestTrial"]["id"] == "0004"
+
+
+def test_a_summary_without_hyperparameters_keeps_those_of_the_same_best_trial():
+    w = World()
+    start(w)
+    w.progress(trials_total=6, trials_completed=5, best_trial_id="0004", best_score=0.8,
+               best_hyperparameters={"units": 32})  # fmt: skip
+    w.step()
+    w.terminate("j-worker-0", 0, _summary(trials_completed=6, trials_total=6,
+                                          best_trial_id="0004", best_score=0.9))  # fmt: skip
+    w.step()
+    assert w.status["bestTrial"] == {"id": "0004", "score": 0.9, "hyperparameters": {"units": 32}}
+
+
+def test_without_a_summary_the_final_status_comes_from_the_progress():
+    w = World()
+    start(w)
+    w.progress(trials_total=2, trials_completed=2, best_trial_id="0001", best_score=0.7)
+    w.step()
+    w.terminate("j-worker-0", 0, "")
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED and w.status["trials"] == "2/2"
+    assert w.status["bestTrial"] == {"id": "0001", "score": 0.7}
+    assert w.status["resultSource"] == "Progress"
+
+
+def test_a_vanished_completed_pod_still_yields_its_summary():
+    w = World()
+    start(w)
+    w.terminate("j-worker-0", 0, _summary(trials_completed=3, trials_total=3, best_trial_id="2"))
+    w.vanish("j-worker-0")
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED and w.status["trials"] == "3/3"
+    assert w.status["bestTrial"] == {"id": "2"}
