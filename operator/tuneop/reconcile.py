@@ -22,6 +22,8 @@ import tuneop_contract as contract
 from . import names
 from . import status as st
 from .classify import Classification, Outcome, classify, classify_missing
+from .progress import ProgressView
+from .progress import read as read_progress
 from .spec import JobSpec, SpecError, check_script_configmap, validate
 
 Obj = dict[str, Any]
@@ -51,6 +53,8 @@ class Decision:
     delete_pods: list[str] = dataclasses.field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None
+    ignored: tuple[str, ...] = ()
+    """Fields of status.progress dropped as invalid (the executor logs them)."""
 
     def merged_status(self, job: Obj) -> Obj:
         """The job's status after this decision's patch (for metrics and logs)."""
@@ -61,6 +65,19 @@ class Decision:
             else:
                 merged[key] = value
         return merged
+
+
+def _int(value: Any) -> int:
+    """An integer the operator wrote into status; anything else (status is writable by
+    others) reads as 0 instead of raising on every pass."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value) if isinstance(value, (str, float)) else 0
+    except (ValueError, OverflowError):
+        return 0
 
 
 def _attempt_of(pod: Obj) -> str | None:
@@ -82,7 +99,7 @@ class _Builder:
         self.now = now
         self.old: Obj = dict(job.get("status") or {})
         self.decision = Decision()
-        self.generation = int(job["metadata"].get("generation") or 1)
+        self.generation = _int(job["metadata"].get("generation")) or 1
         self.conditions: list[Obj] = list(self.old.get("conditions") or [])
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -105,7 +122,7 @@ class _Builder:
         self.decision.events.append(Event(type_, reason, message))
 
     def count(self, key: str) -> int:
-        value = int(self.get(key) or 0) + 1
+        value = _int(self.get(key)) + 1
         self.put(key, value)
         return value
 
@@ -116,32 +133,32 @@ from then on status.progress (possibly stale: a lost patch) no longer overrides 
 RESULT_FROM_PROGRESS = "Progress"
 
 
-def _apply_progress(b: _Builder) -> None:
+def _apply_progress(b: _Builder, progress: ProgressView) -> None:
     if b.old.get("resultSource") == RESULT_FROM_SUMMARY:
         return
-    progress = b.old.get("progress") or {}
-    if not isinstance(progress, dict) or not progress:
+    if progress.empty:
         if b.get("trials") is None:
             b.put("trials", "0/?")
         return
-    done = int(progress.get("trialsCompleted") or 0)
-    total = progress.get("trialsTotal")
+    done = progress.count("trialsCompleted") or 0
+    total = progress.count("trialsTotal")
     b.put("trialsCompleted", done)
     if total is not None:
-        b.put("trialsTotal", int(total))
+        b.put("trialsTotal", total)
     b.put("trials", f"{done}/{total if total is not None else '?'}")
-    if progress.get("trialId"):
-        b.put("currentTrial", str(progress["trialId"]))
-    if progress.get("bestTrialId") is not None:
-        best: Obj = {"id": str(progress["bestTrialId"])}
-        if progress.get("bestScore") is not None:
-            best["score"] = float(progress["bestScore"])
-        if progress.get("bestHyperparameters") is not None:
-            best["hyperparameters"] = progress["bestHyperparameters"]
+    if progress.text("trialId"):
+        b.put("currentTrial", progress.text("trialId"))
+    best_id = progress.text("bestTrialId")
+    if best_id is not None:
+        best: Obj = {"id": best_id}
+        if progress.values.get("bestScore") is not None:
+            best["score"] = progress.values["bestScore"]
+        if progress.values.get("bestHyperparameters") is not None:
+            best["hyperparameters"] = progress.values["bestHyperparameters"]
         b.put("bestTrial", best)
     for key in ("lastProgressTime", "lastCheckpointTime"):
-        if progress.get(key):
-            b.put(key, progress[key])
+        if progress.text(key):
+            b.put(key, progress.text(key))
 
 
 def _apply_final(b: _Builder, chief: Classification) -> None:
@@ -268,12 +285,14 @@ def decide(
     for counter in ("preemptions", "failures", "restarts", "restores"):
         if b.get(counter) is None:
             b.put(counter, 0)
-    _apply_progress(b)
+    progress = read_progress(b.old.get("progress"))
+    b.decision.ignored = progress.ignored
+    _apply_progress(b, progress)
 
     phase = b.get("phase") or st.PHASE_PENDING
     if b.get("phase") is None:
         b.put("phase", phase)
-    attempt = int(b.get("attempt") or 0)
+    attempt = _int(b.get("attempt"))
     started = bool(b.get("attemptStarted"))
     workers = spec.distribution.workers
     worker_names = [names.pod_name(name, i) for i in range(workers)]
@@ -383,8 +402,7 @@ def decide(
         if attempt > 0:
             # what the new trainer reports from now on is about this group
             b.decision.status["progress"] = {"resumedFromStep": None, "resumedFromEpoch": None}
-            progress = b.old.get("progress") or {}
-            b.put("restoreBaseline", int(progress.get("restores") or 0))
+            b.put("restoreBaseline", progress.count("restores") or 0)
         b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
         b.event(
             "Normal",
@@ -505,7 +523,7 @@ def decide(
         if phase != st.PHASE_RUNNING:
             b.put("phase", st.PHASE_RUNNING)
         b.cond(st.COND_RUNNING, True, "TrainerRunning", f"{workers} trainer pod(s) running")
-        _report_restore(b, attempt)
+        _report_restore(b, attempt, progress)
         _check_stall(b, spec)
         trial = b.get("currentTrial")
         b.put(
@@ -527,26 +545,25 @@ def decide(
     return b.decision
 
 
-def _report_restore(b: _Builder, attempt: int) -> None:
+def _report_restore(b: _Builder, attempt: int, progress: ProgressView) -> None:
     """A recreated group's trainer restored from the volume: it reports the step it
     resumed at (> 0 mid-epoch) or, at an epoch boundary, a higher `restores` count."""
-    progress = b.old.get("progress") or {}
-    if attempt <= 0 or not isinstance(progress, dict) or b.get("restoredAttempt") == attempt:
+    if attempt <= 0 or progress.empty or b.get("restoredAttempt") == attempt:
         return
-    resumed = int(progress.get("resumedFromStep") or 0)
-    count = int(progress.get("restores") or 0)
-    if resumed <= 0 and count <= int(b.get("restoreBaseline") or 0):
+    resumed = progress.count("resumedFromStep") or 0
+    count = progress.count("restores") or 0
+    if resumed <= 0 and count <= _int(b.get("restoreBaseline")):
         return
     b.count("restores")
     b.put("restoredAttempt", attempt)
-    epoch = progress.get("resumedFromEpoch")
+    epoch = progress.count("resumedFromEpoch")
     where = f"at step {resumed}" if resumed > 0 else "at an epoch boundary"
     if epoch is not None:
         where += f" of epoch {epoch}"
     b.event(
         "Normal",
         "Restored",
-        f"trainer pod group {attempt} resumed trial {progress.get('trialId')} {where} "
+        f"trainer pod group {attempt} resumed trial {progress.text('trialId')} {where} "
         "from the checkpoint",
     )
 

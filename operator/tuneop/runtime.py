@@ -27,6 +27,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._triggers: dict[Key, asyncio.Event] = {}
         self._seen: dict[Key, dict[str, Obj]] = {}
+        self._ignored: dict[Key, tuple[str, ...]] = {}
 
     def trigger(self, key: Key) -> asyncio.Event:
         with self._lock:
@@ -47,6 +48,7 @@ class Runtime:
         with self._lock:
             self._seen.pop(key, None)
             self._triggers.pop(key, None)
+            self._ignored.pop(key, None)
         metrics.JOBS.forget(*key)
 
     def reconcile_once(
@@ -77,6 +79,7 @@ class Runtime:
             last_seen=self.last_seen((namespace, name)),
             configmaps=configmaps,
         )
+        self._log_ignored((namespace, name), decision.ignored, logger)
         kube_mod.apply(
             self.kube,
             job,
@@ -86,6 +89,19 @@ class Runtime:
             logger=logger,
         )
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
+
+    def _log_ignored(
+        self,
+        key: Key,
+        ignored: tuple[str, ...],
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    ) -> None:
+        """Invalid progress fields, logged when the set changes (not every pass)."""
+        with self._lock:
+            changed = self._ignored.get(key, ()) != ignored
+            self._ignored[key] = ignored
+        if changed and ignored:
+            logger.warning("ignoring invalid %s (wrong type or out of range)", ", ".join(ignored))
 
 
 def job_of(pod: Obj) -> str | None:

@@ -534,3 +534,39 @@ def test_a_vanished_completed_pod_still_yields_its_summary():
     w.step()
     assert w.status["phase"] == st.PHASE_SUCCEEDED and w.status["trials"] == "3/3"
     assert w.status["bestTrial"] == {"id": "2"}
+
+
+def test_a_poisoned_progress_is_ignored_field_by_field_and_the_job_still_reconciles():
+    w = World()
+    start(w)
+    w.status["progress"] = {
+        "trialsCompleted": "many",
+        "trialsTotal": -3,
+        "trialId": {"x": 1},
+        "bestTrialId": "0002",
+        "bestScore": "NaN",
+        "bestHyperparameters": [1, 2],
+        "lastProgressTime": "yesterday",
+        "resumedFromStep": 1e400,
+        "restores": True,
+    }
+    w.status["restoreBaseline"] = "x"
+    d = w.step()
+    assert w.status["trials"] == "0/?" and w.status["bestTrial"] == {"id": "0002"}
+    assert "status.progress.trialsCompleted" in d.ignored
+    assert "status.progress.bestTrialId" not in d.ignored
+    assert "lastProgressTime" not in w.status
+    poisoned = {**w.job, "status": {**w.status, "progress": "not an object"}}
+    assert decide(poisoned, list(w.pods.values()), now=w.now).ignored == ("status.progress",)
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+
+
+def test_garbage_in_the_operators_own_status_counters_reads_as_zero():
+    w = World()
+    start(w)
+    w.status["preemptions"] = "lots"
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
+    w.step()
+    assert w.status["preemptions"] == 1 and w.status["attempt"] == 1
