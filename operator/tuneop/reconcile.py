@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import tuneop_contract as contract
 
-from . import names
+from . import builders, names
 from . import status as st
 from .classify import Classification, Outcome, classify, classify_missing
 from .progress import ProgressView
@@ -42,6 +42,13 @@ class Event:
     message: str
 
 
+class PodRef(NamedTuple):
+    """A pod to delete: that very object (uid), not a successor under its name."""
+
+    name: str
+    uid: str | None
+
+
 @dataclasses.dataclass
 class Decision:
     status: Obj = dataclasses.field(default_factory=dict)
@@ -50,7 +57,7 @@ class Decision:
     ensure_children: bool = False
     create_pods: list[int] = dataclasses.field(default_factory=list)
     create_attempt: int = 0
-    delete_pods: list[str] = dataclasses.field(default_factory=list)
+    delete_pods: list[PodRef] = dataclasses.field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None
     ignored: tuple[str, ...] = ()
@@ -84,6 +91,13 @@ def _attempt_of(pod: Obj) -> str | None:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     value = labels.get(names.LABEL_ATTEMPT)
     return str(value) if value is not None else None
+
+
+def _foreign(pod: Obj, job: Obj) -> bool:
+    """A pod with our labels owned by another TuningJob: an older job of the same name,
+    deleted, whose pods are still terminating. Waited for, never adopted or deleted."""
+    uids = builders.owner_uids(pod)
+    return bool(uids) and str(job["metadata"].get("uid")) not in uids
 
 
 def _alive(pod: Obj) -> bool:
@@ -217,8 +231,8 @@ def _delete_alive(b: _Builder, pods: list[Obj], *, keep_ended: bool = False) -> 
         if keep_ended and classify(pod).ended:
             continue
         name = pod["metadata"]["name"]
-        if name not in b.decision.delete_pods:
-            b.decision.delete_pods.append(name)
+        if name not in [ref.name for ref in b.decision.delete_pods]:
+            b.decision.delete_pods.append(PodRef(name, pod["metadata"].get("uid")))
 
 
 def _ttl(b: _Builder, spec: JobSpec) -> None:
@@ -296,6 +310,8 @@ def decide(
     started = bool(b.get("attemptStarted"))
     workers = spec.distribution.workers
     worker_names = [names.pod_name(name, i) for i in range(workers)]
+    foreign = [p for p in pods if _foreign(p, job)]
+    pods = [p for p in pods if not _foreign(p, job)]
     current = {
         p["metadata"]["name"]: p
         for p in pods
@@ -372,6 +388,9 @@ def decide(
     if not started:
         if stale:
             b.put("message", f"waiting for {len(stale)} old trainer pod(s) to terminate")
+            return b.decision
+        if foreign:
+            b.put("message", f"waiting for {len(foreign)} pod(s) of an earlier TuningJob {name!r}")
             return b.decision
         retry = st.parse_time(b.get("nextRetryTime"))
         if retry is not None and b.now < retry:

@@ -67,7 +67,7 @@ class World:
         if "progress" in self.job["status"]:
             progress = self.job["status"]["progress"]
             self.job["status"]["progress"] = {k: v for k, v in progress.items() if v is not None}
-        for name in d.delete_pods:
+        for name, _ in d.delete_pods:
             self.pods[name]["metadata"]["deletionTimestamp"] = st.rfc3339(self.now)
         self.events += [(e.type, e.reason, e.message) for e in d.events]
         return d
@@ -277,7 +277,7 @@ def test_a_multi_worker_group_is_restarted_together():
     assert sorted(w.pods) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     w.vanish("j-worker-1")
     d = w.step()
-    assert sorted(d.delete_pods) == ["j-worker-0", "j-worker-2"]
+    assert sorted(ref.name for ref in d.delete_pods) == ["j-worker-0", "j-worker-2"]
     assert w.status["preemptions"] == 1
     assert w.step().create_pods == []  # old workers still terminating
     w.gc_deleted()
@@ -300,7 +300,7 @@ def test_suspend_stops_pods_without_counting_and_resume_restarts():
     start(w)
     w.job["spec"]["suspend"] = True
     d = w.step()
-    assert d.delete_pods == ["j-worker-0"]
+    assert [ref.name for ref in d.delete_pods] == ["j-worker-0"]
     assert w.status["phase"] == st.PHASE_SUSPENDED
     assert w.condition(st.COND_SUSPENDED)["status"] == "True"
     w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
@@ -570,3 +570,26 @@ def test_garbage_in_the_operators_own_status_counters_reads_as_zero():
     w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
     w.step()
     assert w.status["preemptions"] == 1 and w.status["attempt"] == 1
+
+
+def test_a_recreated_job_waits_for_the_old_jobs_pods_without_adopting_or_deleting_them():
+    old = World()
+    old.job["metadata"]["uid"] = "old-uid"
+    start(old)
+    old.terminate("j-worker-0", 1)  # the old job's pod, failed, still terminating
+    w = World()  # same name, new uid
+    w.pods = old.pods
+    d = w.step()
+    assert not d.create_pods and d.delete_pods == [] and w.status["failures"] == 0
+    assert "earlier TuningJob" in w.status["message"]
+    w.pods = {}
+    assert w.step().create_pods == [0]
+
+
+def test_deletions_name_the_pod_decided_about_by_uid():
+    w = World()
+    start(w)
+    w.pods["j-worker-0"]["metadata"]["uid"] = "pod-uid-1"
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
+    d = w.step()
+    assert [tuple(ref) for ref in d.delete_pods] == [("j-worker-0", "pod-uid-1")]
