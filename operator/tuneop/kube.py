@@ -99,9 +99,19 @@ class ChildConflict(Exception):
     """A child's name is taken by an object this job does not own: not adopted."""
 
 
+DEFAULT_TIMEOUT = 30.0
+
+
 class Kube:
-    def __init__(self, configuration: kubernetes.client.Configuration | None = None) -> None:
+    def __init__(
+        self,
+        configuration: kubernetes.client.Configuration | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
         self.api = kubernetes.client.ApiClient(configuration or load_config())
+        self.timeout = timeout
+        """Seconds for a whole call (config: TUNEOP_OPERATOR_REQUEST_TIMEOUT_SECONDS)."""
 
     def request(
         self,
@@ -120,7 +130,13 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(method, url, header_params=headers, body=body_)
+        response = self.api.call_api(
+            method,
+            url,
+            header_params=headers,
+            body=body_,
+            _request_timeout=self.timeout,
+        )
         response.read()  # type: ignore[no-untyped-call]
         data = response.data.decode() if isinstance(response.data, bytes) else response.data
         if response.status >= 400:

@@ -4,12 +4,13 @@ executor (409s and cleanup) against a FAKE Kube holding objects in memory."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
 
 import pytest
-from tuneop import builders, kube, names
+from tuneop import builders, handlers, kube, names
 from tuneop.config import Config
 from tuneop.runtime import CHILD_CONFLICT, Runtime
 
@@ -53,7 +54,14 @@ class FakeApiClient:
 def _kube(api: FakeApiClient) -> kube.Kube:
     k = kube.Kube.__new__(kube.Kube)
     k.api = api  # type: ignore[assignment]
+    k.timeout = 12.5
     return k
+
+
+def test_every_call_is_bounded_by_the_request_timeout():
+    api = FakeApiClient(200, {"items": []})
+    _kube(api).list_pods("ns", "j")
+    assert api.sent[0][3]["_request_timeout"] == 12.5
 
 
 def test_a_pod_delete_carries_the_uid_it_was_decided_about():
@@ -192,3 +200,45 @@ def test_a_conflict_is_surfaced_in_status_and_one_event():
     assert "ServiceAccount j-trainer exists" in fake.patches[-1]["message"]
     assert fake.events == [CHILD_CONFLICT]
     assert not [k for k in fake.objects if k[0] == "Pod"]  # no pods created beside it
+
+
+def test_failed_passes_back_off_exponentially_up_to_the_cap():
+    delays = [handlers.retry_delay(n, 2.0, 60.0) for n in range(8)]
+    assert delays == [2.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert handlers.retry_delay(10_000, 2.0, 60.0) == 60.0
+
+
+class FailingRuntime:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def reconcile_once(self, namespace: str, name: str, logger: Any) -> None:
+        raise self.error
+
+
+class EventPostingLogger(logging.Logger):
+    """Stands in for kopf's per-object logger, which posts each warning as an Event."""
+
+    def __init__(self) -> None:
+        super().__init__("kopf.objects.fake")
+        self.posted: list[str] = []
+
+    def _log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        if level >= logging.WARNING:
+            self.posted.append(str(msg))
+
+
+@pytest.mark.parametrize(
+    ("error", "after"),
+    [
+        (kube.ApiError(500, "{}", "GET", "/x"), 3),
+        (TimeoutError("read timed out"), 3),
+        (kube.ApiError(409, "{}", "PATCH", "/x"), 0),  # the job changed: re-read, no backoff
+        (kube.StaleGroup("old pod"), 0),
+    ],
+)
+def test_a_failed_pass_counts_towards_backoff_without_an_event(error: Exception, after: int):
+    kopf_logger = EventPostingLogger()
+    runtime: Any = FailingRuntime(error)
+    assert asyncio.run(handlers._pass(runtime, "ns", "j", kopf_logger, 2)) == after
+    assert kopf_logger.posted == []
