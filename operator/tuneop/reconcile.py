@@ -21,7 +21,7 @@ import tuneop_contract as contract
 
 from . import builders, names
 from . import status as st
-from .classify import Classification, Outcome, classify, classify_missing
+from .classify import TRAINER_PREEMPTED, Classification, Outcome, classify, classify_missing
 from .progress import ProgressView
 from .progress import read as read_progress
 from .spec import JobSpec, SpecError, check_script_configmap, validate
@@ -469,7 +469,7 @@ def decide(
         )
         return b.decision
 
-    if Outcome.PREEMPTED in kinds:
+    if _preemption_wins(outcomes):
         # disruption wins: other workers of a MultiWorkerMirrored group often crash
         # (exit 1) once a peer is gone, which is not their failure
         what = ", ".join(
@@ -562,6 +562,19 @@ def decide(
         b.cond(st.COND_RUNNING, False, "PodsPending", pending)
         b.put("message", f"waiting for trainer pods ({pending})")
     return b.decision
+
+
+def _preemption_wins(outcomes: Mapping[str, Classification]) -> bool:
+    """The group counts as preempted: a worker was disrupted from outside (its peers'
+    crashes are collateral), or workers stopped with the trainer's exit 75 and none
+    failed. Peers' exit 75 never masks a real failure (OOMKilled, an error exit) of one
+    worker: that trial would otherwise be retried for ever on the preemption budget."""
+    preempted = [c for c in outcomes.values() if c.outcome == Outcome.PREEMPTED]
+    if not preempted:
+        return False
+    external = any(c.reason != TRAINER_PREEMPTED for c in preempted)
+    failed = any(c.outcome == Outcome.FAILED for c in outcomes.values())
+    return external or not failed
 
 
 def _report_restore(b: _Builder, attempt: int, progress: ProgressView) -> None:

@@ -593,3 +593,27 @@ def test_deletions_name_the_pod_decided_about_by_uid():
     w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
     d = w.step()
     assert [tuple(ref) for ref in d.delete_pods] == [("j-worker-0", "pod-uid-1")]
+
+
+def test_a_workers_oom_is_not_masked_by_its_peers_exit_75():
+    w = World(workers=3)
+    start(w)
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
+    w.terminate("j-worker-1", 137)
+    w.pods["j-worker-1"]["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = (
+        "OOMKilled"
+    )
+    w.terminate("j-worker-2", contract.EXIT_PREEMPTED)
+    w.step()
+    assert (w.status["failures"], w.status["preemptions"]) == (1, 0)
+    assert "out of memory" in w.status["message"] and "TrainerFailed" in w.reasons()
+
+
+def test_an_external_disruption_still_wins_over_a_peers_crash():
+    w = World(workers=2)
+    start(w)
+    evicted = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    w.terminate("j-worker-0", 1, conditions=[evicted])
+    w.terminate("j-worker-1", 1)
+    w.step()
+    assert (w.status["failures"], w.status["preemptions"]) == (0, 1)
