@@ -1,7 +1,7 @@
 """The contract between the tuneop operator and the tuneop trainer.
 
 Everything both sides must agree on lives here and only here: environment variable
-names, file names on the checkpoint volume, exit codes and the progress record.
+names, file names on the checkpoint volume, exit codes, the progress record and the final summary.
 Standard library only: the operator image has no TensorFlow and the trainer image has
 no kopf, but both install this one module. Tested from both sides (tests/unit for the
 format itself, tests/trainer for what the trainer writes, tests/e2e for what the
@@ -142,6 +142,88 @@ class Progress:
         if not isinstance(data, dict):
             raise ValueError("progress record must be a JSON object")
         return cls.from_dict(data)
+
+
+# --- final summary: the termination message of a completed trainer -----------------
+TERMINATION_MESSAGE_LIMIT = 4096
+"""The kubelet keeps at most this many bytes of a container's termination message."""
+FINAL_SUMMARY_MAX_BYTES = 3072
+"""A summary longer than this drops its hyperparameters (the rest always fits)."""
+FINAL_SUMMARY_KEY = "tuneopFinal"
+"""Marks a termination message as a final summary (its value: the contract version);
+error messages, the other thing the trainer writes there, are plain text."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalSummary:
+    """What a trainer that exited 0 leaves in its termination message: the search's
+    final counts and best trial, so the operator's final status does not depend on the
+    trainer's last status patch having reached the API server."""
+
+    trials_completed: int
+    trials_total: int | None = None
+    best_trial_id: str | None = None
+    best_score: float | None = None
+    best_hyperparameters: dict[str, Any] | None = None
+
+    def to_message(self) -> str:
+        """Compact JSON, at most FINAL_SUMMARY_MAX_BYTES (hyperparameters dropped if
+        they would not fit; `hyperparametersOmitted` then says so)."""
+        record: dict[str, Any] = {FINAL_SUMMARY_KEY: CONTRACT_VERSION}
+        record.update((_camel(k), v) for k, v in dataclasses.asdict(self).items())
+        text = json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
+        if len(text.encode()) <= FINAL_SUMMARY_MAX_BYTES:
+            return text
+        record["bestHyperparameters"] = None
+        record["hyperparametersOmitted"] = True
+        return json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def parse_final_summary(text: str | None) -> FinalSummary | None:
+    """The summary in a termination message, or None (absent, plain text, not ours,
+    malformed). A field of the wrong type reads as unknown (None), never raises."""
+    if not text or FINAL_SUMMARY_KEY not in text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or FINAL_SUMMARY_KEY not in data:
+        return None
+    done = _count(data.get("trialsCompleted"))
+    if done is None:
+        return None
+    best_id = data.get("bestTrialId")
+    score = data.get("bestScore")
+    hps = data.get("bestHyperparameters")
+    return FinalSummary(
+        trials_completed=done,
+        trials_total=_count(data.get("trialsTotal")),
+        best_trial_id=str(best_id) if isinstance(best_id, (str, int)) and best_id != "" else None,
+        best_score=float(score)
+        if isinstance(score, (int, float)) and not isinstance(score, bool)
+        else None,
+        best_hyperparameters=hps if isinstance(hps, dict) else None,
+    )
+
+
+def write_termination_message(text: str, path: str = TERMINATION_MESSAGE_PATH) -> bool:
+    """Write `text` where the kubelet reads it; only when the file exists (the kubelet
+    creates it in a pod; outside one there is nothing to write). False if not written."""
+    if not os.path.exists(path):
+        return False
+    try:
+        with open(path, "w") as handle:
+            handle.write(text)
+    except OSError:
+        return False
+    return True
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def read_progress(checkpoint_dir: str | os.PathLike[str]) -> Progress | None:

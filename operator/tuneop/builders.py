@@ -32,6 +32,12 @@ def owner_reference(job: Obj) -> Obj:
     }
 
 
+def owner_uids(obj: Obj) -> set[str]:
+    """The uids of the TuningJobs among `obj`'s owners."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return {str(r.get("uid")) for r in refs if r.get("kind") == names.KIND and r.get("uid")}
+
+
 def _meta(job: Obj, name: str, *, owned: bool = True, extra: Obj | None = None) -> Obj:
     job_name = job["metadata"]["name"]
     meta: Obj = {

@@ -29,6 +29,39 @@ DISRUPTION_REASONS = (
 )
 
 
+ADMISSION_REASONS = (
+    "UnexpectedAdmissionError",  # a device plugin (GPU) could not allocate
+    "NodeAffinity",
+    "NodeSelectorMismatching",
+    "InvalidNodeInfo",
+    "PodOSNotSupported",
+    "PodOSSelectorNodeLabelDoesNotMatch",
+)
+"""Pod reasons of a kubelet that refused to admit the pod (plus `OutOf<resource>`):
+the trainer never ran, so it is a disruption, not the trainer's failure."""
+
+TRAINER_PREEMPTED = "TrainerPreempted"
+"""Reason of a trainer that exited with the contract's "preempted" code."""
+
+SIGNAL_EXIT = 128
+"""Exit codes above this are a signal's (137 SIGKILL, 143 SIGTERM): the container was
+killed, which on a pod being deleted is the deletion, not the trainer's failure."""
+
+OOM_HINT = (
+    "the trial ran out of memory (OOMKilled): raise spec.resources.limits.memory (and "
+    "requests.memory), or narrow the hyperparameter ranges or batch size that make the "
+    "model this large"
+)
+
+
+def admission_rejected(pod: Obj) -> str | None:
+    """The kubelet's reason for refusing the pod, if it did (never started the trainer)."""
+    reason = str((pod.get("status") or {}).get("reason") or "")
+    if reason in ADMISSION_REASONS or reason.startswith("OutOf"):
+        return reason
+    return None
+
+
 class Outcome(enum.Enum):
     PENDING = "Pending"
     RUNNING = "Running"
@@ -101,29 +134,7 @@ def classify(pod: Obj, *, node: Obj | None = None, node_known: bool = False) -> 
     if phase == "Succeeded" or (phase == "Failed" and exit_code == contract.EXIT_COMPLETED):
         return Classification(Outcome.COMPLETED, "Completed", message, exit_code)
     if phase == "Failed":
-        if disruption:
-            return Classification(Outcome.PREEMPTED, disruption, message, exit_code)
-        if exit_code == contract.EXIT_PREEMPTED:
-            return Classification(Outcome.PREEMPTED, "TrainerPreempted", message, exit_code)
-        if status.get("reason") in ("Evicted", "Shutdown", "NodeShutdown", "Terminated"):
-            return Classification(
-                Outcome.PREEMPTED, "TerminationByKubelet", message or status["reason"], exit_code
-            )
-        if status.get("reason") == "NodeLost":
-            return Classification(Outcome.PREEMPTED, "NodeLost", message, exit_code)
-        if deleting:
-            return Classification(Outcome.PREEMPTED, "DeletedExternally", message, exit_code)
-        if exit_code == contract.EXIT_INVALID_SPEC:
-            return Classification(Outcome.INVALID_SPEC, "InvalidSpec", message, exit_code)
-        reason = str((term or {}).get("reason") or "Error")
-        if reason == "OOMKilled":
-            message = message or "the trainer container was killed: out of memory"
-        return Classification(
-            Outcome.FAILED,
-            reason,
-            message or f"trainer exited with code {exit_code}",
-            exit_code,
-        )
+        return _classify_failed(pod, term, deleting, message)
     if node_lost(pod, node, node_known):
         return Classification(Outcome.PREEMPTED, "NodeLost", f"node {pod['spec']['nodeName']}")
     if deleting:
@@ -133,6 +144,44 @@ def classify(pod: Obj, *, node: Obj | None = None, node_known: bool = False) -> 
     if phase == "Unknown":
         return Classification(Outcome.RUNNING, "Unknown")
     return Classification(Outcome.PENDING, status.get("reason") or "Pending", message)
+
+
+def _classify_failed(pod: Obj, term: Obj | None, deleting: bool, message: str) -> Classification:
+    """A Failed pod: who ended it? The trainer's own exit code is read before the
+    pod's deletion: a trainer that crashed or ran out of memory failed, even if the
+    pod was deleted afterwards; a signal's exit on a pod being deleted is the deletion."""
+    status = pod.get("status") or {}
+    disruption = disruption_reason(pod)
+    exit_code = term.get("exitCode") if term else None
+    reason = str((term or {}).get("reason") or "Error")
+    if disruption:
+        return Classification(Outcome.PREEMPTED, disruption, message, exit_code)
+    if exit_code == contract.EXIT_PREEMPTED:
+        return Classification(Outcome.PREEMPTED, TRAINER_PREEMPTED, message, exit_code)
+    if status.get("reason") in ("Evicted", "Shutdown", "NodeShutdown", "Terminated"):
+        return Classification(
+            Outcome.PREEMPTED, "TerminationByKubelet", message or status["reason"], exit_code
+        )
+    if status.get("reason") == "NodeLost":
+        return Classification(Outcome.PREEMPTED, "NodeLost", message, exit_code)
+    rejected = admission_rejected(pod) if term is None else None
+    if rejected:
+        return Classification(
+            Outcome.PREEMPTED, "AdmissionRejected", f"{rejected}: {message}".strip(": "), None
+        )
+    if exit_code == contract.EXIT_INVALID_SPEC:
+        return Classification(Outcome.INVALID_SPEC, "InvalidSpec", message, exit_code)
+    if reason == "OOMKilled":
+        text = f"{OOM_HINT}; {message}" if message else OOM_HINT
+        return Classification(Outcome.FAILED, reason, text, exit_code)
+    if deleting and (exit_code is None or exit_code > SIGNAL_EXIT):
+        return Classification(Outcome.PREEMPTED, "DeletedExternally", message, exit_code)
+    return Classification(
+        Outcome.FAILED,
+        reason,
+        message or f"trainer exited with code {exit_code}",
+        exit_code,
+    )
 
 
 def classify_missing(last_seen: Obj | None) -> Classification:

@@ -34,6 +34,12 @@ class Config:
     trainer_metrics_port: int = contract.DEFAULT_METRICS_PORT
     trainer_uid: int = 1000
     log_level: str = "INFO"
+    request_timeout_seconds: float = 30.0
+    """Longest wait for one API call (connect + response): a half-open connection fails
+    the pass, which is retried, instead of blocking a reconcile thread for ever."""
+    error_backoff_max_seconds: float = 60.0
+    """After consecutive failed passes the next waits reconcile_seconds·2^(n-1), at most
+    this long."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -55,14 +61,20 @@ class Config:
                 raise ConfigError(f"{PREFIX}{name}={value}: must be in [{low}, {high}]")
             return value
 
+        def number(name: str, default: float, low: float, high: float) -> float:
+            raw = get(name)
+            if raw is None:
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ConfigError(f"{PREFIX}{name}={raw!r}: not a number") from None
+            if not low <= value <= high:
+                raise ConfigError(f"{PREFIX}{name}={value}: must be in [{low}, {high}]")
+            return value
+
         namespaces = tuple(n.strip() for n in (get("NAMESPACES") or "").split(",") if n.strip())
-        raw_interval = get("RECONCILE_SECONDS")
-        try:
-            interval = float(raw_interval) if raw_interval is not None else 2.0
-        except ValueError:
-            raise ConfigError(f"{PREFIX}RECONCILE_SECONDS={raw_interval!r}: not a number") from None
-        if not 0.1 <= interval <= 300:
-            raise ConfigError(f"{PREFIX}RECONCILE_SECONDS={interval}: must be in [0.1, 300]")
+        interval = number("RECONCILE_SECONDS", cls.reconcile_seconds, 0.1, 300)
         level = (get("LOG_LEVEL") or "INFO").upper()
         if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"{PREFIX}LOG_LEVEL={level!r}: one of DEBUG, INFO, WARNING, ERROR")
@@ -79,4 +91,10 @@ class Config:
             ),
             trainer_uid=integer("TRAINER_UID", 1000, 1, 2**31 - 1),
             log_level=level,
+            request_timeout_seconds=number(
+                "REQUEST_TIMEOUT_SECONDS", cls.request_timeout_seconds, 1, 600
+            ),
+            error_backoff_max_seconds=number(
+                "ERROR_BACKOFF_MAX_SECONDS", cls.error_backoff_max_seconds, 1, 3600
+            ),
         )

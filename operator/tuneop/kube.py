@@ -64,9 +64,54 @@ def collection(kind: str, namespace: str) -> str:
     return f"{prefix}/namespaces/{namespace}/{plural}"
 
 
+def delete_options(uid: str | None, **options: Any) -> Obj:
+    body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+    if uid:
+        body["preconditions"] = {"uid": uid}
+    return body
+
+
+def status_patch(status: Obj, resource_version: str | None) -> Obj:
+    patch: Obj = {"status": status}
+    if resource_version:
+        patch["metadata"] = {"resourceVersion": resource_version}
+    return patch
+
+
+def owned_by(obj: Obj, job: Obj) -> bool:
+    """`obj` is this job's: it names the job's uid among its owners, or (a retained
+    checkpoint claim, which has no owner) it has no owner and the job's labels."""
+    meta = obj.get("metadata") or {}
+    uids = builders.owner_uids(obj)
+    if uids:
+        return str(job["metadata"].get("uid")) in uids
+    if meta.get("ownerReferences"):
+        return False
+    labels = meta.get("labels") or {}
+    return (
+        labels.get(names.LABEL_MANAGED_BY) == names.MANAGED_BY
+        and labels.get(names.LABEL_JOB) == job["metadata"]["name"]
+        and obj.get("kind", "PersistentVolumeClaim") == "PersistentVolumeClaim"
+    )
+
+
+class ChildConflict(Exception):
+    """A child's name is taken by an object this job does not own: not adopted."""
+
+
+DEFAULT_TIMEOUT = 30.0
+
+
 class Kube:
-    def __init__(self, configuration: kubernetes.client.Configuration | None = None) -> None:
+    def __init__(
+        self,
+        configuration: kubernetes.client.Configuration | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
         self.api = kubernetes.client.ApiClient(configuration or load_config())
+        self.timeout = timeout
+        """Seconds for a whole call (config: TUNEOP_OPERATOR_REQUEST_TIMEOUT_SECONDS)."""
 
     def request(
         self,
@@ -85,7 +130,13 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(method, url, header_params=headers, body=body_)
+        response = self.api.call_api(
+            method,
+            url,
+            header_params=headers,
+            body=body_,
+            _request_timeout=self.timeout,
+        )
         response.read()  # type: ignore[no-untyped-call]
         data = response.data.decode() if isinstance(response.data, bytes) else response.data
         if response.status >= 400:
@@ -130,21 +181,30 @@ class Kube:
             raise
         return True
 
-    def delete(self, kind: str, namespace: str, name: str, **options: Any) -> bool:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", **options}
+    def delete(
+        self, kind: str, namespace: str, name: str, *, uid: str | None = None, **options: Any
+    ) -> bool:
+        """Delete `name`; with `uid`, only that very object (a precondition: a successor
+        created under the same name is left alone). False if there was nothing to delete."""
+        body = delete_options(uid, **options)
         try:
             self.request("DELETE", f"{collection(kind, namespace)}/{name}", body)
         except ApiError as err:
-            if err.status == 404:
+            if err.status == 404 or (err.status == 409 and uid):
                 return False
             raise
         return True
 
-    def patch_status(self, namespace: str, name: str, status: Obj) -> Obj | None:
+    def patch_status(
+        self, namespace: str, name: str, status: Obj, *, resource_version: str | None = None
+    ) -> Obj | None:
+        """Merge-patch .status; with `resource_version`, only if the job has not changed
+        since it was read (HTTP 409 otherwise: a stale writer never overwrites a newer
+        decision)."""
         return self.request(
             "PATCH",
             f"{collection(names.KIND, namespace)}/{name}/status",
-            {"status": status},
+            status_patch(status, resource_version),
             content_type=MERGE_PATCH,
         )
 
@@ -180,14 +240,39 @@ class StaleGroup(Exception):
     """A pod with the wanted name belongs to an older pod group: wait for it to go."""
 
 
-def create_pod(kube: Kube, pod: Obj) -> None:
+def _path_of(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{collection(obj['kind'], meta['namespace'])}/{meta['name']}"
+
+
+def create_pod(kube: Kube, job: Obj, pod: Obj) -> None:
+    """Create a pod of the group; one that exists already must be this very group's
+    (created before a crash). A pod of an older group, or of an older job of the same
+    name that is still terminating, is waited for (StaleGroup), never adopted."""
     if kube.create(pod):
         return
     meta = pod["metadata"]
-    existing = kube.get(f"{collection('Pod', meta['namespace'])}/{meta['name']}") or {}
+    existing = kube.get(_path_of(pod)) or {}
+    if existing and not owned_by({**existing, "kind": "Pod"}, job):
+        raise StaleGroup(f"pod {meta['name']} of another TuningJob of this name still exists")
     have = ((existing.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ATTEMPT)
     if have is not None and have != meta["labels"][names.LABEL_ATTEMPT]:
         raise StaleGroup(f"pod {meta['name']} of pod group {have} still exists")
+
+
+def ensure_child(kube: Kube, job: Obj, child: Obj) -> bool:
+    """Create `child`; True if created. If the name is taken the object must be the
+    job's own (ChildConflict otherwise: never adopt someone else's object)."""
+    if kube.create(child):
+        return True
+    existing = kube.get(_path_of(child))
+    if existing is not None and not owned_by({**existing, "kind": child["kind"]}, job):
+        owners = ", ".join(sorted(builders.owner_uids(existing))) or "none"
+        raise ChildConflict(
+            f"{child['kind']} {child['metadata']['name']} exists and is not owned by this "
+            f"TuningJob (owner uids: {owners}); delete or rename it"
+        )
+    return False
 
 
 def refresh_configmap(
@@ -203,7 +288,8 @@ def refresh_configmap(
     existing = kube.get(path)
     if existing is not None and existing.get("data") == configmap["data"]:
         return
-    kube.delete("ConfigMap", meta["namespace"], meta["name"])
+    uid = ((existing or {}).get("metadata") or {}).get("uid")
+    kube.delete("ConfigMap", meta["namespace"], meta["name"], uid=uid)
     kube.create(configmap)
     logger.info("updated ConfigMap %s to the current spec", meta["name"])
 
@@ -222,7 +308,7 @@ def apply(
     spec = JobSpec.from_dict(job.get("spec") or {})
     if decision.ensure_children:
         for child in builders.build_children(job, spec):
-            if kube.create(child):
+            if ensure_child(kube, job, child):
                 logger.info("created %s %s", child["kind"], child["metadata"]["name"])
             elif child["kind"] == "ConfigMap":
                 refresh_configmap(kube, child, logger)
@@ -230,12 +316,13 @@ def apply(
         pod = builders.build_pod(
             job, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
         )
-        create_pod(kube, pod)
+        create_pod(kube, job, pod)
     if decision.status:
-        kube.patch_status(namespace, name, decision.status)
-    for pod_name in decision.delete_pods:
-        if kube.delete("Pod", namespace, pod_name):
-            logger.info("deleted pod %s", pod_name)
+        rv = meta.get("resourceVersion")
+        kube.patch_status(namespace, name, decision.status, resource_version=rv)
+    for ref in decision.delete_pods:
+        if kube.delete("Pod", namespace, ref.name, uid=ref.uid):
+            logger.info("deleted pod %s (uid %s)", ref.name, ref.uid)
     for event in decision.events:
         logger.info("%s %s: %s", event.type, event.reason, event.message)
         try:
@@ -247,23 +334,45 @@ def apply(
         kube.delete(names.KIND, namespace, name)
 
 
+def _delete_owned(
+    kube: Kube,
+    job: Obj,
+    kind: str,
+    name: str,
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+) -> bool:
+    """Delete the job's child `name` only if it is the job's (by owner uid), and only
+    that object (uid precondition). True if deleted."""
+    namespace = job["metadata"]["namespace"]
+    existing = kube.get(f"{collection(kind, namespace)}/{name}")
+    if existing is None:
+        return False
+    if not owned_by({**existing, "kind": kind}, job):
+        logger.info("kept %s %s: not owned by this TuningJob", kind, name)
+        return False
+    return kube.delete(kind, namespace, name, uid=(existing.get("metadata") or {}).get("uid"))
+
+
 def cleanup(
     kube: Kube, job: Obj, logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log
 ) -> None:
     """On job deletion: pods and the service go at once (they are owned too, but the
-    garbage collector may lag); the created claim only with reclaimPolicy Delete."""
+    garbage collector may lag); the created claim only with reclaimPolicy Delete. Only
+    objects owned by this job (its uid) are deleted: a job re-created under the same
+    name, or a user's object that happens to have a child's name, is left alone."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     spec = JobSpec.from_dict(job.get("spec") or {})
     for pod in kube.list_pods(namespace, name):
-        kube.delete("Pod", namespace, pod["metadata"]["name"])
-    kube.delete("Service", namespace, names.service_name(name))
-    kube.delete("ConfigMap", namespace, names.configmap_name(name))
-    kube.delete("RoleBinding", namespace, names.service_account_name(name))
-    kube.delete("Role", namespace, names.service_account_name(name))
-    kube.delete("ServiceAccount", namespace, names.service_account_name(name))
+        if owned_by({**pod, "kind": "Pod"}, job):
+            kube.delete("Pod", namespace, pod["metadata"]["name"], uid=pod["metadata"].get("uid"))
+    sa = names.service_account_name(name)
+    for kind, child in (("Service", names.service_name(name)),
+                        ("ConfigMap", names.configmap_name(name)),
+                        ("RoleBinding", sa), ("Role", sa), ("ServiceAccount", sa)):  # fmt: skip
+        _delete_owned(kube, job, kind, child, logger)
     if not spec.checkpoint.existing_claim and spec.checkpoint.reclaim_policy == "Delete":
-        if kube.delete("PersistentVolumeClaim", namespace, names.pvc_name(name)):
+        if _delete_owned(kube, job, "PersistentVolumeClaim", names.pvc_name(name), logger):
             logger.info("deleted the checkpoint claim (reclaimPolicy Delete)")
     else:
         logger.info("kept the checkpoint claim %s", builders.claim_name(job, spec))

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("kopf.objects").addFilter(_QuietPodEvents())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    client = kube.Kube()
+    client = kube.Kube(timeout=config.request_timeout_seconds)
     metrics.register()
     metrics.serve(config.metrics_port)
     if config.peering_name:

@@ -15,13 +15,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import tuneop_contract as contract
 
-from . import names
+from . import builders, names
 from . import status as st
-from .classify import Classification, Outcome, classify, classify_missing
+from .classify import TRAINER_PREEMPTED, Classification, Outcome, classify, classify_missing
+from .progress import ProgressView
+from .progress import read as read_progress
 from .spec import JobSpec, SpecError, check_script_configmap, validate
 
 Obj = dict[str, Any]
@@ -40,6 +42,13 @@ class Event:
     message: str
 
 
+class PodRef(NamedTuple):
+    """A pod to delete: that very object (uid), not a successor under its name."""
+
+    name: str
+    uid: str | None
+
+
 @dataclasses.dataclass
 class Decision:
     status: Obj = dataclasses.field(default_factory=dict)
@@ -48,9 +57,11 @@ class Decision:
     ensure_children: bool = False
     create_pods: list[int] = dataclasses.field(default_factory=list)
     create_attempt: int = 0
-    delete_pods: list[str] = dataclasses.field(default_factory=list)
+    delete_pods: list[PodRef] = dataclasses.field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None
+    ignored: tuple[str, ...] = ()
+    """Fields of status.progress dropped as invalid (the executor logs them)."""
 
     def merged_status(self, job: Obj) -> Obj:
         """The job's status after this decision's patch (for metrics and logs)."""
@@ -63,10 +74,30 @@ class Decision:
         return merged
 
 
+def _int(value: Any) -> int:
+    """An integer the operator wrote into status; anything else (status is writable by
+    others) reads as 0 instead of raising on every pass."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value) if isinstance(value, (str, float)) else 0
+    except (ValueError, OverflowError):
+        return 0
+
+
 def _attempt_of(pod: Obj) -> str | None:
     labels = (pod.get("metadata") or {}).get("labels") or {}
     value = labels.get(names.LABEL_ATTEMPT)
     return str(value) if value is not None else None
+
+
+def _foreign(pod: Obj, job: Obj) -> bool:
+    """A pod with our labels owned by another TuningJob: an older job of the same name,
+    deleted, whose pods are still terminating. Waited for, never adopted or deleted."""
+    uids = builders.owner_uids(pod)
+    return bool(uids) and str(job["metadata"].get("uid")) not in uids
 
 
 def _alive(pod: Obj) -> bool:
@@ -82,7 +113,7 @@ class _Builder:
         self.now = now
         self.old: Obj = dict(job.get("status") or {})
         self.decision = Decision()
-        self.generation = int(job["metadata"].get("generation") or 1)
+        self.generation = _int(job["metadata"].get("generation")) or 1
         self.conditions: list[Obj] = list(self.old.get("conditions") or [])
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -105,35 +136,69 @@ class _Builder:
         self.decision.events.append(Event(type_, reason, message))
 
     def count(self, key: str) -> int:
-        value = int(self.get(key) or 0) + 1
+        value = _int(self.get(key)) + 1
         self.put(key, value)
         return value
 
 
-def _apply_progress(b: _Builder) -> None:
-    progress = b.old.get("progress") or {}
-    if not isinstance(progress, dict) or not progress:
+RESULT_FROM_SUMMARY = "TerminationMessage"
+"""status.resultSource once the final trials/best came from the trainer's final summary;
+from then on status.progress (possibly stale: a lost patch) no longer overrides them."""
+RESULT_FROM_PROGRESS = "Progress"
+
+
+def _apply_progress(b: _Builder, progress: ProgressView) -> None:
+    if b.old.get("resultSource") == RESULT_FROM_SUMMARY:
+        return
+    if progress.empty:
         if b.get("trials") is None:
             b.put("trials", "0/?")
         return
-    done = int(progress.get("trialsCompleted") or 0)
-    total = progress.get("trialsTotal")
+    done = progress.count("trialsCompleted") or 0
+    total = progress.count("trialsTotal")
     b.put("trialsCompleted", done)
     if total is not None:
-        b.put("trialsTotal", int(total))
+        b.put("trialsTotal", total)
     b.put("trials", f"{done}/{total if total is not None else '?'}")
-    if progress.get("trialId"):
-        b.put("currentTrial", str(progress["trialId"]))
-    if progress.get("bestTrialId") is not None:
-        best: Obj = {"id": str(progress["bestTrialId"])}
-        if progress.get("bestScore") is not None:
-            best["score"] = float(progress["bestScore"])
-        if progress.get("bestHyperparameters") is not None:
-            best["hyperparameters"] = progress["bestHyperparameters"]
+    if progress.text("trialId"):
+        b.put("currentTrial", progress.text("trialId"))
+    best_id = progress.text("bestTrialId")
+    if best_id is not None:
+        best: Obj = {"id": best_id}
+        if progress.values.get("bestScore") is not None:
+            best["score"] = progress.values["bestScore"]
+        if progress.values.get("bestHyperparameters") is not None:
+            best["hyperparameters"] = progress.values["bestHyperparameters"]
         b.put("bestTrial", best)
     for key in ("lastProgressTime", "lastCheckpointTime"):
-        if progress.get(key):
-            b.put(key, progress[key])
+        if progress.text(key):
+            b.put(key, progress.text(key))
+
+
+def _apply_final(b: _Builder, chief: Classification) -> None:
+    """The completed chief's termination message holds the search's final summary: it
+    wins over status.progress, whose last patches may never have arrived."""
+    summary = contract.parse_final_summary(chief.message)
+    if summary is None:  # an older trainer: the progress is all there is
+        b.put("resultSource", RESULT_FROM_PROGRESS)
+        return
+    total = summary.trials_total
+    b.put("trialsCompleted", summary.trials_completed)
+    if total is not None:
+        b.put("trialsTotal", total)
+    b.put("trials", f"{summary.trials_completed}/{total if total is not None else '?'}")
+    if summary.best_trial_id is not None:
+        old = b.get("bestTrial") or {}
+        best: Obj = {"id": summary.best_trial_id}
+        if summary.best_score is not None:
+            best["score"] = summary.best_score
+        hps = summary.best_hyperparameters
+        if hps is None and isinstance(old, dict) and old.get("id") == summary.best_trial_id:
+            hps = old.get("hyperparameters")  # omitted from a summary too long to keep
+        if hps is not None:
+            best["hyperparameters"] = hps
+        b.put("bestTrial", best)
+    b.put("resultSource", RESULT_FROM_SUMMARY)
 
 
 def _best_text(b: _Builder) -> str:
@@ -166,8 +231,8 @@ def _delete_alive(b: _Builder, pods: list[Obj], *, keep_ended: bool = False) -> 
         if keep_ended and classify(pod).ended:
             continue
         name = pod["metadata"]["name"]
-        if name not in b.decision.delete_pods:
-            b.decision.delete_pods.append(name)
+        if name not in [ref.name for ref in b.decision.delete_pods]:
+            b.decision.delete_pods.append(PodRef(name, pod["metadata"].get("uid")))
 
 
 def _ttl(b: _Builder, spec: JobSpec) -> None:
@@ -234,15 +299,19 @@ def decide(
     for counter in ("preemptions", "failures", "restarts", "restores"):
         if b.get(counter) is None:
             b.put(counter, 0)
-    _apply_progress(b)
+    progress = read_progress(b.old.get("progress"))
+    b.decision.ignored = progress.ignored
+    _apply_progress(b, progress)
 
     phase = b.get("phase") or st.PHASE_PENDING
     if b.get("phase") is None:
         b.put("phase", phase)
-    attempt = int(b.get("attempt") or 0)
+    attempt = _int(b.get("attempt"))
     started = bool(b.get("attemptStarted"))
     workers = spec.distribution.workers
     worker_names = [names.pod_name(name, i) for i in range(workers)]
+    foreign = [p for p in pods if _foreign(p, job)]
+    pods = [p for p in pods if not _foreign(p, job)]
     current = {
         p["metadata"]["name"]: p
         for p in pods
@@ -320,6 +389,9 @@ def decide(
         if stale:
             b.put("message", f"waiting for {len(stale)} old trainer pod(s) to terminate")
             return b.decision
+        if foreign:
+            b.put("message", f"waiting for {len(foreign)} pod(s) of an earlier TuningJob {name!r}")
+            return b.decision
         retry = st.parse_time(b.get("nextRetryTime"))
         if retry is not None and b.now < retry:
             b.put("message", f"retrying at {st.rfc3339(retry)} (backoff after a failure)")
@@ -349,8 +421,7 @@ def decide(
         if attempt > 0:
             # what the new trainer reports from now on is about this group
             b.decision.status["progress"] = {"resumedFromStep": None, "resumedFromEpoch": None}
-            progress = b.old.get("progress") or {}
-            b.put("restoreBaseline", int(progress.get("restores") or 0))
+            b.put("restoreBaseline", progress.count("restores") or 0)
         b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
         b.event(
             "Normal",
@@ -383,6 +454,7 @@ def decide(
 
     if chief.outcome == Outcome.COMPLETED and not kinds & {Outcome.FAILED, Outcome.INVALID_SPEC}:
         _delete_alive(b, group, keep_ended=True)
+        _apply_final(b, chief)
         _finish(b, succeeded=True, reason="Completed", message=f"search completed: {_best_text(b)}")
         _ttl(b, spec)
         return b.decision
@@ -397,7 +469,7 @@ def decide(
         )
         return b.decision
 
-    if Outcome.PREEMPTED in kinds:
+    if _preemption_wins(outcomes):
         # disruption wins: other workers of a MultiWorkerMirrored group often crash
         # (exit 1) once a peer is gone, which is not their failure
         what = ", ".join(
@@ -470,7 +542,7 @@ def decide(
         if phase != st.PHASE_RUNNING:
             b.put("phase", st.PHASE_RUNNING)
         b.cond(st.COND_RUNNING, True, "TrainerRunning", f"{workers} trainer pod(s) running")
-        _report_restore(b, attempt)
+        _report_restore(b, attempt, progress)
         _check_stall(b, spec)
         trial = b.get("currentTrial")
         b.put(
@@ -492,26 +564,38 @@ def decide(
     return b.decision
 
 
-def _report_restore(b: _Builder, attempt: int) -> None:
+def _preemption_wins(outcomes: Mapping[str, Classification]) -> bool:
+    """The group counts as preempted: a worker was disrupted from outside (its peers'
+    crashes are collateral), or workers stopped with the trainer's exit 75 and none
+    failed. Peers' exit 75 never masks a real failure (OOMKilled, an error exit) of one
+    worker: that trial would otherwise be retried for ever on the preemption budget."""
+    preempted = [c for c in outcomes.values() if c.outcome == Outcome.PREEMPTED]
+    if not preempted:
+        return False
+    external = any(c.reason != TRAINER_PREEMPTED for c in preempted)
+    failed = any(c.outcome == Outcome.FAILED for c in outcomes.values())
+    return external or not failed
+
+
+def _report_restore(b: _Builder, attempt: int, progress: ProgressView) -> None:
     """A recreated group's trainer restored from the volume: it reports the step it
     resumed at (> 0 mid-epoch) or, at an epoch boundary, a higher `restores` count."""
-    progress = b.old.get("progress") or {}
-    if attempt <= 0 or not isinstance(progress, dict) or b.get("restoredAttempt") == attempt:
+    if attempt <= 0 or progress.empty or b.get("restoredAttempt") == attempt:
         return
-    resumed = int(progress.get("resumedFromStep") or 0)
-    count = int(progress.get("restores") or 0)
-    if resumed <= 0 and count <= int(b.get("restoreBaseline") or 0):
+    resumed = progress.count("resumedFromStep") or 0
+    count = progress.count("restores") or 0
+    if resumed <= 0 and count <= _int(b.get("restoreBaseline")):
         return
     b.count("restores")
     b.put("restoredAttempt", attempt)
-    epoch = progress.get("resumedFromEpoch")
+    epoch = progress.count("resumedFromEpoch")
     where = f"at step {resumed}" if resumed > 0 else "at an epoch boundary"
     if epoch is not None:
         where += f" of epoch {epoch}"
     b.event(
         "Normal",
         "Restored",
-        f"trainer pod group {attempt} resumed trial {progress.get('trialId')} {where} "
+        f"trainer pod group {attempt} resumed trial {progress.text('trialId')} {where} "
         "from the checkpoint",
     )
 

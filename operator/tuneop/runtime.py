@@ -5,6 +5,7 @@ each pod the watch delivered (it tells why a pod that vanished went)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -12,12 +13,17 @@ from typing import Any
 
 from . import kube as kube_mod
 from . import metrics, names
+from . import status as st
 from .config import Config
-from .reconcile import decide
+from .reconcile import Event, decide
 from .spec import JobSpec
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
+
+CHILD_CONFLICT = "ChildConflict"
+"""Reason (condition Running, Warning Event) while a child's name is taken by an object
+the job does not own."""
 
 
 class Runtime:
@@ -27,6 +33,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._triggers: dict[Key, asyncio.Event] = {}
         self._seen: dict[Key, dict[str, Obj]] = {}
+        self._ignored: dict[Key, tuple[str, ...]] = {}
 
     def trigger(self, key: Key) -> asyncio.Event:
         with self._lock:
@@ -47,6 +54,7 @@ class Runtime:
         with self._lock:
             self._seen.pop(key, None)
             self._triggers.pop(key, None)
+            self._ignored.pop(key, None)
         metrics.JOBS.forget(*key)
 
     def reconcile_once(
@@ -77,15 +85,60 @@ class Runtime:
             last_seen=self.last_seen((namespace, name)),
             configmaps=configmaps,
         )
-        kube_mod.apply(
-            self.kube,
-            job,
-            decision,
-            metrics_port=self.config.trainer_metrics_port,
-            uid=self.config.trainer_uid,
-            logger=logger,
-        )
+        self._log_ignored((namespace, name), decision.ignored, logger)
+        try:
+            kube_mod.apply(
+                self.kube,
+                job,
+                decision,
+                metrics_port=self.config.trainer_metrics_port,
+                uid=self.config.trainer_uid,
+                logger=logger,
+            )
+        except kube_mod.ChildConflict as err:
+            self._report_conflict(job, err, logger)
+            return
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
+
+    def _report_conflict(
+        self,
+        job: Obj,
+        err: kube_mod.ChildConflict,
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    ) -> None:
+        """A child's name is taken by an object the job does not own: say so in status
+        (condition Running=False, reason ChildConflict) and once as a Warning Event."""
+        meta, old = job["metadata"], job.get("status") or {}
+        conditions = list(old.get("conditions") or [])
+        running = st.get_condition(conditions, st.COND_RUNNING) or {}
+        message = str(err)
+        logger.warning("%s", message)
+        if running.get("reason") == CHILD_CONFLICT and running.get("message") == message:
+            return
+        generation = int(meta.get("generation") or 1)
+        now = dt.datetime.now(dt.UTC)
+        conditions = st.set_condition(
+            conditions, st.COND_RUNNING, False, CHILD_CONFLICT, message, generation, now
+        )
+        patch = {"message": message, "conditions": conditions}
+        self.kube.patch_status(
+            meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
+        )
+        with contextlib.suppress(kube_mod.ApiError):
+            self.kube.post_event(job, Event("Warning", CHILD_CONFLICT, message))
+
+    def _log_ignored(
+        self,
+        key: Key,
+        ignored: tuple[str, ...],
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    ) -> None:
+        """Invalid progress fields, logged when the set changes (not every pass)."""
+        with self._lock:
+            changed = self._ignored.get(key, ()) != ignored
+            self._ignored[key] = ignored
+        if changed and ignored:
+            logger.warning("ignoring invalid %s (wrong type or out of range)", ", ".join(ignored))
 
 
 def job_of(pod: Obj) -> str | None:

@@ -44,3 +44,44 @@ def test_exit_codes_are_distinct():
     codes = [c.EXIT_COMPLETED, c.EXIT_FAILED, c.EXIT_INVALID_SPEC, c.EXIT_PREEMPTED]
     assert len(set(codes)) == len(codes)
     assert set(c.EXIT_CODE_MEANING) == set(codes)
+
+
+def test_final_summary_round_trips_compactly():
+    summary = c.FinalSummary(
+        trials_completed=6,
+        trials_total=6,
+        best_trial_id="0004",
+        best_score=0.91,
+        best_hyperparameters={"units": 32, "lr": 0.001},
+    )
+    text = summary.to_message()
+    assert " " not in text and len(text.encode()) < c.FINAL_SUMMARY_MAX_BYTES
+    assert c.parse_final_summary(text) == summary
+
+
+def test_a_huge_final_summary_drops_its_hyperparameters_and_stays_under_the_limit():
+    hps = {f"layer_{i}_units": "x" * 40 for i in range(200)}
+    text = c.FinalSummary(6, 6, "0004", 0.9, hps).to_message()
+    assert len(text.encode()) <= c.FINAL_SUMMARY_MAX_BYTES < c.TERMINATION_MESSAGE_LIMIT
+    parsed = c.parse_final_summary(text)
+    assert parsed == c.FinalSummary(6, 6, "0004", 0.9, None)
+
+
+def test_termination_messages_that_are_not_summaries_parse_as_none():
+    not_ours = ["error: spec.tuner.algorithm: bad", "{not json", "[1]", '{"trialsCompleted": 3}']
+    for text in (None, "", *not_ours, '{"tuneopFinal": 1, "trialsCompleted": "3"}'):
+        assert c.parse_final_summary(text) is None
+
+
+def test_a_summary_with_bad_field_types_keeps_what_is_valid():
+    record = {c.FINAL_SUMMARY_KEY: 1, "trialsCompleted": 2, "trialsTotal": -1}
+    record.update(bestScore="high", bestTrialId=7, bestHyperparameters=[1])
+    text = json.dumps(record)
+    assert c.parse_final_summary(text) == c.FinalSummary(2, None, "7", None, None)
+
+
+def test_write_termination_message_only_where_the_kubelet_created_the_file(tmp_path):
+    path = tmp_path / "termination-log"
+    assert not c.write_termination_message("x", str(path))
+    path.touch()
+    assert c.write_termination_message("x", str(path)) and path.read_text() == "x"

@@ -9,9 +9,9 @@ import logging
 from typing import Any
 
 import pytest
-from tuneop import kube, names
+from tuneop import builders, kube, names
 from tuneop.config import Config
-from tuneop.reconcile import Decision, Event
+from tuneop.reconcile import Decision, Event, PodRef
 from tuneop.runtime import Runtime
 
 JOB = {
@@ -38,15 +38,25 @@ class RecordingKube(kube.Kube):
         return not (obj["kind"] == "Pod" and self.existing_pod_attempt is not None)
 
     def get(self, path: str) -> dict[str, Any] | None:
+        owned = {"uid": "child-uid", "ownerReferences": [builders.owner_reference(JOB)]}
         if "/configmaps/" in path:
-            return {"data": {"spec.yaml": "old: spec\n"}}
+            return {"metadata": owned, "data": {"spec.yaml": "old: spec\n"}}
         labels = {names.LABEL_ATTEMPT: self.existing_pod_attempt}
-        return {"metadata": {"labels": labels}}
+        return {"metadata": {**owned, "labels": labels}}
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> None:
         self.calls.append(("patch_status", ",".join(sorted(status))))
 
-    def delete(self, kind: str, namespace: str, name: str, **options: Any) -> bool:
+    def delete(
+        self, kind: str, namespace: str, name: str, *, uid: str | None = None, **options: Any
+    ) -> bool:
         self.calls.append(("delete", f"{kind}/{name}"))
         return True
 
@@ -62,7 +72,7 @@ def test_apply_order_create_then_status_then_delete_then_events():
         ensure_children=True,
         create_pods=[0, 1],
         create_attempt=1,
-        delete_pods=["old"],
+        delete_pods=[PodRef("old", "uid-old")],
         delete_job=True,
     )
     kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)

@@ -79,3 +79,30 @@ def test_vanished_pods_use_the_last_seen_version():
     assert classify_missing(pod("Succeeded", exit_code=0)).outcome == Outcome.COMPLETED
     assert classify_missing(pod("Failed", exit_code=1)).outcome == Outcome.FAILED
     assert classify_missing(pod("Running")).outcome == Outcome.PREEMPTED
+
+
+def test_the_exit_code_is_read_before_the_deletion():
+    oom = classify(pod("Failed", exit_code=137, reason="OOMKilled", deleting=True))
+    assert oom.outcome == Outcome.FAILED and "out of memory" in oom.message
+    crashed = classify(pod("Failed", exit_code=1, message="boom", deleting=True))
+    assert (crashed.outcome, crashed.message) == (Outcome.FAILED, "boom")
+    invalid = classify(pod("Failed", exit_code=contract.EXIT_INVALID_SPEC, deleting=True))
+    assert invalid.outcome == Outcome.INVALID_SPEC
+    for killed in (137, 143, None):  # the deletion's own signal, or never started
+        seen = classify(pod("Failed", exit_code=killed, deleting=True))
+        assert (seen.outcome, seen.reason) == (Outcome.PREEMPTED, "DeletedExternally")
+
+
+@pytest.mark.parametrize(
+    "reason", ["UnexpectedAdmissionError", "OutOfnvidia.com/gpu", "OutOfcpu", "NodeAffinity"]
+)
+def test_kubelet_admission_rejections_are_disruptions_not_failures(reason):
+    seen = classify(pod("Failed", status_reason=reason))
+    assert (seen.outcome, seen.reason) == (Outcome.PREEMPTED, "AdmissionRejected")
+    assert reason in seen.message
+
+
+def test_an_oom_kill_says_how_to_raise_the_limit():
+    seen = classify(pod("Failed", exit_code=137, reason="OOMKilled"))
+    assert seen.outcome == Outcome.FAILED and seen.reason == "OOMKilled"
+    assert "spec.resources.limits.memory" in seen.message

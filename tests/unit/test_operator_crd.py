@@ -331,3 +331,32 @@ def test_peering_crds_are_cluster_and_namespaced():
         "clusterkopfpeerings.kopf.dev",
         "kopfpeerings.kopf.dev",
     }
+
+
+def _progress_schema() -> dict[str, Any]:
+    return schema()["properties"]["status"]["properties"]["progress"]
+
+
+def test_status_progress_declares_every_contract_field_with_its_type():
+    props = _progress_schema()["properties"]
+    assert set(props) == set(contract.Progress().to_status())
+    full = contract.Progress(
+        phase=contract.PHASE_RUNNING, trial_id="0003", trials_completed=3, trials_total=10,
+        resumed_from_step=4, resumed_from_epoch=1, last_progress_time="2026-01-01T00:00:00Z",
+        last_checkpoint_time="2026-01-01T00:00:00Z", best_trial_id="0001", best_score=0.5,
+        best_hyperparameters={"units": 8}, objective="val_loss", direction="min",
+    ).to_status()  # fmt: skip
+    assert check(full, _progress_schema(), ".status.progress") == []
+    assert check(contract.Progress().to_status(), _progress_schema()) == []
+    for field in contract.PHASES:
+        assert field in props["phase"]["enum"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"trialsCompleted": "3"}, {"trialsTotal": -1}, {"step": 1.5}, {"bestScore": "high"},
+     {"phase": "Exploded"}, {"direction": "up"}, {"bestHyperparameters": [1]}],
+)  # fmt: skip
+def test_status_progress_rejects_bad_values_and_keeps_a_newer_trainers_fields(bad):
+    assert check(bad, _progress_schema(), ".status.progress") != []
+    assert check({"fromANewerTrainer": 1}, _progress_schema()) == []

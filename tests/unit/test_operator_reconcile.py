@@ -67,7 +67,7 @@ class World:
         if "progress" in self.job["status"]:
             progress = self.job["status"]["progress"]
             self.job["status"]["progress"] = {k: v for k, v in progress.items() if v is not None}
-        for name in d.delete_pods:
+        for name, _ in d.delete_pods:
             self.pods[name]["metadata"]["deletionTimestamp"] = st.rfc3339(self.now)
         self.events += [(e.type, e.reason, e.message) for e in d.events]
         return d
@@ -277,7 +277,7 @@ def test_a_multi_worker_group_is_restarted_together():
     assert sorted(w.pods) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     w.vanish("j-worker-1")
     d = w.step()
-    assert sorted(d.delete_pods) == ["j-worker-0", "j-worker-2"]
+    assert sorted(ref.name for ref in d.delete_pods) == ["j-worker-0", "j-worker-2"]
     assert w.status["preemptions"] == 1
     assert w.step().create_pods == []  # old workers still terminating
     w.gc_deleted()
@@ -300,7 +300,7 @@ def test_suspend_stops_pods_without_counting_and_resume_restarts():
     start(w)
     w.job["spec"]["suspend"] = True
     d = w.step()
-    assert d.delete_pods == ["j-worker-0"]
+    assert [ref.name for ref in d.delete_pods] == ["j-worker-0"]
     assert w.status["phase"] == st.PHASE_SUSPENDED
     assert w.condition(st.COND_SUSPENDED)["status"] == "True"
     w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
@@ -475,3 +475,145 @@ def test_a_script_path_job_needs_no_configmap():
     w = script_world(path="/checkpoints/code/search.py")
     start(w)
     assert script_volume(w.pods["j-worker-0"]) is None
+
+
+def _summary(**fields: Any) -> str:
+    return contract.FinalSummary(**fields).to_message()
+
+
+def test_the_final_summary_wins_over_a_stale_progress():
+    """Every trainer status patch after trial 1 was lost (API server down while the
+    trainer finished): the termination message still carries the final result."""
+    w = World()
+    start(w)
+    w.progress(trials_total=6, trials_completed=1, best_trial_id="0000", best_score=0.5,
+               best_hyperparameters={"units": 8})  # fmt: skip
+    w.step()
+    summary = _summary(trials_completed=6, trials_total=6, best_trial_id="0004",
+                       best_score=0.9, best_hyperparameters={"units": 32})  # fmt: skip
+    w.terminate("j-worker-0", 0, summary)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+    assert w.status["trials"] == "6/6" and w.status["trialsCompleted"] == 6
+    assert w.status["bestTrial"] == {"id": "0004", "score": 0.9, "hyperparameters": {"units": 32}}
+    assert w.status["resultSource"] == "TerminationMessage"
+    assert "best trial 0004 score 0.9" in w.status["message"]
+    w.step()  # the stale progress does not take it back
+    assert w.status["trials"] == "6/6" and w.status["bestTrial"]["id"] == "0004"
+
+
+def test_a_summary_without_hyperparameters_keeps_those_of_the_same_best_trial():
+    w = World()
+    start(w)
+    w.progress(trials_total=6, trials_completed=5, best_trial_id="0004", best_score=0.8,
+               best_hyperparameters={"units": 32})  # fmt: skip
+    w.step()
+    w.terminate("j-worker-0", 0, _summary(trials_completed=6, trials_total=6,
+                                          best_trial_id="0004", best_score=0.9))  # fmt: skip
+    w.step()
+    assert w.status["bestTrial"] == {"id": "0004", "score": 0.9, "hyperparameters": {"units": 32}}
+
+
+def test_without_a_summary_the_final_status_comes_from_the_progress():
+    w = World()
+    start(w)
+    w.progress(trials_total=2, trials_completed=2, best_trial_id="0001", best_score=0.7)
+    w.step()
+    w.terminate("j-worker-0", 0, "")
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED and w.status["trials"] == "2/2"
+    assert w.status["bestTrial"] == {"id": "0001", "score": 0.7}
+    assert w.status["resultSource"] == "Progress"
+
+
+def test_a_vanished_completed_pod_still_yields_its_summary():
+    w = World()
+    start(w)
+    w.terminate("j-worker-0", 0, _summary(trials_completed=3, trials_total=3, best_trial_id="2"))
+    w.vanish("j-worker-0")
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED and w.status["trials"] == "3/3"
+    assert w.status["bestTrial"] == {"id": "2"}
+
+
+def test_a_poisoned_progress_is_ignored_field_by_field_and_the_job_still_reconciles():
+    w = World()
+    start(w)
+    w.status["progress"] = {
+        "trialsCompleted": "many",
+        "trialsTotal": -3,
+        "trialId": {"x": 1},
+        "bestTrialId": "0002",
+        "bestScore": "NaN",
+        "bestHyperparameters": [1, 2],
+        "lastProgressTime": "yesterday",
+        "resumedFromStep": 1e400,
+        "restores": True,
+    }
+    w.status["restoreBaseline"] = "x"
+    d = w.step()
+    assert w.status["trials"] == "0/?" and w.status["bestTrial"] == {"id": "0002"}
+    assert "status.progress.trialsCompleted" in d.ignored
+    assert "status.progress.bestTrialId" not in d.ignored
+    assert "lastProgressTime" not in w.status
+    poisoned = {**w.job, "status": {**w.status, "progress": "not an object"}}
+    assert decide(poisoned, list(w.pods.values()), now=w.now).ignored == ("status.progress",)
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+
+
+def test_garbage_in_the_operators_own_status_counters_reads_as_zero():
+    w = World()
+    start(w)
+    w.status["preemptions"] = "lots"
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
+    w.step()
+    assert w.status["preemptions"] == 1 and w.status["attempt"] == 1
+
+
+def test_a_recreated_job_waits_for_the_old_jobs_pods_without_adopting_or_deleting_them():
+    old = World()
+    old.job["metadata"]["uid"] = "old-uid"
+    start(old)
+    old.terminate("j-worker-0", 1)  # the old job's pod, failed, still terminating
+    w = World()  # same name, new uid
+    w.pods = old.pods
+    d = w.step()
+    assert not d.create_pods and d.delete_pods == [] and w.status["failures"] == 0
+    assert "earlier TuningJob" in w.status["message"]
+    w.pods = {}
+    assert w.step().create_pods == [0]
+
+
+def test_deletions_name_the_pod_decided_about_by_uid():
+    w = World()
+    start(w)
+    w.pods["j-worker-0"]["metadata"]["uid"] = "pod-uid-1"
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
+    d = w.step()
+    assert [tuple(ref) for ref in d.delete_pods] == [("j-worker-0", "pod-uid-1")]
+
+
+def test_a_workers_oom_is_not_masked_by_its_peers_exit_75():
+    w = World(workers=3)
+    start(w)
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED)
+    w.terminate("j-worker-1", 137)
+    w.pods["j-worker-1"]["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = (
+        "OOMKilled"
+    )
+    w.terminate("j-worker-2", contract.EXIT_PREEMPTED)
+    w.step()
+    assert (w.status["failures"], w.status["preemptions"]) == (1, 0)
+    assert "out of memory" in w.status["message"] and "TrainerFailed" in w.reasons()
+
+
+def test_an_external_disruption_still_wins_over_a_peers_crash():
+    w = World(workers=2)
+    start(w)
+    evicted = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    w.terminate("j-worker-0", 1, conditions=[evicted])
+    w.terminate("j-worker-1", 1)
+    w.step()
+    assert (w.status["failures"], w.status["preemptions"]) == (0, 1)

@@ -57,6 +57,16 @@ def test_config_from_env_validates():
         Config.from_env({"TUNEOP_OPERATOR_METRICS_PORT": "http"})
     with pytest.raises(ConfigError, match="RECONCILE_SECONDS"):
         Config.from_env({"TUNEOP_OPERATOR_RECONCILE_SECONDS": "0"})
+    assert (config.request_timeout_seconds, config.error_backoff_max_seconds) == (30.0, 60.0)
+    bounded = Config.from_env(
+        {
+            "TUNEOP_OPERATOR_REQUEST_TIMEOUT_SECONDS": "5",
+            "TUNEOP_OPERATOR_ERROR_BACKOFF_MAX_SECONDS": "120",
+        }
+    )
+    assert (bounded.request_timeout_seconds, bounded.error_backoff_max_seconds) == (5.0, 120.0)
+    with pytest.raises(ConfigError, match="REQUEST_TIMEOUT_SECONDS"):
+        Config.from_env({"TUNEOP_OPERATOR_REQUEST_TIMEOUT_SECONDS": "0"})
 
 
 SCRIPT = {"image": "img", "script": {"configMap": {"name": "s"}}}

@@ -35,6 +35,7 @@ from tuneop_contract import (
     PHASE_RUNNING,
     TERMINATION_MESSAGE_PATH,
     read_progress,
+    write_termination_message,
 )
 
 from . import preemption
@@ -237,6 +238,7 @@ def _search(
             ctx.steps,
         )
     reporter.update(force=True, phase=PHASE_COMPLETED, message="")
+    results.write_final_summary(out, reporter.progress.trials_total, TERMINATION_MESSAGE_PATH)
     return EXIT_COMPLETED
 
 
@@ -290,10 +292,5 @@ def fail(code: int, message: str) -> int:
     """One line on stderr and in the termination message (the operator surfaces it)."""
     line = " ".join(message.split())
     print(f"error: {line}", file=sys.stderr)
-    if os.path.exists(TERMINATION_MESSAGE_PATH):
-        try:
-            with open(TERMINATION_MESSAGE_PATH, "w") as handle:
-                handle.write(line)
-        except OSError:
-            pass
+    write_termination_message(line, TERMINATION_MESSAGE_PATH)
     return code

@@ -9,7 +9,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tuneop_contract import BEST_MODEL_FILE, RESULTS_FILE, write_atomic
+from tuneop_contract import (
+    BEST_MODEL_FILE,
+    RESULTS_FILE,
+    FinalSummary,
+    write_atomic,
+    write_termination_message,
+)
 
 from .checkpoint import weights_digest
 
@@ -73,6 +79,21 @@ def export(tuner: Any, checkpoint_dir: Path, write: bool) -> dict[str, Any]:
     if write:
         write_atomic(checkpoint_dir / RESULTS_FILE, json.dumps(results, indent=2).encode())
     return results
+
+
+def write_final_summary(results: dict[str, Any], trials_total: int | None, path: str) -> None:
+    """The termination message of a completed search: the final counts and best trial
+    from the results (what results.json holds), so the operator's final status is right
+    even if the last status patches never reached the API server."""
+    best = results.get("best") or {}
+    summary = FinalSummary(
+        trials_completed=sum(1 for t in results.get("trials") or [] if t["status"] == "COMPLETED"),
+        trials_total=trials_total,
+        best_trial_id=best.get("trialId"),
+        best_score=best.get("score"),
+        best_hyperparameters=best.get("hyperparameters"),
+    )
+    write_termination_message(summary.to_message(), path)
 
 
 def planned_trials(oracle: Any) -> int | None:

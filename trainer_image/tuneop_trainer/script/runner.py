@@ -102,9 +102,10 @@ def run_script(
             reporter.update(force=True, phase=PHASE_PREEMPTED, message="preempted; resume me")
             log.warning("exiting %d (preempted); checkpoint written", EXIT_PREEMPTED)
             return code
+        results = None
         if rt.tuners:
             tuners.report_search(rt.tuners[-1])
-            _write_results(rt)
+            results = _write_results(rt)
         if code != EXIT_COMPLETED:
             reporter.update(force=True, phase=PHASE_FAILED, message=message)
             return fail(code, message)
@@ -115,6 +116,12 @@ def run_script(
             rt.steps,
         )
         reporter.update(force=True, phase=PHASE_COMPLETED, message="")
+        if results is not None:
+            from .. import cli
+            from ..results import write_final_summary
+
+            trials_total = reporter.progress.trials_total
+            write_final_summary(results, trials_total, cli.TERMINATION_MESSAGE_PATH)
         return EXIT_COMPLETED
     finally:
         runtime.install(None)
@@ -202,14 +209,16 @@ def _summary(script: Path, exc: BaseException) -> str:
     return message[:1000]
 
 
-def _write_results(rt: Any) -> None:
+def _write_results(rt: Any) -> dict[str, Any] | None:
+    """results.json (chief only); the results written, for the final summary."""
     from ..results import collect
 
     if not rt.write:
-        return
+        return None
     try:
         results = collect(rt.tuners[-1])
     except Exception as exc:  # the results file must not turn a finished search red
         log.warning("cannot collect results: %s", exc)
-        return
+        return None
     write_atomic(rt.root / RESULTS_FILE, json.dumps(results, indent=2).encode())
+    return results

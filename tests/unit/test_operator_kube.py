@@ -1,0 +1,244 @@
+"""The API layer's requests (fences: uid preconditions, resourceVersion) built against a
+FAKE ApiClient that records what would go on the wire, and the ownership rules of the
+executor (409s and cleanup) against a FAKE Kube holding objects in memory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+from tuneop import builders, handlers, kube, names
+from tuneop.config import Config
+from tuneop.runtime import CHILD_CONFLICT, Runtime
+
+JOB = {
+    "metadata": {
+        "name": "j",
+        "namespace": "ns",
+        "uid": "u",
+        "generation": 1,
+        "resourceVersion": "7",
+    },
+    "spec": {"image": "img", "hypermodel": "m:H"},
+}
+LOG = logging.getLogger("test")
+
+
+class FakeResponse:
+    def __init__(self, status: int, data: Any) -> None:
+        self.status = status
+        self.data = json.dumps(data).encode() if data is not None else b""
+
+    def read(self) -> None:
+        return None
+
+
+class FakeApiClient:
+    """FAKE: records (method, path, body, kwargs of call_api) and answers `status`."""
+
+    def __init__(self, status: int = 200, data: Any = None) -> None:
+        self.sent: list[tuple[str, str, Any, dict[str, Any]]] = []
+        self.status, self.data = status, data
+
+    def param_serialize(self, *, method: str, resource_path: str, body: Any, **_: Any) -> Any:
+        return method, resource_path, {}, body, None
+
+    def call_api(self, method: str, url: str, *, body: Any = None, **kwargs: Any) -> FakeResponse:
+        self.sent.append((method, url, body, kwargs))
+        return FakeResponse(self.status, self.data)
+
+
+def _kube(api: FakeApiClient) -> kube.Kube:
+    k = kube.Kube.__new__(kube.Kube)
+    k.api = api  # type: ignore[assignment]
+    k.timeout = 12.5
+    return k
+
+
+def test_every_call_is_bounded_by_the_request_timeout():
+    api = FakeApiClient(200, {"items": []})
+    _kube(api).list_pods("ns", "j")
+    assert api.sent[0][3]["_request_timeout"] == 12.5
+
+
+def test_a_pod_delete_carries_the_uid_it_was_decided_about():
+    api = FakeApiClient()
+    assert _kube(api).delete("Pod", "ns", "j-worker-0", uid="pod-uid-1")
+    method, path, body, _ = api.sent[0]
+    assert (method, path) == ("DELETE", "/api/v1/namespaces/ns/pods/j-worker-0")
+    assert body["preconditions"] == {"uid": "pod-uid-1"}
+
+
+def test_a_failed_precondition_means_a_successor_and_deletes_nothing():
+    api = FakeApiClient(409, {"message": "Precondition failed: UID in precondition"})
+    assert not _kube(api).delete("Pod", "ns", "j-worker-0", uid="old")
+    with pytest.raises(kube.ApiError):  # without a uid a 409 is a real error
+        _kube(api).delete("Pod", "ns", "j-worker-0")
+
+
+def test_the_status_patch_is_fenced_by_the_resource_version_read():
+    api = FakeApiClient(200, {})
+    _kube(api).patch_status("ns", "j", {"attempt": 2}, resource_version="7")
+    method, path, body, _ = api.sent[0]
+    assert (method, path) == ("PATCH", "/apis/tuneop.io/v1alpha1/namespaces/ns/tuningjobs/j/status")
+    assert body == {"status": {"attempt": 2}, "metadata": {"resourceVersion": "7"}}
+
+
+class MemoryKube(kube.Kube):
+    """FAKE: objects by (kind, name) in memory; create → 409 when taken."""
+
+    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.objects = objects
+        self.deleted: list[tuple[str, str, str | None]] = []
+        self.patches: list[dict[str, Any]] = []
+        self.events: list[str] = []
+
+    def _key(self, path: str) -> tuple[str, str]:
+        *_, plural, name = path.split("/")
+        kind = next(k for k, (_, p) in kube._PATHS.items() if p == plural)
+        return kind, name
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key in self.objects:
+            return False
+        self.objects[key] = obj
+        return True
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        return self.objects.get(self._key(path))
+
+    def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        return [o for (k, _), o in self.objects.items() if k == "Pod"]
+
+    def delete(
+        self, kind: str, namespace: str, name: str, *, uid: str | None = None, **_: Any
+    ) -> bool:
+        self.deleted.append((kind, name, uid))
+        return self.objects.pop((kind, name), None) is not None
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return JOB
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], **_: Any) -> None:
+        self.patches.append(status)
+
+    def post_event(self, job: dict[str, Any], event: Any) -> None:
+        self.events.append(event.reason)
+
+
+def _obj(
+    kind: str, name: str, owner_uid: str | None, uid: str = "x", **labels: str
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "uid": uid, "labels": labels}
+    if owner_uid is not None:
+        meta["ownerReferences"] = [{**builders.owner_reference(JOB), "uid": owner_uid}]
+    return {"kind": kind, "metadata": meta}
+
+
+def test_a_409_on_the_jobs_own_child_is_fine_and_on_someone_elses_a_conflict():
+    mine = MemoryKube({("ConfigMap", "j-spec"): _obj("ConfigMap", "j-spec", "u")})
+    assert not kube.ensure_child(
+        mine, JOB, builders.build_configmap(JOB, builders.JobSpec.from_dict(JOB["spec"]))
+    )
+    for owner in ("older-job-uid", None):  # an older job's, or a user's own object
+        theirs = MemoryKube(
+            {("ServiceAccount", "j-trainer"): _obj("ServiceAccount", "j-trainer", owner)}
+        )
+        with pytest.raises(
+            kube.ChildConflict, match="ServiceAccount j-trainer exists and is not owned"
+        ):
+            kube.ensure_child(theirs, JOB, builders.build_service_account(JOB))
+
+
+def test_a_retained_claim_of_this_job_name_is_reused():
+    labels = names.job_labels("j")
+    claim = _obj("PersistentVolumeClaim", "j-ckpt", None, **labels)
+    fake = MemoryKube({("PersistentVolumeClaim", "j-ckpt"): claim})
+    spec = builders.JobSpec.from_dict({**JOB["spec"], "checkpoint": {"reclaimPolicy": "Retain"}})
+    pvc = builders.build_pvc(JOB, spec)
+    assert pvc is not None and not kube.ensure_child(fake, JOB, pvc)
+
+
+def test_a_pod_of_an_older_job_of_the_same_name_is_waited_for_not_adopted():
+    spec = builders.JobSpec.from_dict(JOB["spec"])
+    old = _obj("Pod", "j-worker-0", "older-job-uid", **{names.LABEL_ATTEMPT: "0"})
+    fake = MemoryKube({("Pod", "j-worker-0"): old})
+    with pytest.raises(kube.StaleGroup, match="another TuningJob"):
+        kube.create_pod(fake, JOB, builders.build_pod(JOB, spec, 0, 0))
+
+
+def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
+    objects = {
+        ("Pod", "j-worker-0"): _obj("Pod", "j-worker-0", "u", uid="p1"),
+        ("Pod", "j-worker-1"): _obj("Pod", "j-worker-1", "older-job-uid", uid="p2"),
+        ("ConfigMap", "j-spec"): _obj("ConfigMap", "j-spec", "u", uid="c1"),
+        ("ServiceAccount", "j-trainer"): _obj("ServiceAccount", "j-trainer", None, uid="s1"),
+        ("Role", "j-trainer"): _obj("Role", "j-trainer", "newer-job-uid", uid="r1"),
+        ("PersistentVolumeClaim", "j-ckpt"): _obj("PersistentVolumeClaim", "j-ckpt", "u", uid="v1"),
+    }
+    fake = MemoryKube(dict(objects))
+    job = {**JOB, "spec": {**JOB["spec"], "checkpoint": {"reclaimPolicy": "Delete"}}}
+    kube.cleanup(fake, job, LOG)
+    assert sorted(fake.deleted) == [
+        ("ConfigMap", "j-spec", "c1"),
+        ("PersistentVolumeClaim", "j-ckpt", "v1"),
+        ("Pod", "j-worker-0", "p1"),
+    ]
+    assert ("ServiceAccount", "j-trainer") in fake.objects and ("Role", "j-trainer") in fake.objects
+
+
+def test_a_conflict_is_surfaced_in_status_and_one_event():
+    taken = _obj("ServiceAccount", "j-trainer", None)
+    fake = MemoryKube({("ServiceAccount", "j-trainer"): taken})
+    runtime = Runtime(Config.from_env({}), fake)
+    runtime.reconcile_once("ns", "j", LOG)
+    assert fake.patches and CHILD_CONFLICT in json.dumps(fake.patches[-1]["conditions"])
+    assert "ServiceAccount j-trainer exists" in fake.patches[-1]["message"]
+    assert fake.events == [CHILD_CONFLICT]
+    assert not [k for k in fake.objects if k[0] == "Pod"]  # no pods created beside it
+
+
+def test_failed_passes_back_off_exponentially_up_to_the_cap():
+    delays = [handlers.retry_delay(n, 2.0, 60.0) for n in range(8)]
+    assert delays == [2.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert handlers.retry_delay(10_000, 2.0, 60.0) == 60.0
+
+
+class FailingRuntime:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def reconcile_once(self, namespace: str, name: str, logger: Any) -> None:
+        raise self.error
+
+
+class EventPostingLogger(logging.Logger):
+    """Stands in for kopf's per-object logger, which posts each warning as an Event."""
+
+    def __init__(self) -> None:
+        super().__init__("kopf.objects.fake")
+        self.posted: list[str] = []
+
+    def _log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        if level >= logging.WARNING:
+            self.posted.append(str(msg))
+
+
+@pytest.mark.parametrize(
+    ("error", "after"),
+    [
+        (kube.ApiError(500, "{}", "GET", "/x"), 3),
+        (TimeoutError("read timed out"), 3),
+        (kube.ApiError(409, "{}", "PATCH", "/x"), 0),  # the job changed: re-read, no backoff
+        (kube.StaleGroup("old pod"), 0),
+    ],
+)
+def test_a_failed_pass_counts_towards_backoff_without_an_event(error: Exception, after: int):
+    kopf_logger = EventPostingLogger()
+    runtime: Any = FailingRuntime(error)
+    assert asyncio.run(handlers._pass(runtime, "ns", "j", kopf_logger, 2)) == after
+    assert kopf_logger.posted == []
