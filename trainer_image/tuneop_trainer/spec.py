@@ -38,6 +38,16 @@ class DataSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class EarlyStoppingSpec:
+    """`spec.tuner.earlyStopping`: stop an execution when `monitor` stops improving."""
+
+    monitor: str = "val_loss"
+    patience: int = 0
+    min_delta: float = 0.0
+    mode: str = "min"  # "min" or "max"; `auto` in the spec is resolved from the monitor
+
+
+@dataclasses.dataclass(frozen=True)
 class TunerSpec:
     algorithm: str = "Hyperband"
     objective: str = "val_accuracy"
@@ -50,6 +60,7 @@ class TunerSpec:
     seed: int = 42
     batch_size: int = 32
     deterministic: bool = False
+    early_stopping: EarlyStoppingSpec | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,6 +250,36 @@ def _parse_tuner(t: dict[str, Any]) -> TunerSpec:
         seed=_int(t, "seed", "spec.tuner.seed", 42, minimum=0),
         batch_size=_int(t, "batchSize", "spec.tuner.batchSize", 32, minimum=1),
         deterministic=deterministic,
+        early_stopping=_parse_early_stopping(t),
+    )
+
+
+def _parse_early_stopping(t: dict[str, Any]) -> EarlyStoppingSpec | None:
+    if t.get("earlyStopping") is None:
+        return None
+    e = _map(t, "earlyStopping", "spec.tuner.earlyStopping")
+    monitor = _str(e, "monitor", "spec.tuner.earlyStopping.monitor", "val_loss")
+    min_delta = e.get("minDelta", 0.0)
+    if isinstance(min_delta, bool) or not isinstance(min_delta, int | float) or min_delta < 0:
+        raise SpecError(
+            "spec.tuner.earlyStopping.minDelta", f"{_q(min_delta)} must be a number >= 0"
+        )
+    mode = _str(e, "mode", "spec.tuner.earlyStopping.mode", "auto")
+    _one_of(mode, ("auto", "min", "max"), "spec.tuner.earlyStopping.mode")
+    if mode == "auto":  # resolved here, as for the objective
+        try:
+            mode = infer_direction(monitor)
+        except SpecError:
+            raise SpecError(
+                "spec.tuner.earlyStopping.mode",
+                f'cannot tell whether "{monitor}" is to be minimised or maximised; set mode: '
+                "min or max",
+            ) from None
+    return EarlyStoppingSpec(
+        monitor=monitor,
+        patience=_int(e, "patience", "spec.tuner.earlyStopping.patience", 0, minimum=0),
+        min_delta=float(min_delta),
+        mode=mode,
     )
 
 

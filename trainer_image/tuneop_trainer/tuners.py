@@ -36,7 +36,7 @@ import keras_tuner
 import numpy as np
 from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
 
-from . import ktpatch, multiworker, preemption, scope
+from . import early_stopping, ktpatch, multiworker, preemption, scope
 from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
 from .data import Dataset, epoch_order
 from .progress import Reporter
@@ -188,7 +188,12 @@ class ResumableMixin:
         ctx.reporter.update(
             force=True, trial_id=str(tid), execution=execution, epoch=epoch, step=step
         )
+        rule = spec.tuner.early_stopping
         while epoch < epochs:
+            stop = rule is not None and rule.monitor in history
+            if stop and early_stopping.should_stop(history[rule.monitor], rule):  # type: ignore[union-attr]
+                log.info("trial %s exec %d: early stopping after epoch %d", tid, execution, epoch)
+                break
             order = epoch_order(len(data.x), spec.tuner.seed, execution, epoch)
             idx = order[step * bs : steps * bs]
             callback = _StepCallback(self, store, epoch, step, steps, history, pending_metrics)
@@ -205,6 +210,11 @@ class ResumableMixin:
                 callbacks=[callback],
             )
             logs = {k: float(v[-1]) for k, v in fit.history.items()}
+            if rule is not None and rule.monitor not in logs:
+                raise InvalidSearch(
+                    f'spec.tuner.earlyStopping.monitor: "{rule.monitor}" is not produced by '
+                    f"the model; it reports {', '.join(sorted(logs))}"
+                )
             if spec.tuner.objective not in logs:
                 raise InvalidSearch(
                     f'spec.tuner.objective.name: "{spec.tuner.objective}" is not produced by '
