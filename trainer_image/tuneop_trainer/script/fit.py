@@ -119,14 +119,36 @@ def _to_numpy(structure: Any) -> Any:
     return keras.tree.map_structure(np.asarray, structure)
 
 
+# Digests of arrays already hashed in this process, keyed by buffer address, shape,
+# strides and dtype: every trial's fit gets the same arrays (or views of them), and
+# hashing a large training set once per trial would cost seconds each. Each entry keeps
+# its array alive, so an address cannot be reused for other data while it is cached.
+_digest_cache: dict[tuple[Any, ...], tuple[np.ndarray, str]] = {}
+_DIGEST_CACHE_SIZE = 64
+
+
+def _leaf_digest(leaf: Any) -> str:
+    array = np.asarray(leaf)
+    key = (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
+    hit = _digest_cache.get(key)
+    if hit is not None:
+        return hit[1]
+    contiguous = np.ascontiguousarray(array)
+    digest = hashlib.sha256(f"{array.dtype}{array.shape}".encode())
+    digest.update(contiguous.reshape(-1).view(np.uint8))
+    value = digest.hexdigest()
+    if len(_digest_cache) >= _DIGEST_CACHE_SIZE:
+        _digest_cache.pop(next(iter(_digest_cache)))
+    _digest_cache[key] = (array, value)
+    return value
+
+
 def _digest(structure: Any) -> str | None:
     if structure is None:
         return None
     digest = hashlib.sha256()
     for leaf in keras.tree.flatten(structure):
-        array = np.ascontiguousarray(leaf)
-        digest.update(f"{array.dtype}{array.shape}".encode())
-        digest.update(array.tobytes())
+        digest.update(_leaf_digest(leaf).encode())
     return digest.hexdigest()[:16]
 
 
