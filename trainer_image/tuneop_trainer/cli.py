@@ -160,6 +160,8 @@ def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
 
             # A loader that draws random numbers draws the same ones after a restart.
             keras.utils.set_random_seed(spec.tuner.seed)
+            if spec.tuner.dtype_policy:  # kept across clear_session by ktpatch
+                keras.config.set_dtype_policy(spec.tuner.dtype_policy)
             dataset = data_mod.load(spec.data)
             _check_fingerprint(spec, dataset, checkpoint_dir, write)
             hypermodel = resolve_hypermodel(spec.hypermodel, dataset)

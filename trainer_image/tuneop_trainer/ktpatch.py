@@ -7,6 +7,11 @@
 - Only the chief of a multi-worker group writes: the other workers keep the same oracle
   in memory and read the directory only at start-up (`set_writer(False)`).
 - Keras 3 fails on a first batch that splits unevenly across replicas: see uneven.py.
+- `keras.backend.clear_session()` resets Keras's global state, the dtype policy
+  included, and keras-tuner calls it before building every model: a script's
+  `keras.mixed_precision.set_global_policy("mixed_float16")` (or a spec's
+  `tuner.dtypePolicy`) would silently train every trial in float32. The policy set
+  before the call is set again after it.
 """
 
 from __future__ import annotations
@@ -45,3 +50,22 @@ def install() -> None:
     _state["installed"] = True
     kt_utils.save_json = _atomic_save_json
     uneven.install()
+    _keep_dtype_policy_across_clear_session()
+
+
+def _keep_dtype_policy_across_clear_session() -> None:
+    import keras
+    from keras.src.backend.common import global_state
+
+    original = global_state.clear_session
+
+    def clear_session(*args: Any, **kwargs: Any) -> Any:
+        policy = global_state.get_global_attribute("dtype_policy", None)
+        result = original(*args, **kwargs)
+        if policy is not None:
+            global_state.set_global_attribute("dtype_policy", policy)
+        return result
+
+    global_state.clear_session = clear_session
+    keras.backend.clear_session = clear_session
+    keras.utils.clear_session = clear_session

@@ -61,6 +61,7 @@ class TunerSpec:
     batch_size: int = 32
     deterministic: bool = False
     early_stopping: EarlyStoppingSpec | None = None
+    dtype_policy: str | None = None  # Keras dtype policy, e.g. "mixed_bfloat16"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +252,19 @@ def _parse_tuner(t: dict[str, Any]) -> TunerSpec:
         batch_size=_int(t, "batchSize", "spec.tuner.batchSize", 32, minimum=1),
         deterministic=deterministic,
         early_stopping=_parse_early_stopping(t),
+        dtype_policy=_parse_dtype_policy(t),
     )
+
+
+DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+def _parse_dtype_policy(t: dict[str, Any]) -> str | None:
+    if t.get("dtypePolicy") is None:
+        return None
+    policy = _str(t, "dtypePolicy", "spec.tuner.dtypePolicy", "float32")
+    _one_of(policy, DTYPE_POLICIES, "spec.tuner.dtypePolicy")
+    return policy
 
 
 def _parse_early_stopping(t: dict[str, Any]) -> EarlyStoppingSpec | None:

@@ -1,0 +1,86 @@
+"""Mixed precision, set by the user's script or by `spec.tuner.dtypePolicy`, survives
+keras-tuner's clear_session (every trial really computes in 16 bits) and resumes
+exactly, loss-scale state included."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from trainer_helpers import (
+    SCRIPTS,
+    comparable,
+    env,
+    fit_final,
+    fit_weights,
+    kill_exec_when,
+    kill_when,
+    results,
+    run,
+    start_exec,
+    tiny_spec,
+    write_spec,
+)
+from tuneop_contract import EXIT_COMPLETED
+
+SCRIPT = SCRIPTS / "mixed_search.py"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_resumes_exactly(policy: str, tmp_path: Path) -> None:
+    ref, log = tmp_path / "ref", tmp_path / "ref.log"
+    proc = start_exec(SCRIPT, ref, log, policy)
+    assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
+    for trial in ("0", "1"):
+        history = fit_final(ref, f"trials/{trial}/fit-0")["history"]
+        assert history["compute_16bit"] == [1.0] * 4, "the policy survived clear_session"
+
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    code = kill_exec_when(
+        SCRIPT, ckpt, log, lambda p: p.trial_id == "1" and p.epoch >= 1 and p.step >= 3, policy
+    )
+    assert code == -signal.SIGKILL
+    proc = start_exec(SCRIPT, ckpt, log, policy)
+    assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
+    assert "trial 1 fit 0: restored" in log.read_text()
+    assert comparable(results(ckpt)) == comparable(results(ref))
+    for trial in ("0", "1"):
+        fit = f"trials/{trial}/fit-0"
+        assert fit_weights(ckpt, fit) == fit_weights(ref, fit)
+        assert fit_final(ckpt, fit)["history"] == fit_final(ref, fit)["history"]
+    latest = sorted((ckpt / "trials" / "1" / "fit-0").glob("ckpt-*"))[-1]
+    with np.load(latest / "state.npz") as npz:
+        scale = [k for k in npz.files if k.endswith("dynamic_scale")]
+    assert bool(scale) == (policy == "mixed_float16"), "the loss scale is checkpointed"
+
+
+def test_spec_mode_dtype_policy_resumes_exactly(tmp_path: Path) -> None:
+    manifest = tiny_spec(algorithm="RandomSearch", maxTrials=2, dtypePolicy="mixed_bfloat16")
+    spec = write_spec(tmp_path, manifest)
+    ref, log = tmp_path / "ref", tmp_path / "ref.log"
+    assert run(spec, ref, log) == EXIT_COMPLETED, log.read_text()[-3000:]
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    second = results(ref)["trials"][1]["trialId"]
+    code = kill_when(spec, ckpt, log, lambda p: p.trial_id == second and p.step >= 3)
+    assert code == -signal.SIGKILL
+    assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
+    assert comparable(results(ckpt)) == comparable(results(ref))
+    assert results(ckpt)["best"]["weightsSha256"] == results(ref)["best"]["weightsSha256"]
+    probe = (
+        "import keras, sys; m = keras.saving.load_model(sys.argv[1]);"
+        "print(m.layers[-1].dtype_policy.name)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(ckpt / "best_model.keras")],
+        capture_output=True,
+        text=True,
+        env=env(devices=1),
+        timeout=120,
+    )
+    assert out.stdout.strip().splitlines()[-1] == "mixed_bfloat16", out.stderr[-2000:]
