@@ -214,7 +214,8 @@ def build_pod(
 ) -> Obj:
     """Trainer pod `index` of pod group `attempt`: restricted pod security, fsGroup for
     the volume, GPU limits + toleration, the grace period the trainer needs to write its
-    checkpoint, restartPolicy Never (the operator decides about restarts). In script
+    checkpoint, restartPolicy Never (the operator decides about restarts), an in-memory
+    /dev/shm of `distribution.shmSize` for GPU pods. In script
     mode with `spec.script.configMap` the user's ConfigMap is mounted too; the command
     is the same in both modes (the trainer reads `spec.script` from the spec file)."""
     job_name = job["metadata"]["name"]
@@ -287,6 +288,13 @@ def build_pod(
         )
         pod_spec["volumes"].append(
             {"name": names.SCRIPT_VOLUME, "configMap": {"name": spec.script_configmap}}
+        )
+    shm = spec.distribution.shm_size
+    if spec.distribution.gpus_per_worker > 0 and shm not in ("0", ""):
+        # NCCL all-reduces through /dev/shm; runtimes give containers 64 MiB.
+        container["volumeMounts"].append({"name": names.SHM_VOLUME, "mountPath": "/dev/shm"})
+        pod_spec["volumes"].append(
+            {"name": names.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm}}
         )
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)

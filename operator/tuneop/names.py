@@ -28,6 +28,7 @@ CHECKPOINT_VOLUME = "checkpoints"
 SPEC_VOLUME = "spec"
 SPEC_KEY = "spec.yaml"
 SCRIPT_VOLUME = "script"
+SHM_VOLUME = "dshm"  # in-memory /dev/shm of GPU pods
 """Volume of the user's `spec.script.configMap` (mounted at tuneop_contract.SCRIPT_DIR)."""
 TRAINER_CONTAINER = "trainer"
 TRAINER_UID = 1000

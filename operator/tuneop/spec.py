@@ -36,6 +36,7 @@ class Distribution:
     strategy: str = "Auto"
     workers: int = 1
     gpus_per_worker: int = 1
+    shm_size: str = "1Gi"  # in-memory /dev/shm of GPU pods; "0": none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +128,7 @@ class JobSpec:
                 strategy=dist.get("strategy", d_dist.strategy),
                 workers=int(dist.get("workers", d_dist.workers)),
                 gpus_per_worker=int(dist.get("gpusPerWorker", d_dist.gpus_per_worker)),
+                shm_size=str(dist.get("shmSize") or d_dist.shm_size),
             ),
             checkpoint=Checkpoint(
                 existing_claim=ckpt.get("existingClaim") or "",

@@ -76,7 +76,7 @@ def test_pod_contract_security_and_gpus():
     assert spec["serviceAccountName"] == "emg-trainer"
     assert spec["priorityClassName"] == "low" and spec["nodeSelector"] == {"pool": "gpu"}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts == {"checkpoints": "/checkpoints", "spec": "/etc/tuneop"}
+    assert mounts == {"checkpoints": "/checkpoints", "spec": "/etc/tuneop", "dshm": "/dev/shm"}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["checkpoints"]["persistentVolumeClaim"] == {"claimName": "emg-ckpt"}
     assert volumes["spec"]["configMap"] == {"name": "emg-spec"}
@@ -209,4 +209,24 @@ def test_no_script_volume_in_spec_mode_or_with_a_script_path():
         pod = builders.build_pod(JOB, spec, 0, 0)
         assert names.SCRIPT_VOLUME not in {v["name"] for v in pod["spec"]["volumes"]}
         mounts = pod["spec"]["containers"][0]["volumeMounts"]
-        assert {m["mountPath"] for m in mounts} == {"/checkpoints", "/etc/tuneop"}
+        assert {m["mountPath"] for m in mounts} - {"/dev/shm"} == {"/checkpoints", "/etc/tuneop"}
+
+
+def test_gpu_pods_get_an_in_memory_dev_shm_of_the_configured_size():
+    def shm(dist: dict) -> tuple[dict | None, dict | None]:
+        spec = JobSpec.from_dict({**JOB["spec"], "distribution": dist})
+        pod = builders.build_pod(JOB, spec, 0, 0)
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        return volumes.get(names.SHM_VOLUME), mounts.get(names.SHM_VOLUME)
+
+    volume, mount = shm({"gpusPerWorker": 2})
+    assert volume == {
+        "name": names.SHM_VOLUME,
+        "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"},
+    }
+    assert mount == {"name": names.SHM_VOLUME, "mountPath": "/dev/shm"}
+    volume, _ = shm({"gpusPerWorker": 1, "shmSize": "8Gi"})
+    assert volume is not None and volume["emptyDir"]["sizeLimit"] == "8Gi"
+    assert shm({"gpusPerWorker": 0}) == (None, None)  # CPU pods keep the runtime's
+    assert shm({"gpusPerWorker": 1, "shmSize": "0"}) == (None, None)

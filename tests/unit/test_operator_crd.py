@@ -183,6 +183,7 @@ def test_crd_defaults_match_the_operator_spec_defaults():
     assert defaults("distribution") == {
         "strategy": Distribution.strategy,
         "workers": Distribution.workers,
+        "shmSize": Distribution.shm_size,
         "gpusPerWorker": Distribution.gpus_per_worker,
     }
     assert defaults("failurePolicy") == {

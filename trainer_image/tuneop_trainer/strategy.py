@@ -70,13 +70,36 @@ def create(requested: str = "Auto") -> Any:
         else:
             strategy = tf.distribute.get_strategy()
             kind = "default strategy"
-    log.info("strategy: %s, %d replica(s)", kind, strategy.num_replicas_in_sync)
+    log.info(
+        "strategy: %s, %d replica(s); devices: %s",
+        kind,
+        strategy.num_replicas_in_sync,
+        describe_devices(),
+    )
     from . import multiworker
 
     if multiworker.apply(strategy):
         log.info("Keras patched for MultiWorkerMirroredStrategy (tuneop_trainer.multiworker)")
     _created.append(strategy)
     return strategy
+
+
+def describe_devices() -> str:
+    """The GPUs TensorFlow sees, with compute capability, for the start-up log line
+    (a GPU pod whose image cannot see its GPU says so here, not by training slowly)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        built = "CUDA build" if tf.test.is_built_with_cuda() else "CPU-only TensorFlow build"
+        return f"no GPU ({built}), {len(tf.config.list_logical_devices('CPU'))} CPU device(s)"
+    parts = []
+    for gpu in gpus:
+        details = tf.config.experimental.get_device_details(gpu)
+        capability = details.get("compute_capability")
+        cc = f"compute capability {capability[0]}.{capability[1]}" if capability else "?"
+        parts.append(f"{gpu.name} {details.get('device_name', '')} ({cc})".replace("  ", " "))
+    return f"{len(gpus)} GPU(s): " + ", ".join(parts)
 
 
 def is_chief() -> bool:
