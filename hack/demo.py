@@ -3,7 +3,9 @@
 Starts a real control plane and a node agent (tests/localcluster), installs the CRDs,
 runs the operator in the background, applies manifests/samples/tuningjob-emg.yaml,
 evicts the trainer pod midway (the Eviction API, as `kubectl drain` does), shows the
-status and the resume, prints the best hyperparameters and tears everything down.
+status and the resume, says what the preemption cost (steps redone, seconds from the
+eviction to the next training step), prints the best hyperparameters and tears
+everything down.
 Exits non-zero if the job did not complete or did not resume after the preemption.
 """
 
@@ -15,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 for sub in ("contract", "operator", "trainer_image", "."):
@@ -30,6 +33,49 @@ NAME, NAMESPACE = "emg-cnn", "default"
 
 def say(text: str) -> None:
     print(f"\n\033[1m==> {text}\033[0m", flush=True)
+
+
+def stopped_at_step(status: Any) -> int | None:
+    """The step of the evicted trainer's preemption checkpoint: its last progress
+    report (phase Preempted), written just before it exits 75."""
+    try:
+        wait_for(
+            lambda: (status().get("progress") or {}).get("phase") == "Preempted",
+            60,
+            "the trainer's preemption checkpoint",
+            every=0.1,
+        )
+    except AssertionError:
+        return None
+    return int((status().get("progress") or {}).get("step", 0))
+
+
+def preemption_cost(status: Any, evicted_at: float, stopped_step: int | None) -> str:
+    """Steps redone and seconds from the eviction to the next training step."""
+    progress: dict[str, Any] = {}
+
+    def trained_again() -> bool:
+        nonlocal progress
+        progress = dict(status().get("progress") or {})
+        resumed = progress.get("resumedFromStep")
+        return resumed is not None and (
+            progress.get("step", 0) > resumed
+            or progress.get("epoch", 0) > progress.get("resumedFromEpoch", 0)
+        )
+
+    try:
+        wait_for(trained_again, 300, "the next training step", every=0.2)
+    except AssertionError:
+        return ""
+    seconds = time.monotonic() - evicted_at
+    resumed = int(progress.get("resumedFromStep") or 0)
+    redone = "unknown" if stopped_step is None else str(max(0, stopped_step - resumed))
+    return (
+        f"steps redone: {redone} (SIGTERM checkpointed step {stopped_step}, the new pod resumed "
+        f"at step {resumed})\n"
+        f"time from the eviction to the next training step: {seconds:.1f} s (old pod's "
+        "checkpoint and exit, new pod scheduled, TensorFlow start-up, restore)"
+    )
 
 
 def main() -> int:
@@ -76,13 +122,16 @@ def main() -> int:
         )
         show()
         say(f"evicting the trainer pod during trial {p['trial_id']} at step {p['step']}")
+        evicted_at = time.monotonic()
         disruption.evict_pod(cluster.api, NAMESPACE, f"{NAME}-worker-0")
         wait_for(lambda: status().get("preemptions", 0) >= 1, 120, "the preemption")
+        stopped_step = stopped_at_step(status)
         show()
         say("waiting for the recreated trainer to resume from its checkpoint")
         wait_for(lambda: status().get("restores", 0) >= 1, 300, "the restore", every=0.5)
         p = status()["progress"]
         print(f"resumed trial {p['trialId']} at step {p.get('resumedFromStep')}", flush=True)
+        cost = preemption_cost(status, evicted_at, stopped_step=stopped_step)
         say("waiting for the search to complete")
         last = ""
         deadline = time.monotonic() + 900
@@ -100,6 +149,9 @@ def main() -> int:
         for event in kubectl.events(NAMESPACE, NAME):
             print(f"{event['type']:8} {event['reason']:12} {event['message']}")
         final = status()
+        if cost:
+            say("what the preemption cost")
+            print(cost, flush=True)
         best = final.get("bestTrial") or {}
         say(
             f"best trial {best.get('id')} ({final.get('progress', {}).get('objective')} "
