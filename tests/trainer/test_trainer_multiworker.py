@@ -42,7 +42,10 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _start_group(spec: Path, ckpt: Path, logs: list[Path]) -> list[subprocess.Popen[bytes]]:
+def _start_group(
+    spec: Path, ckpt: Path, logs: list[Path], script: Path | None = None
+) -> list[subprocess.Popen[bytes]]:
+    """Start the workers: `run --spec`, or `exec` on `script` (script mode)."""
     workers = [f"127.0.0.1:{port}" for port in _free_ports(len(logs))]
     procs = []
     for index, log in enumerate(logs):
@@ -51,9 +54,16 @@ def _start_group(spec: Path, ckpt: Path, logs: list[Path]) -> list[subprocess.Po
             {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         )
         cmd = [sys.executable, "-m", "tuneop_trainer", "run", "--spec", str(spec)]
+        if script is not None:
+            cmd = [sys.executable, "-m", "tuneop_trainer", "exec", "--spec", str(spec)]
+            cmd += ["--deterministic", str(script)]
         procs.append(
             subprocess.Popen(
-                [*cmd, "--dir", str(ckpt)], stdout=log.open("ab"), stderr=subprocess.STDOUT, env=e
+                [*cmd[:4], "--dir", str(ckpt), *cmd[4:]],
+                stdout=log.open("ab"),
+                stderr=subprocess.STDOUT,
+                env=e,
+                cwd=ckpt.parent,
             )
         )
     return procs
@@ -181,3 +191,34 @@ def test_losing_one_worker_is_a_preemption_not_a_failed_trial(
     got = results(ckpt)
     assert comparable(got) == comparable(reference["results"])
     assert got["best"]["weightsSha256"] == reference["results"]["best"]["weightsSha256"]
+
+
+def test_script_mode_group_sigkilled_mid_trial_resumes_exactly(tmp_path: Path) -> None:
+    """exec under MultiWorkerMirroredStrategy: the script's fits run in lockstep on both
+    workers, only the chief checkpoints, and a group SIGKILLed mid-epoch resumes from
+    the chief's checkpoint with the same results as an uninterrupted group."""
+    script = Path(__file__).parent / "scripts" / "features_search.py"
+    spec = write_spec(tmp_path, {"checkpoint": {"intervalSteps": 3, "intervalSeconds": 0}})
+    ref, ref_logs = tmp_path / "ref" / "ckpt", [tmp_path / "ref0", tmp_path / "ref1"]
+    ref.parent.mkdir()
+    codes = _wait_all(_start_group(spec, ref, ref_logs, script))
+    assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in ref_logs)
+    assert "MultiWorkerMirroredStrategy, 2 replica(s)" in ref_logs[1].read_text()
+
+    ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
+    procs = _start_group(spec, ckpt, logs, script)
+    try:
+        _wait_progress(procs, ckpt, lambda p: p.trial_id == "1" and p.epoch >= 1 and p.step >= 3)
+        for proc in procs:
+            proc.send_signal(signal.SIGKILL)
+        assert [proc.wait(timeout=30) for proc in procs] == [-signal.SIGKILL] * 2
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    codes = _wait_all(_start_group(spec, ckpt, logs, script))
+    assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
+    for log in logs:
+        assert "trial 1 fit 0: restored" in log.read_text()
+    assert comparable(results(ckpt)) == comparable(results(ref))
