@@ -39,6 +39,22 @@ lint: ## Ruff, mypy (strict on the operator), hadolint
 	$(PY) -m mypy contract/tuneop_contract.py $(wildcard operator/tuneop)
 	@for f in $(wildcard */Dockerfile); do echo "hadolint $$f"; $(VENV)/bin/hadolint $$f || exit 1; done
 
+# Images, tagged with the chart's appVersion. Built with docker where an engine answers;
+# without one (as on the development machine: a docker CLI, no daemon) this says so, builds
+# nothing and succeeds.
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/tuneop/Chart.yaml)
+
+.PHONY: images
+images: ## Build tuneop/trainer:TAG (GPU), tuneop/trainer:TAG-cpu, tuneop/operator:TAG (docker)
+	@if ! command -v docker >/dev/null 2>&1; then \
+	  echo "images: no container engine (no docker command) on this machine; no image built"; exit 0; fi; \
+	if ! docker info >/dev/null 2>&1; then \
+	  echo "images: docker is installed but no container engine answers (docker info fails); no image built"; exit 0; fi; \
+	set -ex; \
+	docker build -f trainer_image/Dockerfile --build-arg VARIANT=gpu -t tuneop/trainer:$(IMAGE_TAG) .; \
+	docker build -f trainer_image/Dockerfile --build-arg VARIANT=cpu -t tuneop/trainer:$(IMAGE_TAG)-cpu .; \
+	docker build -f operator/Dockerfile -t tuneop/operator:$(IMAGE_TAG) .
+
 .PHONY: test
 test: venv prometheus cluster-tools lint ## Set everything up and run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)
