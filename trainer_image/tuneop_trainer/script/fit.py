@@ -152,6 +152,43 @@ def _digest(structure: Any) -> str | None:
     return digest.hexdigest()[:16]
 
 
+# tf.data inputs the trainer iterates: spec key → [dataset, iterators made in this
+# process]; with `_record_iterations` on the volume, so a resumed process knows how
+# many iterations an uninterrupted one had made before each fit.
+_tf_iterations: dict[str, list[Any]] = {}
+TFDATA_RECORD = "tfdata.json"
+
+
+def _recorded_iterations(root: Any, key: str) -> int:
+    try:
+        return int(json.loads((root / TFDATA_RECORD).read_text()).get(key, 0))
+    except (OSError, ValueError):
+        return 0
+
+
+def _record_iterations(root: Any, key: str, count: int) -> None:
+    from tuneop_contract import write_atomic
+
+    path = root / TFDATA_RECORD
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        record = {}
+    record[key] = count
+    write_atomic(path, json.dumps(record, sort_keys=True).encode())
+
+
+def _spec_batch(spec: Any) -> Any:
+    """Zeros shaped like one element of `spec` (unknown dimensions as 1)."""
+    import tensorflow as tf
+
+    def zeros(s: Any) -> Any:
+        shape = [1 if d is None else d for d in s.shape.as_list()]
+        return tf.zeros(shape, s.dtype)
+
+    return tf.nest.map_structure(zeros, spec)
+
+
 class ResumableFit:
     def __init__(self, rt: runtime.Runtime, model: Any, args: dict[str, Any]) -> None:
         self.rt = rt
@@ -227,11 +264,17 @@ class ResumableFit:
         return 0  # unknown: the epoch ends when the input does
 
     def _kind(self) -> str:
+        """arrays | tf.data (iterated by the trainer, exact) | tf.data-skip (multi-worker:
+        Keras iterates and shards it) | other (generators, PyDataset)."""
         if self.array_input:
             return "arrays"
         import tensorflow as tf
 
-        return "tf.data" if isinstance(self.x, tf.data.Dataset) else "other"
+        from ..multiworker import is_multiworker
+
+        if not isinstance(self.x, tf.data.Dataset):
+            return "other"
+        return "tf.data-skip" if is_multiworker(self.model.distribute_strategy) else "tf.data"
 
     def _fingerprint(self) -> dict[str, Any]:
         a = self.args
@@ -302,12 +345,14 @@ class ResumableFit:
                 "steps_per_epoch": None,
             }
         x, spe = self.x, self.args["steps_per_epoch"]
-        if kind == "tf.data" and start:
+        if kind == "tf.data":
+            return self._owned_epoch(epoch, start)
+        if kind == "tf.data-skip" and start:
             infinite = int(x.cardinality()) == -1  # tf.data.INFINITE_CARDINALITY
             x = x.skip(epoch * self.steps + start if infinite else start)
             if spe:
                 spe = spe - start
-        elif kind == "tf.data" and int(x.cardinality()) == -1 and epoch and spe:
+        elif kind == "tf.data-skip" and int(x.cardinality()) == -1 and epoch and spe:
             x = x.skip(epoch * self.steps)
         return {
             "x": x,
@@ -315,6 +360,43 @@ class ResumableFit:
             "sample_weight": self.sample_weight,
             "batch_size": self.args["batch_size"],
             "steps_per_epoch": spe,
+        }
+
+    def _owned_epoch(self, epoch: int, start: int) -> dict[str, Any]:
+        """The epoch's batches from an iterator the trainer makes itself: `iter(x)` once
+        per epoch, so the dataset's own reshuffling (`shuffle(...,
+        reshuffle_each_iteration=True)`, seeded) gives epoch e the order of its e-th
+        iteration. A resumed process first creates (and drops) as many iterators as an
+        uninterrupted one had made before this epoch - across earlier fits on the same
+        dataset too (`_tf_iterations`, recorded in the checkpoints) - then skips the
+        `start` batches already trained. Keras gets the batches through
+        `from_generator` with the dataset's element spec."""
+        import tensorflow as tf
+
+        target = self.ds_base + (epoch - int(self.args["initial_epoch"]))
+        entry = _tf_iterations.setdefault(self.ds_key, [self.x, 0])
+        if entry[0] is not self.x:  # another dataset with the same spec: its own count
+            entry[0], entry[1] = self.x, max(entry[1], target)
+        while entry[1] < target:
+            iter(self.x)  # an iteration that an uninterrupted process made
+            entry[1] += 1
+        iterator = iter(self.x)
+        entry[1] += 1
+        self.ds_iterations = entry[1]
+        for _ in range(start):
+            next(iterator)
+
+        def batches() -> Any:
+            yield from iterator
+
+        spe = self.args["steps_per_epoch"]
+        remaining = (spe or self.steps or 0) - start
+        return {
+            "x": tf.data.Dataset.from_generator(batches, output_signature=self.x.element_spec),
+            "y": None,
+            "sample_weight": None,
+            "batch_size": None,
+            "steps_per_epoch": remaining if remaining > 0 else None,
         }
 
     # -- state ------------------------------------------------------------------------
@@ -332,6 +414,10 @@ class ResumableFit:
                 model._symbolic_build(
                     data_batch=(head(self.x), head(self.y), head(self.sample_weight))
                 )
+            elif self._kind() == "tf.data":
+                # From the element spec: iterating the dataset here would advance its
+                # reshuffling and change every epoch's order.
+                model._symbolic_build(data_batch=_spec_batch(self.x.element_spec))
             elif not model.built:
                 import tensorflow as tf
 
@@ -368,8 +454,11 @@ class ResumableFit:
             "lastLogs": self.last_logs,
             "callbacks": described,
             "fingerprint": self.fingerprint,
+            "datasetIterationsBefore": self.ds_base,
         }
         self.store.save(arrays, meta)
+        if done and self._kind() == "tf.data":
+            _record_iterations(self.rt.root, self.ds_key, self.ds_iterations)
         seconds = time.monotonic() - t0
         self.rt.checkpoints += 1
         self.rt.checkpoint_seconds += seconds
@@ -404,13 +493,25 @@ class ResumableFit:
             self.epochs_done = list(meta["epochsDone"])
             self.last_logs = meta.get("lastLogs")
         kind = self._kind()
-        if kind != "arrays":
+        self.ds_key = f"x:{getattr(self.x, 'element_spec', None)}"
+        self.ds_base = 0
+        self.ds_iterations = 0
+        if kind == "tf.data":
+            known = _tf_iterations.get(self.ds_key, [None, 0])[1]
+            recorded = meta.get("datasetIterationsBefore")
+            self.ds_base = (
+                int(recorded)
+                if recorded is not None
+                else max(known, _recorded_iterations(self.rt.root, self.ds_key))
+            )
+            self.ds_iterations = self.ds_base
+        elif kind != "arrays":
             log.warning(
                 "%s: input is %s: resumes %s; exact only if its order does not depend on "
                 "how often it was iterated before (docs/design.md, script mode)",
                 self.label,
                 type(self.x).__name__,
-                "mid-epoch with skip()" if kind == "tf.data" else "at the epoch start",
+                "mid-epoch with skip()" if kind == "tf.data-skip" else "at the epoch start",
             )
         self._prebuild()
         if found is not None:
@@ -496,6 +597,9 @@ class ResumableFit:
                 start = start_step if epoch == start_epoch else 0
                 self.callbacks.offset = start
                 inputs = self._epoch_inputs(epoch, start)
+                if self._kind() == "tf.data":
+                    # Built already; Keras's first-batch peek would eat an owned batch.
+                    model._maybe_symbolic_build = lambda *_, **__: None
                 _original_fit(
                     model,
                     **inputs,
@@ -515,6 +619,8 @@ class ResumableFit:
         finally:
             if finalize is not None:
                 del optimizer.finalize_variable_values
+            if "_maybe_symbolic_build" in vars(model):
+                del model._maybe_symbolic_build
         if epochs > 0 and finalize is not None:
             finalize(model.trainable_weights)
         self.callbacks.finish(self.last_logs)

@@ -97,6 +97,12 @@ def run_script(
         tuners.install()
         strategies.install(strategy, str(script))
         reporter.update(force=True, phase=PHASE_RUNNING, message="")
+        # Python, NumPy and TensorFlow seeded before the script's first line: unseeded
+        # random data or an unseeded tf.data shuffle is the same in every process (the
+        # script's own seeding, if any, takes over).
+        import keras
+
+        keras.utils.set_random_seed(0)
         code, message = _execute(script, source, args, python_path)
         if code == EXIT_PREEMPTED:
             reporter.update(force=True, phase=PHASE_PREEMPTED, message="preempted; resume me")
