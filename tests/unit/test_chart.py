@@ -286,13 +286,21 @@ def test_prometheus_rule_settings_reach_the_rules(helm: str) -> None:
             "prometheusRule.preemptionStorm.window=30m",
             "prometheusRule.operatorJob=my-scrape-job",
             "prometheusRule.labels.release=kube-prometheus",
+            "prometheusRule.failureBudget.ratio=1",
+            "prometheusRule.jobFailed.windowSeconds=600",
+            "prometheusRule.operatorDown.errorWindow=20m",
         )
     )["PrometheusRule"]
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus"
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     storm = alerts["TuneopPreemptionStorm"]["expr"]
     assert "[30m]" in storm and storm.rstrip().endswith("> 9")
-    assert 'up{job="my-scrape-job"}' in alerts["TuneopOperatorDown"]["expr"]
+    down = alerts["TuneopOperatorDown"]["expr"]
+    assert 'up{job="my-scrape-job"}' in down
+    assert 'tuneop_operator_leader{job="my-scrape-job"}' in down
+    assert 'tuneop_reconcile_errors_total{job="my-scrape-job"}[20m]' in down
+    assert ">= 1\n" in alerts["TuneopFailureBudgetLow"]["expr"]
+    assert "< 600" in alerts["TuneopJobFailed"]["expr"]
 
 
 def test_deployment_runs_two_restricted_replicas_with_probe_and_metrics(helm: str) -> None:
@@ -443,6 +451,7 @@ def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
         (["metrics.port=70000"], "at '/metrics/port': maximum: got 70,000, want 65,535"),
         (["operator.logLevel=LOUD"], "at '/operator/logLevel': value must be one of"),
         (["prometheusRule.preemptionStorm.window=soon"], "'soon' does not match pattern"),
+        (["prometheusRule.failureBudget.ratio=2"], "at '/prometheusRule/failureBudget/ratio'"),
         (["operator.watchNamespaces={Bad_NS}"], "at '/operator/watchNamespaces/0'"),
     ],
 )
