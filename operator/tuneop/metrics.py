@@ -222,7 +222,9 @@ class PeeringLeadership(logging.Handler):
     replicas on a priority tie ("Pausing all operators ..."), and resumes when the
     conflict is gone ("Resuming operations ..."). kopf offers no callback for these;
     its log records are the only signal, and tests/unit/test_operator_metrics.py drives
-    kopf's own peering code to keep the messages honest."""
+    kopf's own peering code to keep the messages honest. With watched namespaces kopf
+    keeps one peering per namespace; replicas' priorities rank them the same way in each,
+    so one flag for the process is enough."""
 
     def __init__(self, jobs: JobMetrics | None = None) -> None:
         super().__init__(level=logging.INFO)
