@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     client = kube.Kube(timeout=config.request_timeout_seconds)
     metrics.register()
+    if config.peering_name:
+        metrics.follow_peering()  # a standby replica exports no job series
     metrics.serve(config.metrics_port)
     if config.peering_name:
         ensure_peering(client, config.peering_name)

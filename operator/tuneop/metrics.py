@@ -2,12 +2,31 @@
 the labels `namespace` and `tuningjob` (never trial ids, pod uids or hyperparameters).
 Values are taken from each job's status after every reconcile, so counters are the
 status counts (monotonic over a job's life) and a restarted operator reports the same
-numbers."""
+numbers.
+
+Only the active replica exports job series. With two replicas and kopf peering, the
+standby's reconcile daemons are stopped, so its last snapshot of each job would
+otherwise be exported for ever and, through the `max by` of the alerts, keep a finished
+or deleted job "Running". Two guards, both in the collector:
+
+- `tuneop_operator_leader` (1/0): the replica's peering state. `PeeringLeadership`, a
+  logging handler on kopf's peering logger, sets it from kopf's own pause/resume
+  decisions; `set_leader()` sets it directly. A process starts as leader (kopf starts
+  unpaused; standalone mode has no peers). While it is 0 no job series are exported.
+- freshness: a job not observed for `stale_after` seconds (its daemon stopped, or every
+  pass of it fails) is not exported either.
+
+Operator-wide series (no labels): `tuneop_operator_leader`,
+`tuneop_reconcile_passes_total` (passes that reached a decision and applied it, counted
+by `JobMetrics.observe`) and `tuneop_reconcile_errors_total` (passes that failed,
+counted by `reconcile_failed()`, which the reconcile loop calls on a failed pass)."""
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
@@ -15,6 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from . import status as st
+from .spec import FailurePolicy
 
 Obj = dict[str, Any]
 LABELS = ["namespace", "tuningjob"]
@@ -22,7 +42,11 @@ LABELS = ["namespace", "tuningjob"]
 GAUGES = {
     "tuneop_tuningjob_last_progress_timestamp_seconds": "Last trainer progress (Unix time).",
     "tuneop_tuningjob_last_checkpoint_timestamp_seconds": "Last trainer checkpoint (Unix time).",
+    "tuneop_tuningjob_completion_timestamp_seconds": (
+        "When the job reached Succeeded or Failed (status.completionTime, Unix time)."
+    ),
     "tuneop_tuningjob_stall_timeout_seconds": "spec.stallTimeoutSeconds of the job.",
+    "tuneop_tuningjob_max_failures": "spec.failurePolicy.maxFailures of the job.",
     "tuneop_tuningjob_trials_completed": "Trials finished.",
     "tuneop_tuningjob_trials_planned": "Trials planned (when the tuner knows).",
     "tuneop_tuningjob_best_score": "Objective value of the best trial so far.",
@@ -33,11 +57,23 @@ COUNTERS = {
     "tuneop_tuningjob_failures": "Trainer failures (failure budget).",
     "tuneop_tuningjob_restores": "Times a recreated trainer resumed from a checkpoint.",
 }
+STALE_AFTER_SECONDS = 300.0
+"""A job not observed for this long is not exported: five times the longest error
+backoff of the reconcile loop (60 s), so a job whose passes fail for a while keeps its
+series, and a stopped daemon's snapshot is gone within five minutes."""
 
 
 def _timestamp(value: Any) -> float | None:
     parsed = st.parse_time(value)
     return parsed.timestamp() if parsed else None
+
+
+def _max_failures(spec: Obj) -> float | None:
+    raw = (spec.get("failurePolicy") or {}).get("maxFailures", FailurePolicy.max_failures)
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        return None
 
 
 def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
@@ -50,7 +86,9 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         "tuneop_tuningjob_last_checkpoint_timestamp_seconds": _timestamp(
             status.get("lastCheckpointTime")
         ),
+        "tuneop_tuningjob_completion_timestamp_seconds": _timestamp(status.get("completionTime")),
         "tuneop_tuningjob_stall_timeout_seconds": float(spec.get("stallTimeoutSeconds", 900)),
+        "tuneop_tuningjob_max_failures": _max_failures(spec),
         "tuneop_tuningjob_trials_completed": float(status.get("trialsCompleted") or 0),
         "tuneop_tuningjob_trials_planned": (
             float(status["trialsTotal"]) if status.get("trialsTotal") is not None else None
@@ -69,22 +107,71 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
 
 
 class JobMetrics(Collector):
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        stale_after: float = STALE_AFTER_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._lock = threading.Lock()
-        self._jobs: dict[tuple[str, str], dict[str, float | str | None]] = {}
+        self._jobs: dict[tuple[str, str], tuple[float, dict[str, float | str | None]]] = {}
+        self._stale_after = stale_after
+        self._clock = clock
+        self._leader = True
+        self._passes = 0
+        self._errors = 0
 
     def observe(self, namespace: str, name: str, spec: Obj, status: Obj) -> None:
+        """A pass of the job's reconcile loop finished: export its numbers."""
         values = snapshot(spec, status)
         with self._lock:
-            self._jobs[(namespace, name)] = values
+            self._jobs[(namespace, name)] = (self._clock(), values)
+            self._passes += 1
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._jobs.pop((namespace, name), None)
 
+    def reconcile_failed(self) -> None:
+        """A reconcile pass failed (it will be retried after a backoff)."""
+        with self._lock:
+            self._errors += 1
+
+    def set_leader(self, active: bool) -> None:
+        """Whether this replica is the active one (kopf peering not paused)."""
+        with self._lock:
+            self._leader = bool(active)
+
+    @property
+    def leader(self) -> bool:
+        with self._lock:
+            return self._leader
+
+    def _exported(self) -> dict[tuple[str, str], dict[str, float | str | None]]:
+        with self._lock:
+            if not self._leader:
+                return {}
+            oldest = self._clock() - self._stale_after
+            return {key: values for key, (seen, values) in self._jobs.items() if seen >= oldest}
+
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            jobs = dict(self._jobs)
+            leader, passes, errors = self._leader, self._passes, self._errors
+        yield GaugeMetricFamily(
+            "tuneop_operator_leader",
+            "1 while this replica is the active one (exports job series), 0 on a standby.",
+            value=1.0 if leader else 0.0,
+        )
+        yield CounterMetricFamily(
+            "tuneop_reconcile_passes",
+            "Reconcile passes that decided and applied.",
+            value=float(passes),
+        )
+        yield CounterMetricFamily(
+            "tuneop_reconcile_errors",
+            "Reconcile passes that failed (retried after a backoff).",
+            value=float(errors),
+        )
+        jobs = self._exported()
         for metric_name, help_text in GAUGES.items():
             gauge = GaugeMetricFamily(metric_name, help_text, labels=LABELS)
             for (ns, name), values in jobs.items():
@@ -113,6 +200,56 @@ class JobMetrics(Collector):
 
 
 JOBS = JobMetrics()
+
+
+def reconcile_failed() -> None:
+    """Count one failed reconcile pass (`tuneop_reconcile_errors_total`)."""
+    JOBS.reconcile_failed()
+
+
+def set_leader(active: bool) -> None:
+    """Set `tuneop_operator_leader`; a standby (False) exports no job series."""
+    JOBS.set_leader(active)
+
+
+PEERING_LOGGER = "kopf._core.engines.peering"
+"""kopf's peering module logs its pause and resume decisions here (kopf 1.x)."""
+
+
+class PeeringLeadership(logging.Handler):
+    """Follows kopf's peering decisions into `tuneop_operator_leader`: kopf pauses this
+    replica in favour of a higher-priority peer ("Pausing operations ..."), pauses all
+    replicas on a priority tie ("Pausing all operators ..."), and resumes when the
+    conflict is gone ("Resuming operations ..."). kopf offers no callback for these;
+    its log records are the only signal, and tests/unit/test_operator_metrics.py drives
+    kopf's own peering code to keep the messages honest. With watched namespaces kopf
+    keeps one peering per namespace; replicas' priorities rank them the same way in each,
+    so one flag for the process is enough."""
+
+    def __init__(self, jobs: JobMetrics | None = None) -> None:
+        super().__init__(level=logging.INFO)
+        self._jobs = jobs
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        jobs = self._jobs or JOBS
+        if message.startswith("Pausing "):
+            jobs.set_leader(False)
+        elif message.startswith("Resuming operations"):
+            jobs.set_leader(True)
+
+
+def follow_peering(jobs: JobMetrics | None = None) -> PeeringLeadership:
+    """Attach a PeeringLeadership to kopf's peering logger (idempotent)."""
+    logger = logging.getLogger(PEERING_LOGGER)
+    for handler in logger.handlers:
+        if isinstance(handler, PeeringLeadership):
+            return handler
+    handler = PeeringLeadership(jobs)
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler
 
 
 def register(registry: CollectorRegistry = REGISTRY) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.test_operator_metrics import AGREED
+from tests.unit.test_operator_metrics import AGREED, OPERATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "manifests" / "prometheus" / "tuneop-rules.yaml"
@@ -32,9 +32,18 @@ PROMETHEUS_RULE = ROOT / "manifests" / "prometheus" / "prometheusrule.yaml"
 PROMTOOL_TESTS = ROOT / "tests" / "unit" / "prometheus" / "tuneop-rules.test.yaml"
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
 
-ALERTS = {"TuneopTrialStalled", "TuneopJobFailed", "TuneopPreemptionStorm", "TuneopOperatorDown"}
-# The operator's metric names agreed for the alerts (labels namespace, tuningjob only).
-OPERATOR_METRICS = AGREED
+ALERTS = {
+    "TuneopTrialStalled",
+    "TuneopJobStalled",
+    "TuneopCheckpointTooOld",
+    "TuneopFailureBudgetLow",
+    "TuneopJobFailed",
+    "TuneopPreemptionStorm",
+    "TuneopOperatorDown",
+}
+# The operator's metric names agreed for the alerts: per job (labels namespace, tuningjob
+# only) and operator-wide (no labels).
+OPERATOR_METRICS = AGREED | OPERATOR
 PHASES = {"Pending", "Running", "Suspended", "Succeeded", "Failed"}
 
 
@@ -68,9 +77,13 @@ def test_promtool_accepts_the_rules_file(promtool: str) -> None:
 
 
 def test_promtool_unit_tests_pass(promtool: str) -> None:
-    """Stalled fires after progress stops (and clears when it resumes), never for a job
-    that advances, finished, or has not reported yet; failed, preemption storm and
-    operator down fire on their conditions and only after their `for`."""
+    """Each alert fires on its condition, only after its `for`, and not for the healthy
+    neighbour in the same test: stalled after progress stops (and clears when it resumes),
+    never for a job that advances, finished, or has not reported yet; job stalled on the
+    operator's condition; checkpoint too old while progress continues (not for a hung
+    trainer); failure budget at 80 % (not for a failed job or maxFailures 0); failed for
+    an hour after completionTime; preemption storm; operator down when no replica is up,
+    none is the leader, or every pass of the leader fails."""
     result = run([promtool, "test", "rules", str(PROMTOOL_TESTS)])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
@@ -156,8 +169,10 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
     operator's own metrics collector (tuneop.metrics.JobMetrics, fed job spec/status as
     the operator does) under the scrape job name the alerts expect, and evaluates the
     shipped rules file: a Running job whose progress is older than its stall timeout is
-    alerting (pending), a Running job with fresh progress is not, a Failed job is, and
-    TuneopOperatorDown is silent while the target is up."""
+    alerting (pending), a Running job with fresh progress is not, a Failed job is, a job
+    that Succeeded is not kept Running by a standby replica's old snapshot (the standby,
+    a second target, exports only its leader gauge 0), and TuneopOperatorDown is silent
+    while the leader is up."""
     from prometheus_client import CollectorRegistry, start_http_server
     from tuneop.metrics import JobMetrics
 
@@ -176,11 +191,33 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
         {"stallTimeoutSeconds": 60},
         {"phase": "Running", "lastProgressTime": _rfc3339(now)},
     )
-    jobs.observe("ml", "broken", {}, {"phase": "Failed", "failures": 3})
-    registry = CollectorRegistry()
-    registry.register(jobs)
-    exporter_port = _free_port()
-    server, thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
+    jobs.observe(
+        "ml", "broken", {}, {"phase": "Failed", "failures": 3, "completionTime": _rfc3339(now)}
+    )
+    jobs.observe(
+        "ml",
+        "done",
+        {"stallTimeoutSeconds": 60},
+        {"phase": "Succeeded", "lastProgressTime": _rfc3339(now - 600)},
+    )
+    # A standby replica still holds a snapshot of "done" from while it was Running; it
+    # exports no job series, so the alerts' `max by` does not keep "done" Running.
+    standby = JobMetrics()
+    standby.observe(
+        "ml",
+        "done",
+        {"stallTimeoutSeconds": 60},
+        {"phase": "Running", "lastProgressTime": _rfc3339(now - 600)},
+    )
+    standby.set_leader(False)
+    servers = []
+    targets = []
+    for collector in (jobs, standby):
+        registry = CollectorRegistry()
+        registry.register(collector)
+        port = _free_port()
+        servers.append(start_http_server(port, addr="127.0.0.1", registry=registry))
+        targets.append(f"127.0.0.1:{port}")
 
     prom_port = _free_port()
     config = tmp_path / "prometheus.yml"
@@ -193,7 +230,7 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
                     {
                         "job_name": "tuneop-metrics",
                         "honor_labels": True,
-                        "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}],
+                        "static_configs": [{"targets": targets}],
                     }
                 ],
             }
@@ -226,13 +263,17 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
                 for group in groups
                 for rule in group["rules"]
             }
-            up = _get(f"{api}/query?query=up")["data"]["result"]
-            if active.get("TuneopTrialStalled") and active.get("TuneopJobFailed") and up:
+            up = _get(f"{api}/query?query=up%3D%3D1")["data"]["result"]
+            if active.get("TuneopTrialStalled") and active.get("TuneopJobFailed") and len(up) == 2:
                 break
         assert active.get("TuneopTrialStalled") == {"stuck"}, active
         assert active.get("TuneopJobFailed") == {"broken"}, active
         assert active.get("TuneopOperatorDown") == set(), active
         assert active.get("TuneopPreemptionStorm") == set(), active
+        for quiet in ("TuneopJobStalled", "TuneopCheckpointTooOld", "TuneopFailureBudgetLow"):
+            assert active.get(quiet) == set(), active
+        leaders = _get(f"{api}/query?query=tuneop_operator_leader")["data"]["result"]
+        assert sorted(r["value"][1] for r in leaders) == ["0", "1"]
         # The labels survived the scrape (honor_labels) exactly as the alerts group them.
         result = _get(f"{api}/query?query=tuneop_tuningjob_stall_timeout_seconds")["data"]
         assert {(r["metric"]["namespace"], r["metric"]["tuningjob"]) for r in result["result"]} >= {
@@ -247,5 +288,6 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
             proc.kill()
             proc.wait()
         log.close()
-        server.shutdown()
-        thread.join(timeout=5)
+        for server, thread in servers:
+            server.shutdown()
+            thread.join(timeout=5)

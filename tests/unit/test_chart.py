@@ -45,6 +45,7 @@ TOGGLES = {
     "serviceMonitor": (["metrics.serviceMonitor.enabled=true"], "ServiceMonitor", True),
     "trainerPodMonitor": (["metrics.trainerPodMonitor.enabled=true"], "PodMonitor", True),
     "prometheusRule": (["prometheusRule.enabled=true"], "PrometheusRule", True),
+    "grafanaDashboard": (["grafana.dashboard.enabled=true"], "ConfigMap", True),
     "no-metrics-service": (["metrics.service.enabled=false"], "Service", False),
     "no-rbac": (["rbac.create=false"], "ClusterRole", False),
     "no-pdb": (["podDisruptionBudget.enabled=false"], "PodDisruptionBudget", False),
@@ -58,6 +59,7 @@ ALL_ON = [
     "metrics.serviceMonitor.enabled=true",
     "metrics.trainerPodMonitor.enabled=true",
     "prometheusRule.enabled=true",
+    "grafana.dashboard.enabled=true",
 ]
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")  # prometheus-operator
 
@@ -286,13 +288,39 @@ def test_prometheus_rule_settings_reach_the_rules(helm: str) -> None:
             "prometheusRule.preemptionStorm.window=30m",
             "prometheusRule.operatorJob=my-scrape-job",
             "prometheusRule.labels.release=kube-prometheus",
+            "prometheusRule.failureBudget.ratio=1",
+            "prometheusRule.jobFailed.windowSeconds=600",
+            "prometheusRule.operatorDown.errorWindow=20m",
         )
     )["PrometheusRule"]
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus"
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     storm = alerts["TuneopPreemptionStorm"]["expr"]
     assert "[30m]" in storm and storm.rstrip().endswith("> 9")
-    assert 'up{job="my-scrape-job"}' in alerts["TuneopOperatorDown"]["expr"]
+    down = alerts["TuneopOperatorDown"]["expr"]
+    assert 'up{job="my-scrape-job"}' in down
+    assert 'tuneop_operator_leader{job="my-scrape-job"}' in down
+    assert 'tuneop_reconcile_errors_total{job="my-scrape-job"}[20m]' in down
+    assert ">= 1\n" in alerts["TuneopFailureBudgetLow"]["expr"]
+    assert "< 600" in alerts["TuneopJobFailed"]["expr"]
+
+
+def test_grafana_dashboard_configmap_carries_the_dashboard(helm: str) -> None:
+    cm = by_kind(
+        template(
+            helm,
+            "grafana.dashboard.enabled=true",
+            "grafana.dashboard.namespace=monitoring",
+            "grafana.dashboard.labels.team=ml",
+        )
+    )["ConfigMap"]
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["labels"]["team"] == "ml"
+    shipped = json.loads((CHART / "dashboards" / "tuneop.json").read_text())
+    assert json.loads(cm["data"]["tuneop.json"]) == shipped
+    default = by_kind(template(helm, "grafana.dashboard.enabled=true"))["ConfigMap"]
+    assert default["metadata"]["namespace"] == "tuneop-system"
 
 
 def test_deployment_runs_two_restricted_replicas_with_probe_and_metrics(helm: str) -> None:
@@ -443,6 +471,7 @@ def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
         (["metrics.port=70000"], "at '/metrics/port': maximum: got 70,000, want 65,535"),
         (["operator.logLevel=LOUD"], "at '/operator/logLevel': value must be one of"),
         (["prometheusRule.preemptionStorm.window=soon"], "'soon' does not match pattern"),
+        (["prometheusRule.failureBudget.ratio=2"], "at '/prometheusRule/failureBudget/ratio'"),
         (["operator.watchNamespaces={Bad_NS}"], "at '/operator/watchNamespaces/0'"),
     ],
 )

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
+import logging
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from tuneop import metrics
 from tuneop.metrics import JobMetrics
 
 AGREED = {
     "tuneop_tuningjob_last_progress_timestamp_seconds",
     "tuneop_tuningjob_last_checkpoint_timestamp_seconds",
+    "tuneop_tuningjob_completion_timestamp_seconds",
     "tuneop_tuningjob_stall_timeout_seconds",
+    "tuneop_tuningjob_max_failures",
     "tuneop_tuningjob_trials_completed",
     "tuneop_tuningjob_trials_planned",
     "tuneop_tuningjob_best_score",
@@ -18,6 +25,19 @@ AGREED = {
     "tuneop_tuningjob_restores_total",
     "tuneop_tuningjob_stalled",
     "tuneop_tuningjob_phase",
+}
+# Operator-wide series (no labels).
+OPERATOR = {
+    "tuneop_operator_leader",
+    "tuneop_reconcile_passes_total",
+    "tuneop_reconcile_errors_total",
+}
+# What the trainer exports (trainer_image); the dashboard may read these too.
+TRAINER = {
+    "tuneop_trainer_steps_total",
+    "tuneop_trainer_checkpoints_total",
+    "tuneop_trainer_checkpoint_seconds_total",
+    "tuneop_trainer_last_progress_timestamp_seconds",
 }
 
 
@@ -41,19 +61,29 @@ def test_series_names_labels_and_values():
         "preemptions": 2,
         "failures": 1,
         "restores": 2,
+        "completionTime": "2026-01-01T00:00:20Z",
         "conditions": [{"type": "Stalled", "status": "True"}],
     }
     jobs.observe("ml", "emg", {"stallTimeoutSeconds": 600}, status)
     samples = _group_from(jobs)
     names = {n for n in samples if not n.endswith("_created")}
-    assert names == AGREED
-    for series in samples.values():
+    assert names == AGREED | OPERATOR
+    for name in OPERATOR:
+        assert [s.labels for s in samples[name]] == [{}], name
+    for name, series in samples.items():
+        if name in OPERATOR or name.endswith("_created"):
+            continue
         for sample in series:
             assert set(sample.labels) <= {"namespace", "tuningjob", "phase"}
             assert sample.labels["tuningjob"] == "emg"
     one = {n: s[0].value for n, s in samples.items() if n != "tuneop_tuningjob_phase"}
     assert one["tuneop_tuningjob_last_progress_timestamp_seconds"] == 1767225610.0
     assert one["tuneop_tuningjob_stall_timeout_seconds"] == 600
+    assert one["tuneop_tuningjob_completion_timestamp_seconds"] == 1767225620.0
+    assert one["tuneop_tuningjob_max_failures"] == 3  # the spec's default
+    assert one["tuneop_operator_leader"] == 1
+    assert one["tuneop_reconcile_passes_total"] == 1
+    assert one["tuneop_reconcile_errors_total"] == 0
     assert one["tuneop_tuningjob_trials_completed"] == 3
     assert one["tuneop_tuningjob_trials_planned"] == 10
     assert one["tuneop_tuningjob_best_score"] == 0.75
@@ -64,10 +94,135 @@ def test_series_names_labels_and_values():
     phases = {s.labels["phase"]: s.value for s in samples["tuneop_tuningjob_phase"]}
     assert phases == {"Pending": 0, "Running": 1, "Suspended": 0, "Succeeded": 0, "Failed": 0}
     jobs.forget("ml", "emg")
-    assert all(not series for series in _group_from(jobs).values())
+    assert _job_series(jobs) == set()
 
 
 def _group_from(jobs: JobMetrics) -> dict[str, list]:
     registry = CollectorRegistry()
     registry.register(jobs)
     return _group(generate_latest(registry).decode())
+
+
+def _job_series(jobs: JobMetrics) -> set[tuple[str, str]]:
+    return {
+        (s.labels["namespace"], s.labels["tuningjob"])
+        for name, series in _group_from(jobs).items()
+        if name not in OPERATOR
+        for s in series
+        if "tuningjob" in s.labels
+    }
+
+
+def _value(jobs: JobMetrics, name: str) -> float:
+    (sample,) = _group_from(jobs)[name]
+    return float(sample.value)
+
+
+def test_a_standby_exports_no_job_series():
+    """A replica paused by peering keeps its last snapshots in memory but exports none of
+    them (only its leader gauge, 0), so a job finished or deleted meanwhile is not kept
+    "Running" by the alerts' `max by`; resumed, it exports them again."""
+    jobs = JobMetrics()
+    jobs.observe("ml", "a", {"failurePolicy": {"maxFailures": 5}}, {"phase": "Running"})
+    assert _job_series(jobs) == {("ml", "a")}
+    assert _value(jobs, "tuneop_tuningjob_max_failures") == 5
+    jobs.set_leader(False)
+    assert _job_series(jobs) == set()
+    assert _value(jobs, "tuneop_operator_leader") == 0
+    jobs.set_leader(True)
+    assert _job_series(jobs) == {("ml", "a")}
+    assert _value(jobs, "tuneop_operator_leader") == 1
+
+
+def test_a_job_not_observed_for_stale_after_is_not_exported():
+    now = [1000.0]
+    jobs = JobMetrics(stale_after=300, clock=lambda: now[0])
+    jobs.observe("ml", "old", {}, {"phase": "Running"})
+    now[0] += 200
+    jobs.observe("ml", "new", {}, {"phase": "Running"})
+    assert _job_series(jobs) == {("ml", "old"), ("ml", "new")}
+    now[0] += 150  # old: 350 s, new: 150 s
+    assert _job_series(jobs) == {("ml", "new")}
+    jobs.observe("ml", "old", {}, {"phase": "Succeeded"})
+    assert _job_series(jobs) == {("ml", "old"), ("ml", "new")}
+
+
+def test_passes_and_errors_are_counted():
+    jobs = JobMetrics()
+    jobs.observe("ml", "a", {}, {})
+    jobs.observe("ml", "a", {}, {})
+    jobs.reconcile_failed()
+    assert _value(jobs, "tuneop_reconcile_passes_total") == 2
+    assert _value(jobs, "tuneop_reconcile_errors_total") == 1
+
+
+def test_an_invalid_max_failures_is_left_out():
+    jobs = JobMetrics()
+    jobs.observe("ml", "a", {"failurePolicy": {"maxFailures": "lots"}}, {})
+    assert "tuneop_tuningjob_max_failures" not in {
+        n for n, series in _group_from(jobs).items() if series
+    }
+
+
+def test_leadership_follows_kopfs_own_peering_decisions():
+    """kopf's real peering code, fed a peering object with a higher-priority live peer,
+    pauses this replica; once that peer is gone it resumes. The leader gauge follows."""
+    from kopf._cogs.aiokits import aiotoggles
+    from kopf._cogs.configs import configuration
+    from kopf._cogs.structs import references
+    from kopf._core.engines import peering
+
+    jobs = JobMetrics()
+    handler = metrics.PeeringLeadership(jobs)
+    logger = logging.getLogger(metrics.PEERING_LOGGER)
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    settings = configuration.OperatorSettings()
+    settings.peering.name = "tuneop"
+    settings.peering.priority = 0
+    resource = references.Resource("kopf.dev", "v1", "clusterkopfpeerings")
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat()
+
+    def event(status: dict) -> dict:
+        return {"type": "MODIFIED", "object": {"metadata": {"name": "tuneop"}, "status": status}}
+
+    async def scenario() -> list[bool]:
+        conflicts = aiotoggles.Toggle()
+        pressure = asyncio.Event()
+        pressure.set()  # a newer peering event is waiting: no sleep, no keep-alive PATCH
+        seen = []
+        for status in (
+            {"other@1": {"priority": 10, "lifetime": 60, "lastseen": now}},
+            {},
+        ):
+            await peering.process_peering_event(
+                raw_event=event(status),
+                namespace=None,
+                resource=resource,
+                identity=peering.Identity("me@1"),
+                settings=settings,
+                autoclean=False,
+                stream_pressure=pressure,
+                conflicts_found=conflicts,
+            )
+            seen.append(jobs.leader)
+        return seen
+
+    try:
+        assert jobs.leader
+        assert asyncio.run(scenario()) == [False, True]
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def test_the_trainer_names_are_what_the_trainer_exports():
+    from tuneop_trainer.progress import Metrics
+
+    exported = {
+        sample.name
+        for family in text_string_to_metric_families(generate_latest(Metrics().registry).decode())
+        for sample in family.samples
+    }
+    assert exported >= TRAINER, TRAINER - exported

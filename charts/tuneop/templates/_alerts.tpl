@@ -2,8 +2,9 @@
 tuneop's alerting rules as Prometheus rule groups. Used by prometheusrule.yaml and
 rendered into the plain rules file manifests/prometheus/tuneop-rules.yaml by
 hack/render-manifests.sh. One runbook section per alert: docs/runbooks.md.
-The operator exports one series per TuningJob (labels namespace, tuningjob); with two
-operator replicas both may export it, so every expression aggregates with max by
+The operator exports one series per TuningJob (labels namespace, tuningjob); only the
+active replica exports them (a standby's leader gauge is 0 and it exports none), but
+during a hand-over both may, so every per-job expression aggregates with max by
 (namespace, tuningjob) first.
 */}}
 {{- define "tuneop.alertRules" -}}
@@ -29,9 +30,69 @@ groups:
             last reported progress {{`{{ $value | humanizeDuration }}`}} ago, longer than the
             job's spec.stallTimeoutSeconds.
           runbook_url: {{ $r.runbookBaseUrl }}#tuneoptrialstalled
+      - alert: TuneopJobStalled
+        expr: |-
+          max by (namespace, tuningjob) (tuneop_tuningjob_stalled) == 1
+        for: {{ $r.jobStalled.for }}
+        labels:
+          severity: {{ $r.jobStalled.severity }}
+        annotations:
+          summary: The operator marked TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} Stalled.
+          description: >-
+            TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} has condition
+            Stalled=True: its trainer reported no progress for longer than
+            spec.stallTimeoutSeconds, counted from the trainer's start when it never
+            reported any. The condition's reason and message say which.
+          runbook_url: {{ $r.runbookBaseUrl }}#tuneopjobstalled
+      - alert: TuneopCheckpointTooOld
+        expr: |-
+          (
+            time() - max by (namespace, tuningjob) (tuneop_tuningjob_last_checkpoint_timestamp_seconds > 0)
+          )
+          > max by (namespace, tuningjob) (tuneop_tuningjob_stall_timeout_seconds)
+          and on (namespace, tuningjob)
+            (
+              time() - max by (namespace, tuningjob) (tuneop_tuningjob_last_progress_timestamp_seconds > 0)
+            )
+            <= max by (namespace, tuningjob) (tuneop_tuningjob_stall_timeout_seconds)
+          and on (namespace, tuningjob)
+            max by (namespace, tuningjob) (tuneop_tuningjob_phase{phase="Running"}) == 1
+        for: {{ $r.checkpointTooOld.for }}
+        labels:
+          severity: {{ $r.checkpointTooOld.severity }}
+        annotations:
+          summary: TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} has not checkpointed for {{`{{ $value | humanizeDuration }}`}}.
+          description: >-
+            The trainer of running TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}}
+            still makes progress but wrote its last checkpoint {{`{{ $value | humanizeDuration }}`}}
+            ago, longer than the job's spec.stallTimeoutSeconds: a preemption now loses all
+            the work since.
+          runbook_url: {{ $r.runbookBaseUrl }}#tuneopcheckpointtooold
+      - alert: TuneopFailureBudgetLow
+        expr: |-
+          max by (namespace, tuningjob) (tuneop_tuningjob_failures_total)
+          / max by (namespace, tuningjob) (tuneop_tuningjob_max_failures > 0)
+          >= {{ $r.failureBudget.ratio }}
+          unless on (namespace, tuningjob)
+            max by (namespace, tuningjob) (tuneop_tuningjob_phase{phase="Failed"}) == 1
+          unless on (namespace, tuningjob)
+            max by (namespace, tuningjob) (tuneop_tuningjob_phase{phase="Succeeded"}) == 1
+        for: {{ $r.failureBudget.for }}
+        labels:
+          severity: {{ $r.failureBudget.severity }}
+        annotations:
+          summary: TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} has used {{`{{ $value | humanizePercentage }}`}} of its failure budget.
+          description: >-
+            The trainer of TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} failed
+            {{`{{ $value | humanizePercentage }}`}} of spec.failurePolicy.maxFailures times;
+            the job fails when the count exceeds maxFailures.
+          runbook_url: {{ $r.runbookBaseUrl }}#tuneopfailurebudgetlow
       - alert: TuneopJobFailed
         expr: |-
           max by (namespace, tuningjob) (tuneop_tuningjob_phase{phase="Failed"}) == 1
+          and on (namespace, tuningjob)
+            time() - max by (namespace, tuningjob) (tuneop_tuningjob_completion_timestamp_seconds)
+            < {{ $r.jobFailed.windowSeconds }}
         for: {{ $r.jobFailed.for }}
         labels:
           severity: {{ $r.jobFailed.severity }}
@@ -40,7 +101,8 @@ groups:
           description: >-
             TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} is in phase Failed:
             its failure or preemption budget ran out, or its spec is invalid. The reason
-            of its Failed condition says which.
+            of its Failed condition says which. The alert resolves {{ $r.jobFailed.windowSeconds }} s
+            after the failure.
           runbook_url: {{ $r.runbookBaseUrl }}#tuneopjobfailed
       - alert: TuneopPreemptionStorm
         expr: |-
@@ -60,14 +122,22 @@ groups:
       - alert: TuneopOperatorDown
         expr: |-
           absent(up{job="{{ include "tuneop.operatorJob" . }}"} == 1)
+          or absent(tuneop_operator_leader{job="{{ include "tuneop.operatorJob" . }}"} == 1)
+          or (
+            sum(increase(tuneop_reconcile_errors_total{job="{{ include "tuneop.operatorJob" . }}"}[{{ $r.operatorDown.errorWindow }}])) > 0
+            unless
+            sum(increase(tuneop_reconcile_passes_total{job="{{ include "tuneop.operatorJob" . }}"}[{{ $r.operatorDown.errorWindow }}])) > 0
+          )
         for: {{ $r.operatorDown.for }}
         labels:
           severity: {{ $r.operatorDown.severity }}
         annotations:
-          summary: No tuneop operator replica is up.
+          summary: No tuneop operator replica is reconciling.
           description: >-
-            Prometheus has no healthy scrape target with job="{{ include "tuneop.operatorJob" . }}"
-            for {{ $r.operatorDown.for }}: TuningJobs are not reconciled (preempted trainers
-            are not recreated) and tuneop's metrics are stale.
+            For {{ $r.operatorDown.for }}, Prometheus has had no healthy scrape target with
+            job="{{ include "tuneop.operatorJob" . }}", or no target that is the active
+            replica (tuneop_operator_leader 1), or the active replica's reconcile passes all
+            failed over {{ $r.operatorDown.errorWindow }}: TuningJobs are not reconciled
+            (preempted trainers are not recreated) and tuneop's metrics are stale.
           runbook_url: {{ $r.runbookBaseUrl }}#tuneopoperatordown
 {{- end }}

@@ -1,0 +1,108 @@
+"""tuneop's Grafana dashboard (charts/tuneop/dashboards/tuneop.json, shipped as a ConfigMap
+behind grafana.dashboard.enabled; the chart side is in test_chart.py): every panel's
+PromQL names only metrics the operator or the trainer export, and is valid PromQL for
+the real promtool once Grafana's variables are filled in."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.unit.test_alerts import promtool  # noqa: F401  (fixture)
+from tests.unit.test_operator_metrics import AGREED, OPERATOR, TRAINER
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "charts" / "tuneop" / "dashboards" / "tuneop.json"
+EXPORTED = AGREED | OPERATOR | TRAINER
+# What each required panel shows, by the metric it must read.
+REQUIRED = {
+    "tuneop_tuningjob_phase",
+    "tuneop_tuningjob_trials_completed",
+    "tuneop_tuningjob_trials_planned",
+    "tuneop_tuningjob_best_score",
+    "tuneop_tuningjob_preemptions_total",
+    "tuneop_tuningjob_failures_total",
+    "tuneop_tuningjob_stalled",
+    "tuneop_tuningjob_last_progress_timestamp_seconds",
+    "tuneop_tuningjob_last_checkpoint_timestamp_seconds",
+    "tuneop_trainer_checkpoint_seconds_total",
+    "tuneop_trainer_steps_total",
+}
+# Grafana's variables as Prometheus sees them once filled in ("All").
+VARIABLES = {
+    "${tuningjob:regex}": ".*",
+    "$namespace": ".*",
+    "$tuningjob": ".*",
+    "$__rate_interval": "5m",
+}
+
+
+def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for panel in board["panels"]:
+        out.append(panel)
+        out.extend(panel.get("panels") or [])  # collapsed rows
+    return out
+
+
+def exprs() -> list[tuple[str, str]]:
+    board = json.loads(DASHBOARD.read_text())
+    return [
+        (panel["title"], target["expr"])
+        for panel in panels(board)
+        for target in panel.get("targets") or []
+    ]
+
+
+def filled(expr: str) -> str:
+    for name, value in VARIABLES.items():
+        expr = expr.replace(name, value)
+    return expr
+
+
+def test_every_panel_queries_only_exported_metrics() -> None:
+    board = json.loads(DASHBOARD.read_text())
+    assert board["uid"] == "tuneop"
+    for panel in panels(board):
+        if panel["type"] != "row":
+            assert panel.get("targets"), panel["title"]
+    used: set[str] = set()
+    for title, expr in exprs():
+        names = set(re.findall(r"\btuneop_[a-z_]+", expr))
+        assert names, (title, expr)
+        assert names <= EXPORTED, (title, names - EXPORTED)
+        used |= names
+        assert "$" not in filled(expr), (title, expr)
+    assert used >= REQUIRED, REQUIRED - used
+
+
+def test_per_job_panels_group_by_the_exported_labels() -> None:
+    """Operator series are grouped by (namespace, tuningjob), trainer series (scraped from
+    the pods) by (namespace, pod): the labels those series carry."""
+    for title, expr in exprs():
+        for grouping in re.findall(r"\bby\s*\(([^)]*)\)", expr):
+            labels = {label.strip() for label in grouping.split(",")}
+            assert labels in (
+                {"namespace", "tuningjob"},
+                {"namespace", "tuningjob", "phase"},
+                {"namespace", "pod"},
+                {"phase"},
+            ), (title, labels)
+
+
+def test_every_panel_query_is_valid_promql(promtool: str, tmp_path: Path) -> None:  # noqa: F811
+    rules = [
+        {"record": f"dashboard:panel_{i}", "expr": filled(expr)}
+        for i, (_, expr) in enumerate(exprs())
+    ]
+    path = tmp_path / "dashboard-rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
