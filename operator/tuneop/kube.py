@@ -280,18 +280,20 @@ def refresh_configmap(
     configmap: Obj,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
 ) -> None:
-    """The spec file follows spec changes (the mutable fields) from the next pod group
-    on: replaced (delete + create) when it differs. Only called before a group's pods
-    are created, so no running pod mounts it."""
+    """The job's ConfigMaps start each pod group as built: the spec file follows spec
+    changes (the mutable fields), the progress map is emptied (the last group's record
+    says nothing about the new one). Replaced (delete + create) when the data differ.
+    Only called before a group's pods are created: no trainer mounts or reports to
+    them then."""
     meta = configmap["metadata"]
     path = f"{collection('ConfigMap', meta['namespace'])}/{meta['name']}"
     existing = kube.get(path)
-    if existing is not None and existing.get("data") == configmap["data"]:
+    if existing is not None and (existing.get("data") or {}) == (configmap.get("data") or {}):
         return
     uid = ((existing or {}).get("metadata") or {}).get("uid")
     kube.delete("ConfigMap", meta["namespace"], meta["name"], uid=uid)
     kube.create(configmap)
-    logger.info("updated ConfigMap %s to the current spec", meta["name"])
+    logger.info("reset ConfigMap %s for the new pod group", meta["name"])
 
 
 def apply(
@@ -369,6 +371,7 @@ def cleanup(
     sa = names.service_account_name(name)
     for kind, child in (("Service", names.service_name(name)),
                         ("ConfigMap", names.configmap_name(name)),
+                        ("ConfigMap", names.progress_configmap_name(name)),
                         ("RoleBinding", sa), ("Role", sa), ("ServiceAccount", sa)):  # fmt: skip
         _delete_owned(kube, job, kind, child, logger)
     if not spec.checkpoint.existing_claim and spec.checkpoint.reclaim_policy == "Delete":

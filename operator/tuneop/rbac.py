@@ -9,9 +9,9 @@ from typing import Any
 from . import names
 
 OPERATOR_RULES: list[dict[str, Any]] = [
-    # TuningJobs: watch (kopf), patch (kopf finalizer/annotations), status (the operator's
-    # status fields; it also grants get/patch on tuningjobs/status to each trainer Role,
-    # and RBAC only lets it grant what it holds), delete (ttlSecondsAfterFinished).
+    # TuningJobs: watch (kopf), patch (kopf finalizer/annotations), status (the
+    # operator's status fields: only the operator writes them), delete
+    # (ttlSecondsAfterFinished).
     {
         "apiGroups": [names.GROUP],
         "resources": [names.PLURAL],
@@ -33,12 +33,20 @@ OPERATOR_RULES: list[dict[str, Any]] = [
         "resources": ["pods"],
         "verbs": ["get", "list", "watch", "create", "delete"],
     },
-    # The other children of a job; `get` on configmaps also reads the user's
-    # spec.script.configMap before each pod group (it must exist and hold the script).
+    # The other children of a job.
     {
         "apiGroups": [""],
-        "resources": ["services", "configmaps", "persistentvolumeclaims", "serviceaccounts"],
+        "resources": ["services", "persistentvolumeclaims", "serviceaccounts"],
         "verbs": ["get", "create", "delete"],
+    },
+    # The spec and progress ConfigMaps; `get` also reads the progress the trainer reports
+    # and the user's spec.script.configMap before each pod group. `patch` only because
+    # each trainer Role grants patch on its progress map (builders.TRAINER_RULE), and
+    # RBAC lets the operator grant only what it holds; the operator never patches one.
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "verbs": ["get", "create", "delete", "patch"],
     },
     {
         "apiGroups": ["rbac.authorization.k8s.io"],

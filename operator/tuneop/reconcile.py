@@ -23,6 +23,7 @@ from . import builders, names
 from . import status as st
 from .classify import TRAINER_PREEMPTED, Classification, Outcome, classify, classify_missing
 from .progress import ProgressView
+from .progress import from_configmap as progress_from_configmap
 from .progress import read as read_progress
 from .spec import JobSpec, SpecError, check_script_configmap, validate
 
@@ -145,6 +146,22 @@ RESULT_FROM_SUMMARY = "TerminationMessage"
 """status.resultSource once the final trials/best came from the trainer's final summary;
 from then on status.progress (possibly stale: a lost patch) no longer overrides them."""
 RESULT_FROM_PROGRESS = "Progress"
+
+
+def _copy_progress(b: _Builder, configmap: Obj | None) -> ProgressView:
+    """The trainer's record: the valid fields of what it reported to the progress
+    ConfigMap, copied into status.progress (whole: fields it no longer reports are
+    removed), or status.progress as it is while the map holds no record. Only this
+    record comes from the trainer; phase, counters and budgets never do."""
+    name = names.progress_configmap_name(b.job["metadata"]["name"])
+    reported = progress_from_configmap(configmap, name)
+    if reported is None:
+        return read_progress(b.old.get("progress"))
+    old = b.old.get("progress")
+    old = old if isinstance(old, dict) else {}
+    if {k: v for k, v in old.items() if v is not None} != reported.values:
+        b.decision.status["progress"] = {**dict.fromkeys(old), **reported.values}
+    return reported
 
 
 def _apply_progress(b: _Builder, progress: ProgressView) -> None:
@@ -283,12 +300,15 @@ def decide(
     nodes: dict[str, Obj | None] | None = None,
     last_seen: dict[str, Obj] | None = None,
     configmaps: Mapping[str, Obj | None] | None = None,
+    progress_configmap: Obj | None = None,
 ) -> Decision:
     """What to do next for `job`. `pods`: the job's pods (by label). `nodes`: Node objects
     by name, None for a node known not to exist (names absent = unknown). `last_seen`:
     the last version of each pod the watch delivered (says why a vanished pod went).
     `configmaps`: the ConfigMap named by spec.script.configMap, by name (None or absent
-    = not found), read before each decision so no pod is created without it."""
+    = not found), read before each decision so no pod is created without it.
+    `progress_configmap`: the job's progress ConfigMap, where the trainer reports; its
+    valid fields are copied into status.progress (None or empty: status.progress as it is)."""
     nodes = nodes or {}
     last_seen = last_seen or {}
     configmaps = configmaps or {}
@@ -299,7 +319,7 @@ def decide(
     for counter in ("preemptions", "failures", "restarts", "restores"):
         if b.get(counter) is None:
             b.put(counter, 0)
-    progress = read_progress(b.old.get("progress"))
+    progress = _copy_progress(b, progress_configmap)
     b.decision.ignored = progress.ignored
     _apply_progress(b, progress)
 
@@ -420,7 +440,11 @@ def decide(
             b.put("startTime", st.rfc3339(b.now))
         if attempt > 0:
             # what the new trainer reports from now on is about this group
-            b.decision.status["progress"] = {"resumedFromStep": None, "resumedFromEpoch": None}
+            b.decision.status["progress"] = {
+                **(b.decision.status.get("progress") or {}),
+                "resumedFromStep": None,
+                "resumedFromEpoch": None,
+            }
             b.put("restoreBaseline", progress.count("restores") or 0)
         b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
         b.event(

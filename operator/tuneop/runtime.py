@@ -63,7 +63,8 @@ class Runtime:
         name: str,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
     ) -> None:
-        """One level-based pass: read the job and its pods, decide, apply."""
+        """One level-based pass: read the job, its pods (and their nodes), its progress
+        ConfigMap and the user's script ConfigMap; decide; apply."""
         job = self.kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return
@@ -73,6 +74,7 @@ class Runtime:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name and node_name not in nodes:
                 nodes[node_name] = self.kube.get_node(node_name)
+        reported = self.kube.get_configmap(namespace, names.progress_configmap_name(name))
         configmaps: dict[str, Obj | None] = {}
         script_configmap = JobSpec.from_dict(job.get("spec") or {}).script_configmap
         if script_configmap:
@@ -84,6 +86,7 @@ class Runtime:
             nodes=nodes,
             last_seen=self.last_seen((namespace, name)),
             configmaps=configmaps,
+            progress_configmap=reported,
         )
         self._log_ignored((namespace, name), decision.ignored, logger)
         try:

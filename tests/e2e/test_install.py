@@ -5,7 +5,7 @@ The API server itself validates every object (built-in schemas, the CRDs' schema
 PodSecurity admission plugin with the `restricted` level on the operator's namespace)
 and evaluates the chart's RBAC: each permission the operator needs is checked with
 `kubectl auth can-i` as the chart's ServiceAccount, and the operator's ability to grant
-each trainer its narrow `tuningjobs/status` Role (RBAC's escalation check) is exercised
+each trainer its narrow progress-ConfigMap Role (RBAC's escalation check) is exercised
 for real. The operator Deployment is installed with 0 replicas so that it does not
 reconcile the TuningJobs of other tests sharing the session's cluster.
 """
@@ -180,7 +180,7 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
         ]
         assert [args for args in not_granted if can_i(cp, *args)] == []
 
-        # The operator grants each trainer get/patch on its own TuningJob's status. RBAC
+        # The operator grants each trainer get/patch on its own progress ConfigMap. RBAC
         # allows that only because the operator holds those permissions itself.
         grant_ns = "tuneop-e2e-grant"
         cp.kubectl("create", "namespace", grant_ns, check=False)
@@ -188,17 +188,17 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
         cp.kubectl(
             "create",
             "role",
-            "trainer-status",
+            "trainer-progress",
             "--verb=get,patch",
-            "--resource=tuningjobs.tuneop.io/status",
-            "--resource-name=emg-cnn",
+            "--resource=configmaps",
+            "--resource-name=emg-cnn-progress",
             *as_operator,
         )
         cp.kubectl(
             "create",
             "rolebinding",
-            "trainer-status",
-            "--role=trainer-status",
+            "trainer-progress",
+            "--role=trainer-progress",
             f"--serviceaccount={grant_ns}:emg-cnn-trainer",
             *as_operator,
         )

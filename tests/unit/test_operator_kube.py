@@ -176,6 +176,7 @@ def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
         ("Pod", "j-worker-0"): _obj("Pod", "j-worker-0", "u", uid="p1"),
         ("Pod", "j-worker-1"): _obj("Pod", "j-worker-1", "older-job-uid", uid="p2"),
         ("ConfigMap", "j-spec"): _obj("ConfigMap", "j-spec", "u", uid="c1"),
+        ("ConfigMap", "j-progress"): _obj("ConfigMap", "j-progress", "u", uid="c2"),
         ("ServiceAccount", "j-trainer"): _obj("ServiceAccount", "j-trainer", None, uid="s1"),
         ("Role", "j-trainer"): _obj("Role", "j-trainer", "newer-job-uid", uid="r1"),
         ("PersistentVolumeClaim", "j-ckpt"): _obj("PersistentVolumeClaim", "j-ckpt", "u", uid="v1"),
@@ -184,6 +185,7 @@ def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
     job = {**JOB, "spec": {**JOB["spec"], "checkpoint": {"reclaimPolicy": "Delete"}}}
     kube.cleanup(fake, job, LOG)
     assert sorted(fake.deleted) == [
+        ("ConfigMap", "j-progress", "c2"),
         ("ConfigMap", "j-spec", "c1"),
         ("PersistentVolumeClaim", "j-ckpt", "v1"),
         ("Pod", "j-worker-0", "p1"),

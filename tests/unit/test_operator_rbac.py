@@ -40,3 +40,19 @@ def test_missing_reports_what_a_role_lacks():
     ]
     assert "tuneop.io/tuningjobs: delete" in rbac.missing(without_delete)
     assert "core/pods: delete" in rbac.missing(without_delete)
+
+
+def test_the_operator_holds_what_it_grants_each_trainer_and_the_trainer_no_tuningjob():
+    """RBAC's escalation check: a Role may only grant what its creator holds."""
+    from tuneop import builders
+
+    rule = builders.TRAINER_RULE
+    for group in rule["apiGroups"]:
+        for resource in rule["resources"]:
+            for verb in rule["verbs"]:
+                assert rbac.granted(rbac.OPERATOR_RULES, group, resource, verb), verb
+    role = builders.build_role({"metadata": {"name": "j", "namespace": "ns", "uid": "u"}})
+    (trainer,) = role["rules"]
+    assert trainer["resourceNames"] == ["j-progress"]
+    for resource in ("tuningjobs", "tuningjobs/status"):
+        assert not rbac.granted(role["rules"], "tuneop.io", resource, "patch")
