@@ -37,10 +37,12 @@ def ensure_peering(client: kube.Kube, name: str) -> None:
 
 
 class _QuietPodEvents(logging.Filter):
-    """kopf logs every successful handler call; the pod watch would flood the log."""
+    """kopf logs every successful handler call; the pod and job watches would flood
+    the log."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Handler 'pod_event' succeeded" not in record.getMessage()
+        message = record.getMessage()
+        return not any(f"Handler '{h}' succeeded" in message for h in ("pod_event", "job_event"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,14 @@ import tuneop_contract as contract
 
 from . import builders, names
 from . import status as st
-from .classify import TRAINER_PREEMPTED, Classification, Outcome, classify, classify_missing
+from .classify import (
+    TRAINER_PREEMPTED,
+    Classification,
+    Outcome,
+    classify,
+    classify_missing,
+    needs_node,
+)
 from .progress import ProgressView
 from .progress import from_configmap as progress_from_configmap
 from .progress import read as read_progress
@@ -61,6 +68,9 @@ class Decision:
     delete_pods: list[PodRef] = dataclasses.field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None
+    finished: bool = False
+    """The job is done and stays so until its spec changes (or TTL, or a pod event):
+    no need to reconcile it every few seconds."""
     ignored: tuple[str, ...] = ()
     """Fields of status.progress dropped as invalid (the executor logs them)."""
 
@@ -292,6 +302,22 @@ def _wait_for_script(b: _Builder, spec: JobSpec) -> None:
     b.put("message", message)
 
 
+def nodes_to_read(job: Obj, pods: list[Obj]) -> list[str]:
+    """The nodes `decide` will consult: those of the running pod group's pods that are
+    bound and have not ended. Nothing while no group runs or once the job is finished."""
+    status = job.get("status") or {}
+    if status.get("phase") in st.TERMINAL_PHASES or not status.get("attemptStarted"):
+        return []
+    attempt = str(_int(status.get("attempt")))
+    return sorted(
+        {
+            str(pod["spec"]["nodeName"])
+            for pod in pods
+            if _attempt_of(pod) == attempt and not _foreign(pod, job) and needs_node(pod)
+        }
+    )
+
+
 def decide(
     job: Obj,
     pods: list[Obj],
@@ -357,6 +383,11 @@ def decide(
             and script_error is None
         )
         if not reopen:
+            # what the operator rejected itself is re-checked every pass (see above)
+            b.decision.finished = not (
+                failed.get("reason") == "InvalidSpec"
+                and str(failed.get("message", "")).startswith(INVALID_SPEC_PREFIX)
+            )
             if phase == st.PHASE_FAILED:
                 _delete_alive(b, list(current.values()))
             else:

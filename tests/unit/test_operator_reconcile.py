@@ -11,7 +11,7 @@ from typing import Any
 import tuneop_contract as contract
 from tuneop import builders, names
 from tuneop import status as st
-from tuneop.reconcile import Decision, decide
+from tuneop.reconcile import Decision, decide, nodes_to_read
 from tuneop.spec import JobSpec
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -693,3 +693,43 @@ def test_whatever_the_trainer_reports_the_copy_passes_the_crds_schema():
         w.step()
         copied = w.status.get("progress") or {}
         assert check(copied, progress_schema, ".status.progress") == [], record
+
+
+def test_a_finished_job_says_so_unless_its_own_check_must_be_repeated():
+    w = World()
+    start(w)
+    assert not w.step().finished
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED and w.step().finished
+    failed = World(failurePolicy={"maxFailures": 0})
+    start(failed)
+    failed.terminate("j-worker-0", 1)
+    failed.step()
+    assert failed.status["phase"] == st.PHASE_FAILED and failed.step().finished
+    # an InvalidSpec the operator found (a ConfigMap without the script) is re-checked
+    # every pass: a fixed ConfigMap changes no generation
+    script = World(script={"configMap": {"name": "s", "key": "search.py"}})
+    script.job["spec"].pop("hypermodel")
+    script.configmaps["s"] = {"data": {"other.py": ""}}
+    script.step()
+    assert script.status["phase"] == st.PHASE_FAILED and not script.step().finished
+
+
+def test_nodes_are_read_only_for_running_pods_of_the_current_group():
+    w = World(workers=2)
+    assert nodes_to_read(w.job, []) == []
+    start(w)
+    for i, pod in enumerate(w.pods.values()):
+        pod["spec"]["nodeName"] = f"n{i}"
+    assert nodes_to_read(w.job, list(w.pods.values())) == ["n0", "n1"]
+    w.terminate("j-worker-1", 0)  # ended: its own status says how
+    assert nodes_to_read(w.job, list(w.pods.values())) == ["n0"]
+    old = {**w.pods["j-worker-0"], "metadata": {**w.pods["j-worker-0"]["metadata"]}}
+    old["metadata"]["labels"] = {**old["metadata"]["labels"], names.LABEL_ATTEMPT: "7"}
+    assert nodes_to_read(w.job, [old]) == []  # another group's pod is never classified
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+    w.pods["j-worker-0"]["status"] = {"phase": "Running"}
+    assert nodes_to_read(w.job, list(w.pods.values())) == []
