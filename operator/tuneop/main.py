@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     client = kube.Kube(timeout=config.request_timeout_seconds)
     metrics.register()
     metrics.serve(config.metrics_port)
-    if config.peering_name:
+    if config.peering_name and not config.namespaces:
+        # cluster-wide mode; with watched namespaces kopf uses the KopfPeering in each
+        # of them (the chart creates those)
         ensure_peering(client, config.peering_name)
     log.info(
         "tuneop starting: namespaces=%s peering=%s priority=%d",

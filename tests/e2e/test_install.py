@@ -177,6 +177,8 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
             ("create", "pods", "--subresource=exec", *ns),
             ("list", "configmaps", *ns),
             ("patch", "kopfpeerings.kopf.dev", *ns),  # cluster-wide mode: not needed
+            ("update", "tuningjobs.tuneop.io", *ns),  # every write is a patch
+            ("update", "tuningjobs.tuneop.io", "--subresource=status", *ns),
         ]
         assert [args for args in not_granted if can_i(cp, *args)] == []
 
@@ -354,6 +356,25 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
         "operator.logLevel=DEBUG",
     )
     try:
+        # Namespaced mode: rights on TuningJobs and their children only in the watched
+        # namespace (a Role there); cluster-wide only the cluster-scoped reads.
+        operator_sa = f"system:serviceaccount:{release}:{release}"
+
+        def can(*args: str) -> bool:
+            result = cp.kubectl("auth", "can-i", *args, "--as", operator_sa, check=False)
+            return result.stdout.strip() == "yes"
+
+        namespaced = [
+            ("watch", "tuningjobs.tuneop.io"),
+            ("create", "pods"),
+            ("patch", "configmaps"),
+            ("watch", "kopfpeerings.kopf.dev"),
+        ]
+        for verb, resource in namespaced:
+            assert can(verb, resource, "-n", watched), (verb, resource)
+            assert not can(verb, resource, "-n", "default"), (verb, resource)
+        assert can("get", "nodes") and can("watch", "namespaces")
+        assert not can("create", "clusterkopfpeerings.kopf.dev")
         selector = f"app.kubernetes.io/instance={release}"
 
         def running_pod() -> dict[str, str] | None:
