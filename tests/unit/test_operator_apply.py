@@ -134,6 +134,37 @@ def test_the_progress_configmap_is_emptied_before_each_pod_group():
     assert fake.calls.index(("create", "Pod/j-worker-0")) > i + 2
 
 
+def test_a_trainer_role_from_an_older_operator_gets_the_current_rule():
+    """A job created before the progress ConfigMap existed has a Role on its status;
+    before its next pod group it is replaced by the current one (and an up-to-date
+    Role is left alone)."""
+    old_rule = [{"apiGroups": ["tuneop.io"], "resources": ["tuningjobs/status"],
+                 "resourceNames": ["j"], "verbs": ["get", "patch"]}]  # fmt: skip
+
+    class RoleExists(RecordingKube):
+        rules = old_rule
+
+        def create(self, obj: dict[str, Any]) -> bool:
+            return super().create(obj) and obj["kind"] != "Role"
+
+        def get(self, path: str) -> dict[str, Any] | None:
+            if "/roles/" in path:
+                owned = {"uid": "r1", "ownerReferences": [builders.owner_reference(JOB)]}
+                return {"metadata": owned, "rules": self.rules}
+            return super().get(path)
+
+    decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
+    fake = RoleExists()
+    kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    i = fake.calls.index(("create", "Role/j-trainer"))
+    assert fake.calls[i + 1 : i + 3] == [("delete", "Role/j-trainer"), ("create", "Role/j-trainer")]
+    assert fake.calls.index(("create", "Pod/j-worker-0")) > i + 2
+    current = RoleExists()
+    current.rules = builders.build_role(JOB)["rules"]
+    kube.apply(current, JOB, decision, metrics_port=9464, uid=1000)
+    assert ("delete", "Role/j-trainer") not in current.calls
+
+
 class ReadingKube(RecordingKube):
     """FAKE: also serves the reads of Runtime.reconcile_once (job, pods, ConfigMap)."""
 
