@@ -240,11 +240,13 @@ def test_the_real_operator_runs_with_only_the_charts_permissions(
     control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     """`python -m tuneop` authenticated with a token of the chart's ServiceAccount (so only
-    the chart's ClusterRole applies) starts cleanly: it creates its kopf peering object,
-    lists and watches what kopf needs, serves /healthz and /metrics, logs no permission
-    error, and its TuningJob watch is active (not paused waiting for peering: in
-    namespaced mode the chart creates the KopfPeering). It watches one empty namespace
-    with its own peering name, so it never touches the TuningJobs of other tests."""
+    the chart's RBAC applies: in namespaced mode a Role in the watched namespace and a
+    ClusterRole of cluster-scoped reads) starts cleanly: it peers through the chart's
+    KopfPeering (and creates no ClusterKopfPeering), lists and watches what kopf needs,
+    serves /healthz and /metrics, logs no permission error, and its TuningJob watch is
+    active (not paused waiting for peering: in namespaced mode the chart creates the
+    KopfPeering). It watches one empty namespace with its own peering name, so it never
+    touches the TuningJobs of other tests."""
     cp = control_plane
     apply_crds(cp)
     watched = "tuneop-e2e-watched"
@@ -288,7 +290,9 @@ def test_the_real_operator_runs_with_only_the_charts_permissions(
         time.sleep(3)  # a few more seconds of kopf's watches and peering keep-alives
         assert operator.healthy()
         assert "tuneop_tuningjob_phase" in operator.metrics()
-        cp.kubectl("get", "clusterkopfpeering", peering)  # created by the operator
+        # namespaced mode: no cluster-wide peering object (nor the right to create one)
+        absent = cp.kubectl("get", "clusterkopfpeering", peering, check=False)
+        assert absent.returncode != 0 and "NotFound" in absent.stderr
         log = operator.log_tail(10_000)
         assert tuningjobs_watch_active(log), log
         for marker in ("403", "Forbidden", "forbidden"):
