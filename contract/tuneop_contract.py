@@ -33,8 +33,11 @@ ENV_METRICS_ADDRESS = "TUNEOP_METRICS_ADDRESS"
 """Address the endpoint binds (the pod IP in the local cluster, where pods share a host)."""
 ENV_JOB_NAME = "TUNEOP_JOB_NAME"
 ENV_JOB_NAMESPACE = "TUNEOP_JOB_NAMESPACE"
-"""Name/namespace of the owning TuningJob; with both set the trainer reports progress
-into that TuningJob's status (see docs/design.md, "Progress")."""
+"""Name/namespace of the owning TuningJob."""
+ENV_PROGRESS_CONFIGMAP = "TUNEOP_PROGRESS_CONFIGMAP"
+"""The ConfigMap (in TUNEOP_JOB_NAMESPACE) the trainer reports its progress record to;
+the operator copies it into the TuningJob's `status.progress` (see docs/design.md,
+"Progress"). Unset: no report."""
 ENV_POD_NAME = "TUNEOP_POD_NAME"
 ENV_WORKER_INDEX = "TUNEOP_WORKER_INDEX"
 ENV_TF_CONFIG = "TF_CONFIG"
@@ -89,7 +92,8 @@ def now_rfc3339() -> str:
 @dataclasses.dataclass
 class Progress:
     """The trainer's heartbeat: written to `progress.json`, served on the metrics port
-    at `/progress`, and (camelCased by `to_status`) patched into the TuningJob's
+    at `/progress`, and (camelCased by `to_status`) patched into the job's progress
+    ConfigMap, which the operator checks and copies into the TuningJob's
     `status.progress`. Times are RFC 3339 strings; None means "not yet"."""
 
     phase: str = PHASE_STARTING
@@ -121,7 +125,8 @@ class Progress:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     def to_status(self) -> dict[str, Any]:
-        """The camelCase form stored in TuningJob `status.progress`."""
+        """The camelCase form stored in TuningJob `status.progress` (and, as JSON, in
+        the progress ConfigMap)."""
         return {_camel(k): v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
@@ -142,6 +147,25 @@ class Progress:
         if not isinstance(data, dict):
             raise ValueError("progress record must be a JSON object")
         return cls.from_dict(data)
+
+
+PROGRESS_KEY = "progress.json"
+"""Key of the progress ConfigMap holding the record: `to_status()` as JSON."""
+
+
+def progress_configmap_patch(progress: Progress) -> dict[str, Any]:
+    """The JSON merge patch the trainer sends to its progress ConfigMap."""
+    return {"data": {PROGRESS_KEY: json.dumps(progress.to_status(), sort_keys=True)}}
+
+
+def progress_from_configmap(configmap: dict[str, Any] | None) -> Any:
+    """The record a progress ConfigMap holds, as decoded JSON of any type (the reader
+    checks each field), or None when there is none yet. ValueError: not JSON."""
+    data = (configmap or {}).get("data")
+    text = data.get(PROGRESS_KEY) if isinstance(data, dict) else None
+    if not isinstance(text, str) or not text:
+        return None
+    return json.loads(text)
 
 
 # --- final summary: the termination message of a completed trainer -----------------

@@ -89,6 +89,23 @@ def build_configmap(job: Obj, spec: JobSpec) -> Obj:
     }
 
 
+def build_progress_configmap(job: Obj) -> Obj:
+    """Where the trainer reports its progress record (tuneop_contract.PROGRESS_KEY), so
+    its token never needs write access to the TuningJob. Created empty, and emptied
+    again before each pod group (apply replaces it): what it holds is always about the
+    group that runs now."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(
+            job,
+            names.progress_configmap_name(job["metadata"]["name"]),
+            extra={names.LABEL_COMPONENT: "progress"},
+        ),
+        "data": {},
+    }
+
+
 def build_service_account(job: Obj) -> Obj:
     return {
         "apiVersion": "v1",
@@ -97,8 +114,18 @@ def build_service_account(job: Obj) -> Obj:
     }
 
 
+TRAINER_RULE: dict[str, list[str]] = {
+    "apiGroups": [""],
+    "resources": ["configmaps"],
+    "verbs": ["get", "patch"],
+}
+"""The trainer Role's one rule, without its resourceNames (the operator must hold these
+verbs itself to grant them: RBAC's escalation check)."""
+
+
 def build_role(job: Obj) -> Obj:
-    """Least privilege for the trainer: get/patch the status of its own TuningJob only."""
+    """Least privilege for the trainer: get/patch its job's progress ConfigMap, nothing
+    else (no access to the TuningJob: its status is the operator's)."""
     job_name = job["metadata"]["name"]
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -106,10 +133,8 @@ def build_role(job: Obj) -> Obj:
         "metadata": _meta(job, names.service_account_name(job_name)),
         "rules": [
             {
-                "apiGroups": [names.GROUP],
-                "resources": [f"{names.PLURAL}/status"],
-                "resourceNames": [job_name],
-                "verbs": ["get", "patch"],
+                **{key: list(value) for key, value in TRAINER_RULE.items()},
+                "resourceNames": [names.progress_configmap_name(job_name)],
             }
         ],
     }
@@ -172,6 +197,10 @@ def build_env(job: Obj, spec: JobSpec, index: int, metrics_port: int) -> list[Ob
     env: list[Obj] = [
         {"name": contract.ENV_JOB_NAME, "value": job["metadata"]["name"]},
         {"name": contract.ENV_JOB_NAMESPACE, "value": job["metadata"]["namespace"]},
+        {
+            "name": contract.ENV_PROGRESS_CONFIGMAP,
+            "value": names.progress_configmap_name(job["metadata"]["name"]),
+        },
         _field_env(contract.ENV_POD_NAME, "metadata.name"),
         _field_env(contract.ENV_METRICS_ADDRESS, "status.podIP"),
         {"name": contract.ENV_METRICS_PORT, "value": str(metrics_port)},
@@ -329,6 +358,7 @@ def build_children(job: Obj, spec: JobSpec) -> list[Obj]:
         out.append(pvc)
     out += [
         build_configmap(job, spec),
+        build_progress_configmap(job),
         build_service_account(job),
         build_role(job),
         build_role_binding(job),

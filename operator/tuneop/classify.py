@@ -120,6 +120,13 @@ def node_lost(pod: Obj, node: Obj | None, node_known: bool) -> bool:
     return (pod.get("status") or {}).get("reason") == "NodeLost"
 
 
+def needs_node(pod: Obj) -> bool:
+    """Whether `classify` may consult the pod's Node: the pod is bound and has not
+    ended (an ended pod's outcome comes from its own status)."""
+    phase = (pod.get("status") or {}).get("phase")
+    return bool((pod.get("spec") or {}).get("nodeName")) and phase not in ("Succeeded", "Failed")
+
+
 def classify(pod: Obj, *, node: Obj | None = None, node_known: bool = False) -> Classification:
     """Classify a trainer pod that still exists. `node` is the pod's Node (None with
     `node_known=True` means the node does not exist any more)."""

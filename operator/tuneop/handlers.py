@@ -1,11 +1,11 @@
 """Thin kopf handlers. The work happens in Runtime.reconcile_once (read, decide, apply),
-run by one daemon per TuningJob every few seconds and whenever one of its pods changes;
-kopf provides the watch, the finalizer for cleanup, peering and the liveness probe."""
+run by one daemon per TuningJob every few seconds and whenever one of its pods changes
+(a finished job only on a spec change, a pod event, its TTL, or rarely as a safety net);
+kopf provides the watches, the finalizer for cleanup, peering and the liveness probe."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -15,6 +15,9 @@ from . import kube, names
 from .runtime import Runtime, job_of
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
+POD_RESOURCE = ("", "v1", "pods")
+POD_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_JOB}"
+"""Trainer pods: managed by tuneop and labelled with their TuningJob."""
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -45,6 +48,9 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         prefix=names.GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING  # our own Events are posted by tuneop.kube
+    # Server-side: the API server streams only the trainer pods, not every pod in the
+    # cluster (the handler's `labels=` filter alone would be applied client-side).
+    settings.watching.label_selectors[POD_RESOURCE] = POD_SELECTOR
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     timeout = _runtime(memo).config.request_timeout_seconds
@@ -62,42 +68,68 @@ async def reconcile(
     trigger = runtime.trigger((namespace, name))
     errors = 0
     while not stopped:
-        errors = await _pass(runtime, namespace, name, logger, errors)
-        delay = retry_delay(errors, config.reconcile_seconds, config.error_backoff_max_seconds)
+        errors, idle = await _pass(runtime, namespace, name, logger, errors)
         if errors:  # backing off: a pod event does not cut the wait short
-            await asyncio.sleep(delay)
+            cap = config.error_backoff_max_seconds
+            await pause(stopped, None, retry_delay(errors, config.reconcile_seconds, cap))
         else:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(trigger.wait(), timeout=delay)
+            await pause(stopped, trigger, max(idle or 0.0, config.reconcile_seconds))
         trigger.clear()
 
 
-async def _pass(runtime: Runtime, namespace: str, name: str, logger: Any, errors: int) -> int:
-    """One reconcile pass; the number of consecutive failed passes after it. A 409 (the
-    job changed since it was read, or a pod group still going) is no error: the next
-    pass, at the normal interval, re-reads."""
+async def pause(stopped: Any, trigger: asyncio.Event | None, seconds: float) -> None:
+    """Wait `seconds`, less if the daemon is stopped (job deleted, operator stopping)
+    or `trigger` is set (a pod event, a spec change)."""
+    waits = [asyncio.ensure_future(stopped.wait())]
+    if trigger is not None:
+        waits.append(asyncio.ensure_future(trigger.wait()))
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
+async def _pass(
+    runtime: Runtime, namespace: str, name: str, logger: Any, errors: int
+) -> tuple[int, float | None]:
+    """One reconcile pass: the number of consecutive failed passes after it, and how
+    long the next may wait when longer than the normal interval (a finished job). A 409
+    (the job changed since it was read, or a pod group still going) is no error: the
+    next pass, at the normal interval, re-reads."""
     job = f"{namespace}/{name}"
     try:
-        await asyncio.to_thread(runtime.reconcile_once, namespace, name, logger)
+        idle = await asyncio.to_thread(runtime.reconcile_once, namespace, name, logger)
     except kube.StaleGroup as err:
         log.info("%s: %s (waiting)", job, err)
-        return 0
+        return 0, None
     except kube.ApiError as err:
         if err.status == 409:
             log.info("%s: %s (re-reading)", job, err)
-            return 0
+            return 0, None
         log.warning("%s: reconcile: %s (failure %d, backing off)", job, err, errors + 1)
-        return errors + 1
+        return errors + 1, None
     except Exception as err:
         log.warning("%s: reconcile failed (failure %d, backing off)", job, errors + 1, exc_info=err)
-        return errors + 1
-    return 0
+        return errors + 1, None
+    return 0, idle
+
+
+@kopf.on.event(*RESOURCE)
+async def job_event(body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    """A spec change (generation ahead of the one the operator last decided on) wakes
+    the job's loop at once: a finished job may have to start again."""
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp"):  # kopf stops the daemon; cleanup forgets the job
+        return
+    generation = meta.get("generation")
+    observed = (body.get("status") or {}).get("observedGeneration")
+    if namespace and generation is not None and generation != observed:
+        _runtime(memo).trigger((namespace, name)).set()
 
 
 @kopf.on.event(
-    "",
-    "v1",
-    "pods",
+    *POD_RESOURCE,
     labels={names.LABEL_MANAGED_BY: names.MANAGED_BY, names.LABEL_JOB: kopf.PRESENT},
 )
 async def pod_event(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:

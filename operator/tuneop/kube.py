@@ -275,23 +275,29 @@ def ensure_child(kube: Kube, job: Obj, child: Obj) -> bool:
     return False
 
 
-def refresh_configmap(
+REFRESHED = {"ConfigMap": "data", "Role": "rules"}
+"""Children that start each pod group as built (the field compared): the spec file
+follows spec changes (the mutable fields), the progress map is emptied (the last
+group's record says nothing about the new one), the trainer's Role follows the
+operator's version (a job created by an older operator gets the current rule)."""
+
+
+def refresh_child(
     kube: Kube,
-    configmap: Obj,
+    child: Obj,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
 ) -> None:
-    """The spec file follows spec changes (the mutable fields) from the next pod group
-    on: replaced (delete + create) when it differs. Only called before a group's pods
-    are created, so no running pod mounts it."""
-    meta = configmap["metadata"]
-    path = f"{collection('ConfigMap', meta['namespace'])}/{meta['name']}"
-    existing = kube.get(path)
-    if existing is not None and existing.get("data") == configmap["data"]:
+    """Replace (delete + create) the job's own `child` when its REFRESHED field differs
+    from the built one. Only called before a group's pods are created: no trainer
+    mounts, reports to or acts under these objects then."""
+    meta, field = child["metadata"], REFRESHED[child["kind"]]
+    existing = kube.get(_path_of(child))
+    if existing is not None and (existing.get(field) or {}) == (child.get(field) or {}):
         return
     uid = ((existing or {}).get("metadata") or {}).get("uid")
-    kube.delete("ConfigMap", meta["namespace"], meta["name"], uid=uid)
-    kube.create(configmap)
-    logger.info("updated ConfigMap %s to the current spec", meta["name"])
+    kube.delete(child["kind"], meta["namespace"], meta["name"], uid=uid)
+    kube.create(child)
+    logger.info("reset %s %s for the new pod group", child["kind"], meta["name"])
 
 
 def apply(
@@ -310,8 +316,8 @@ def apply(
         for child in builders.build_children(job, spec):
             if ensure_child(kube, job, child):
                 logger.info("created %s %s", child["kind"], child["metadata"]["name"])
-            elif child["kind"] == "ConfigMap":
-                refresh_configmap(kube, child, logger)
+            elif child["kind"] in REFRESHED:
+                refresh_child(kube, child, logger)
     for index in decision.create_pods:
         pod = builders.build_pod(
             job, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
@@ -369,6 +375,7 @@ def cleanup(
     sa = names.service_account_name(name)
     for kind, child in (("Service", names.service_name(name)),
                         ("ConfigMap", names.configmap_name(name)),
+                        ("ConfigMap", names.progress_configmap_name(name)),
                         ("RoleBinding", sa), ("Role", sa), ("ServiceAccount", sa)):  # fmt: skip
         _delete_owned(kube, job, kind, child, logger)
     if not spec.checkpoint.existing_claim and spec.checkpoint.reclaim_policy == "Delete":

@@ -37,10 +37,12 @@ def ensure_peering(client: kube.Kube, name: str) -> None:
 
 
 class _QuietPodEvents(logging.Filter):
-    """kopf logs every successful handler call; the pod watch would flood the log."""
+    """kopf logs every successful handler call; the pod and job watches would flood
+    the log."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Handler 'pod_event' succeeded" not in record.getMessage()
+        message = record.getMessage()
+        return not any(f"Handler '{h}' succeeded" in message for h in ("pod_event", "job_event"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     if config.peering_name:
         metrics.follow_peering()  # a standby replica exports no job series
     metrics.serve(config.metrics_port)
-    if config.peering_name:
+    if config.peering_name and not config.namespaces:
+        # cluster-wide mode; with watched namespaces kopf uses the KopfPeering in each
+        # of them (the chart creates those)
         ensure_peering(client, config.peering_name)
     log.info(
         "tuneop starting: namespaces=%s peering=%s priority=%d",

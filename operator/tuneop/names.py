@@ -42,6 +42,12 @@ def configmap_name(job: str) -> str:
     return f"{job}-spec"
 
 
+def progress_configmap_name(job: str) -> str:
+    """The ConfigMap the trainer reports progress to (the operator copies it into
+    status.progress); the trainer learns the name from tuneop_contract.ENV_PROGRESS_CONFIGMAP."""
+    return f"{job}-progress"
+
+
 def service_account_name(job: str) -> str:
     return f"{job}-trainer"
 

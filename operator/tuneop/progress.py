@@ -1,31 +1,39 @@
-"""`status.progress` as the operator reads it. The trainer writes that record (any
-trainer version, or anyone with patch rights on the status), so each field is checked on
-its own: a value of the wrong type or out of range is dropped and named, never an
-exception that would stop the job's reconciliation on every pass."""
+"""The trainer's progress record as the operator reads it. The trainer reports it to the
+job's progress ConfigMap (`<job>-progress`, the only object its token may write); the
+operator reads that map each pass, keeps each field only if it has the type and bounds
+the CRD declares for `status.progress.<field>`, and copies the result into the
+TuningJob's status. A value of the wrong type or out of range is dropped and named,
+never an exception that would stop the job's reconciliation on every pass, and never a
+value that would make the API server reject the operator's own status patch."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from collections.abc import Callable
 from typing import Any
+
+import tuneop_contract as contract
 
 from . import status as st
 
 Obj = dict[str, Any]
 
-_COUNTS = ("trialsCompleted", "trialsTotal", "resumedFromStep", "resumedFromEpoch", "restores")
-_TEXTS = ("trialId",)
-_TIMES = ("lastProgressTime", "lastCheckpointTime")
 MAX_TEXT = 256
+MAX_MESSAGE = 32768
+MAX_HYPERPARAMETERS_BYTES = 16384
+"""bestHyperparameters larger than this (as JSON) are dropped: the TuningJob is no
+place for a forged or runaway blob."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ProgressView:
-    """The fields of status.progress the operator uses; None = absent or invalid."""
+    """The valid fields of a progress record; absent = missing or invalid."""
 
     values: Obj
     ignored: tuple[str, ...] = ()
-    """`status.progress.<field>` of each value dropped, for the log."""
+    """`<source>.<field>` of each value dropped, for the log."""
 
     def count(self, key: str) -> int | None:
         value = self.values.get(key)
@@ -40,19 +48,29 @@ class ProgressView:
         return not self.values
 
 
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return value if isinstance(value, int) and 0 <= value < 2**63 else None
+def _integer(high: int, low: int = 0) -> Callable[[Any], int | None]:
+    def check(value: Any) -> int | None:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return value if isinstance(value, int) and low <= value <= high else None
+
+    return check
 
 
-def _text(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        return None
-    text = str(value)
-    return text if 0 < len(text) <= MAX_TEXT else None
+def _text(limit: int, *, empty: bool = False) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            return None
+        text = str(value)
+        return text if (empty or text) and len(text) <= limit else None
+
+    return check
+
+
+def _enum(allowed: tuple[str, ...]) -> Callable[[Any], str | None]:
+    return lambda value: value if isinstance(value, str) and value in allowed else None
 
 
 def _score(value: Any) -> float | None:
@@ -65,37 +83,67 @@ def _time(value: Any) -> str | None:
     return value if st.parse_time(value) is not None else None
 
 
-def _field(key: str, value: Any) -> Any:
-    if key in _COUNTS:
-        return _count(value)
-    if key in _TEXTS or key == "bestTrialId":
-        return _text(value)
-    if key == "bestScore":
-        return _score(value)
-    if key == "bestHyperparameters":
-        return value if isinstance(value, dict) else None
-    if key in _TIMES:
-        return _time(value)
-    return value
+def _hyperparameters(value: Any) -> Obj | None:
+    if not isinstance(value, dict):
+        return None
+    try:
+        size = len(json.dumps(value, allow_nan=False).encode())
+    except (TypeError, ValueError):
+        return None
+    return value if size <= MAX_HYPERPARAMETERS_BYTES else None
 
 
-USED = (*_COUNTS, *_TEXTS, *_TIMES, "bestTrialId", "bestScore", "bestHyperparameters")
+_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "phase": _enum(contract.PHASES),
+    "trialId": _text(MAX_TEXT),
+    "trialsCompleted": _integer(10**9),
+    "trialsTotal": _integer(10**9),
+    "execution": _integer(10**9),
+    "epoch": _integer(10**9),
+    "step": _integer(10**12),
+    "resumedFromStep": _integer(10**12),
+    "resumedFromEpoch": _integer(10**9),
+    "restores": _integer(10**9),
+    "lastProgressTime": _time,
+    "lastCheckpointTime": _time,
+    "bestTrialId": _text(MAX_TEXT),
+    "bestScore": _score,
+    "bestHyperparameters": _hyperparameters,
+    "objective": _text(MAX_TEXT),
+    "direction": _enum(("min", "max")),
+    "message": _text(MAX_MESSAGE, empty=True),
+    "version": _integer(1000, low=1),
+}
+"""One check per field of tuneop_contract.Progress, with the CRD's bounds for it."""
+FIELDS = tuple(_CHECKS)
 
 
-def read(raw: Any) -> ProgressView:
-    """The usable fields of `raw` (status.progress); the rest named in `ignored`."""
+def read(raw: Any, source: str = "status.progress") -> ProgressView:
+    """The valid fields of `raw` (a record: status.progress or the ConfigMap's); the
+    rest named in `ignored`. Fields the contract does not have are left out."""
     if raw is None or raw == {}:
         return ProgressView({})
     if not isinstance(raw, dict):
-        return ProgressView({}, ("status.progress",))
+        return ProgressView({}, (source,))
     values: Obj = {}
     ignored: list[str] = []
-    for key in USED:
+    for key, check in _CHECKS.items():
         if raw.get(key) is None:
             continue
-        value = _field(key, raw[key])
+        value = check(raw[key])
         if value is None:
-            ignored.append(f"status.progress.{key}")
+            ignored.append(f"{source}.{key}")
         else:
             values[key] = value
     return ProgressView(values, tuple(ignored))
+
+
+def from_configmap(configmap: Obj | None, name: str) -> ProgressView | None:
+    """The record in the job's progress ConfigMap `name`; None while it holds none (not
+    created yet, or reset for a new pod group and not yet reported to)."""
+    source = f"configmaps/{name}"
+    try:
+        raw = contract.progress_from_configmap(configmap)
+    except ValueError:
+        return ProgressView({}, (f"{source}:{contract.PROGRESS_KEY}",))
+    return None if raw is None else read(raw, source)

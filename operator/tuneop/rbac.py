@@ -1,6 +1,9 @@
-"""Exactly the RBAC rules the operator needs (cluster-wide; a ClusterRole). The chart
-templates them (charts/tuneop/templates/clusterrole.yaml); docs/operator-rbac.md explains
-each; tests/unit/test_operator_rbac.py keeps the three in sync."""
+"""Exactly the RBAC rules the operator needs. Cluster-wide (no watched namespaces) they
+are one ClusterRole: OPERATOR_RULES. With watched namespaces the chart grants
+NAMESPACED_RULES + NAMESPACED_PEERING_RULES as a Role in each watched namespace and only
+CLUSTER_RULES cluster-wide. The chart templates them (charts/tuneop/templates/
+clusterrole.yaml, role.yaml); docs/operator-rbac.md explains each;
+tests/unit/test_operator_rbac.py and tests/unit/test_chart.py keep the three in sync."""
 
 from __future__ import annotations
 
@@ -8,37 +11,39 @@ from typing import Any
 
 from . import names
 
-OPERATOR_RULES: list[dict[str, Any]] = [
-    # TuningJobs: watch (kopf), patch (kopf finalizer/annotations), status (the operator's
-    # status fields; it also grants get/patch on tuningjobs/status to each trainer Role,
-    # and RBAC only lets it grant what it holds), delete (ttlSecondsAfterFinished).
+NAMESPACED_RULES: list[dict[str, Any]] = [
+    # TuningJobs: watch (kopf), patch (kopf finalizer/annotations), delete
+    # (ttlSecondsAfterFinished). Every write is a PATCH: no `update`.
     {
         "apiGroups": [names.GROUP],
         "resources": [names.PLURAL],
-        "verbs": ["get", "list", "watch", "patch", "update", "delete"],
+        "verbs": ["get", "list", "watch", "patch", "delete"],
     },
-    {
-        "apiGroups": [names.GROUP],
-        "resources": [f"{names.PLURAL}/status"],
-        "verbs": ["get", "patch", "update"],
-    },
-    {
-        "apiGroups": [names.GROUP],
-        "resources": [f"{names.PLURAL}/finalizers"],
-        "verbs": ["update"],
-    },
+    # Status: the operator's fields (only the operator writes them), by merge patch.
+    {"apiGroups": [names.GROUP], "resources": [f"{names.PLURAL}/status"], "verbs": ["patch"]},
+    # Owner references with blockOwnerDeletion on the children: the API server's
+    # OwnerReferencesPermissionEnforcement checks `update` on the owner's finalizers.
+    {"apiGroups": [names.GROUP], "resources": [f"{names.PLURAL}/finalizers"], "verbs": ["update"]},
     # Trainer pods: found by label, created by name, deleted on disruption/suspend.
     {
         "apiGroups": [""],
         "resources": ["pods"],
         "verbs": ["get", "list", "watch", "create", "delete"],
     },
-    # The other children of a job; `get` on configmaps also reads the user's
-    # spec.script.configMap before each pod group (it must exist and hold the script).
+    # The other children of a job.
     {
         "apiGroups": [""],
-        "resources": ["services", "configmaps", "persistentvolumeclaims", "serviceaccounts"],
+        "resources": ["services", "persistentvolumeclaims", "serviceaccounts"],
         "verbs": ["get", "create", "delete"],
+    },
+    # The spec and progress ConfigMaps; `get` also reads the progress the trainer reports
+    # and the user's spec.script.configMap before each pod group. `patch` only because
+    # each trainer Role grants patch on its progress map (builders.TRAINER_RULE), and
+    # RBAC lets the operator grant only what it holds; the operator never patches one.
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "verbs": ["get", "create", "delete", "patch"],
     },
     {
         "apiGroups": ["rbac.authorization.k8s.io"],
@@ -47,14 +52,13 @@ OPERATOR_RULES: list[dict[str, Any]] = [
     },
     # Events (core/v1) for every create, preemption, restore, failure, suspend, completion.
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+]
+"""What the operator does in a namespace whose TuningJobs it runs."""
+
+CLUSTER_RULES: list[dict[str, Any]] = [
     # Node state: a pod whose node is gone was lost with the node, not failed.
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
-    # kopf: cluster-wide peering "tuneop" (created at start-up if missing), discovery.
-    {
-        "apiGroups": ["kopf.dev"],
-        "resources": ["clusterkopfpeerings"],
-        "verbs": ["get", "list", "watch", "patch", "create"],
-    },
+    # kopf: resource and namespace discovery.
     {
         "apiGroups": ["apiextensions.k8s.io"],
         "resources": ["customresourcedefinitions"],
@@ -62,10 +66,32 @@ OPERATOR_RULES: list[dict[str, Any]] = [
     },
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
 ]
+"""Cluster-scoped reads, needed in both modes."""
+
+CLUSTER_PEERING_RULES: list[dict[str, Any]] = [
+    # kopf: cluster-wide peering "tuneop" (created at start-up if missing).
+    {
+        "apiGroups": ["kopf.dev"],
+        "resources": ["clusterkopfpeerings"],
+        "verbs": ["get", "list", "watch", "patch", "create"],
+    },
+]
+
+NAMESPACED_PEERING_RULES: list[dict[str, Any]] = [
+    # kopf: the KopfPeering the chart creates in each watched namespace.
+    {
+        "apiGroups": ["kopf.dev"],
+        "resources": ["kopfpeerings"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+]
+
+OPERATOR_RULES: list[dict[str, Any]] = [*NAMESPACED_RULES, *CLUSTER_RULES, *CLUSTER_PEERING_RULES]
+"""Cluster-wide mode: the one ClusterRole."""
 
 
 def granted(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
-    """Whether `rules` (a ClusterRole's) allow `verb` on `group`/`resource`."""
+    """Whether `rules` (a Role's or ClusterRole's) allow `verb` on `group`/`resource`."""
     for rule in rules:
         if (
             (group in rule.get("apiGroups", []) or "*" in rule.get("apiGroups", []))
@@ -76,10 +102,11 @@ def granted(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -
     return False
 
 
-def missing(rules: list[dict[str, Any]]) -> list[str]:
-    """What OPERATOR_RULES need that `rules` do not grant, as "group/resource: verb"."""
+def missing(rules: list[dict[str, Any]], needed: list[dict[str, Any]] | None = None) -> list[str]:
+    """What `needed` (default OPERATOR_RULES) has that `rules` do not grant, as
+    "group/resource: verb"."""
     out = []
-    for rule in OPERATOR_RULES:
+    for rule in OPERATOR_RULES if needed is None else needed:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:

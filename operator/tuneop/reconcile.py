@@ -21,8 +21,16 @@ import tuneop_contract as contract
 
 from . import builders, names
 from . import status as st
-from .classify import TRAINER_PREEMPTED, Classification, Outcome, classify, classify_missing
+from .classify import (
+    TRAINER_PREEMPTED,
+    Classification,
+    Outcome,
+    classify,
+    classify_missing,
+    needs_node,
+)
 from .progress import ProgressView
+from .progress import from_configmap as progress_from_configmap
 from .progress import read as read_progress
 from .spec import JobSpec, SpecError, check_script_configmap, validate
 
@@ -60,6 +68,9 @@ class Decision:
     delete_pods: list[PodRef] = dataclasses.field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None
+    finished: bool = False
+    """The job is done and stays so until its spec changes (or TTL, or a pod event):
+    no need to reconcile it every few seconds."""
     ignored: tuple[str, ...] = ()
     """Fields of status.progress dropped as invalid (the executor logs them)."""
 
@@ -145,6 +156,22 @@ RESULT_FROM_SUMMARY = "TerminationMessage"
 """status.resultSource once the final trials/best came from the trainer's final summary;
 from then on status.progress (possibly stale: a lost patch) no longer overrides them."""
 RESULT_FROM_PROGRESS = "Progress"
+
+
+def _copy_progress(b: _Builder, configmap: Obj | None) -> ProgressView:
+    """The trainer's record: the valid fields of what it reported to the progress
+    ConfigMap, copied into status.progress (whole: fields it no longer reports are
+    removed), or status.progress as it is while the map holds no record. Only this
+    record comes from the trainer; phase, counters and budgets never do."""
+    name = names.progress_configmap_name(b.job["metadata"]["name"])
+    reported = progress_from_configmap(configmap, name)
+    if reported is None:
+        return read_progress(b.old.get("progress"))
+    old = b.old.get("progress")
+    old = old if isinstance(old, dict) else {}
+    if {k: v for k, v in old.items() if v is not None} != reported.values:
+        b.decision.status["progress"] = {**dict.fromkeys(old), **reported.values}
+    return reported
 
 
 def _apply_progress(b: _Builder, progress: ProgressView) -> None:
@@ -275,6 +302,22 @@ def _wait_for_script(b: _Builder, spec: JobSpec) -> None:
     b.put("message", message)
 
 
+def nodes_to_read(job: Obj, pods: list[Obj]) -> list[str]:
+    """The nodes `decide` will consult: those of the running pod group's pods that are
+    bound and have not ended. Nothing while no group runs or once the job is finished."""
+    status = job.get("status") or {}
+    if status.get("phase") in st.TERMINAL_PHASES or not status.get("attemptStarted"):
+        return []
+    attempt = str(_int(status.get("attempt")))
+    return sorted(
+        {
+            str(pod["spec"]["nodeName"])
+            for pod in pods
+            if _attempt_of(pod) == attempt and not _foreign(pod, job) and needs_node(pod)
+        }
+    )
+
+
 def decide(
     job: Obj,
     pods: list[Obj],
@@ -283,12 +326,15 @@ def decide(
     nodes: dict[str, Obj | None] | None = None,
     last_seen: dict[str, Obj] | None = None,
     configmaps: Mapping[str, Obj | None] | None = None,
+    progress_configmap: Obj | None = None,
 ) -> Decision:
     """What to do next for `job`. `pods`: the job's pods (by label). `nodes`: Node objects
     by name, None for a node known not to exist (names absent = unknown). `last_seen`:
     the last version of each pod the watch delivered (says why a vanished pod went).
     `configmaps`: the ConfigMap named by spec.script.configMap, by name (None or absent
-    = not found), read before each decision so no pod is created without it."""
+    = not found), read before each decision so no pod is created without it.
+    `progress_configmap`: the job's progress ConfigMap, where the trainer reports; its
+    valid fields are copied into status.progress (None or empty: status.progress as it is)."""
     nodes = nodes or {}
     last_seen = last_seen or {}
     configmaps = configmaps or {}
@@ -299,7 +345,7 @@ def decide(
     for counter in ("preemptions", "failures", "restarts", "restores"):
         if b.get(counter) is None:
             b.put(counter, 0)
-    progress = read_progress(b.old.get("progress"))
+    progress = _copy_progress(b, progress_configmap)
     b.decision.ignored = progress.ignored
     _apply_progress(b, progress)
 
@@ -337,6 +383,11 @@ def decide(
             and script_error is None
         )
         if not reopen:
+            # what the operator rejected itself is re-checked every pass (see above)
+            b.decision.finished = not (
+                failed.get("reason") == "InvalidSpec"
+                and str(failed.get("message", "")).startswith(INVALID_SPEC_PREFIX)
+            )
             if phase == st.PHASE_FAILED:
                 _delete_alive(b, list(current.values()))
             else:
@@ -420,7 +471,11 @@ def decide(
             b.put("startTime", st.rfc3339(b.now))
         if attempt > 0:
             # what the new trainer reports from now on is about this group
-            b.decision.status["progress"] = {"resumedFromStep": None, "resumedFromEpoch": None}
+            b.decision.status["progress"] = {
+                **(b.decision.status.get("progress") or {}),
+                "resumedFromStep": None,
+                "resumedFromEpoch": None,
+            }
             b.put("restoreBaseline", progress.count("restores") or 0)
         b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
         b.event(

@@ -15,11 +15,15 @@ from . import kube as kube_mod
 from . import metrics, names
 from . import status as st
 from .config import Config
-from .reconcile import Event, decide
+from .reconcile import Event, decide, nodes_to_read
 from .spec import JobSpec
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
+
+FINISHED_RECHECK_SECONDS = 600.0
+"""A finished job is re-read this rarely (a level-based safety net); its spec changes,
+its pods' events and its TTL wake it sooner."""
 
 CHILD_CONFLICT = "ChildConflict"
 """Reason (condition Running, Warning Event) while a child's name is taken by an object
@@ -62,17 +66,17 @@ class Runtime:
         namespace: str,
         name: str,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
-    ) -> None:
-        """One level-based pass: read the job and its pods, decide, apply."""
+    ) -> float | None:
+        """One level-based pass: read the job, its pods (and the nodes their
+        classification needs), its progress ConfigMap and the user's script ConfigMap;
+        decide; apply. Returns how long the next pass may wait when that is longer than
+        the normal interval (a finished job), else None."""
         job = self.kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
-            return
+            return None
         pods = self.kube.list_pods(namespace, name)
-        nodes: dict[str, Obj | None] = {}
-        for pod in pods:
-            node_name = (pod.get("spec") or {}).get("nodeName")
-            if node_name and node_name not in nodes:
-                nodes[node_name] = self.kube.get_node(node_name)
+        nodes = {node: self.kube.get_node(node) for node in nodes_to_read(job, pods)}
+        reported = self.kube.get_configmap(namespace, names.progress_configmap_name(name))
         configmaps: dict[str, Obj | None] = {}
         script_configmap = JobSpec.from_dict(job.get("spec") or {}).script_configmap
         if script_configmap:
@@ -84,6 +88,7 @@ class Runtime:
             nodes=nodes,
             last_seen=self.last_seen((namespace, name)),
             configmaps=configmaps,
+            progress_configmap=reported,
         )
         self._log_ignored((namespace, name), decision.ignored, logger)
         try:
@@ -97,8 +102,11 @@ class Runtime:
             )
         except kube_mod.ChildConflict as err:
             self._report_conflict(job, err, logger)
-            return
+            return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
+        if not decision.finished or decision.delete_job:
+            return None
+        return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
 
     def _report_conflict(
         self,

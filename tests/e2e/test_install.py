@@ -5,7 +5,7 @@ The API server itself validates every object (built-in schemas, the CRDs' schema
 PodSecurity admission plugin with the `restricted` level on the operator's namespace)
 and evaluates the chart's RBAC: each permission the operator needs is checked with
 `kubectl auth can-i` as the chart's ServiceAccount, and the operator's ability to grant
-each trainer its narrow `tuningjobs/status` Role (RBAC's escalation check) is exercised
+each trainer its narrow progress-ConfigMap Role (RBAC's escalation check) is exercised
 for real. The operator Deployment is installed with 0 replicas so that it does not
 reconcile the TuningJobs of other tests sharing the session's cluster.
 """
@@ -177,10 +177,12 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
             ("create", "pods", "--subresource=exec", *ns),
             ("list", "configmaps", *ns),
             ("patch", "kopfpeerings.kopf.dev", *ns),  # cluster-wide mode: not needed
+            ("update", "tuningjobs.tuneop.io", *ns),  # every write is a patch
+            ("update", "tuningjobs.tuneop.io", "--subresource=status", *ns),
         ]
         assert [args for args in not_granted if can_i(cp, *args)] == []
 
-        # The operator grants each trainer get/patch on its own TuningJob's status. RBAC
+        # The operator grants each trainer get/patch on its own progress ConfigMap. RBAC
         # allows that only because the operator holds those permissions itself.
         grant_ns = "tuneop-e2e-grant"
         cp.kubectl("create", "namespace", grant_ns, check=False)
@@ -188,17 +190,17 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
         cp.kubectl(
             "create",
             "role",
-            "trainer-status",
+            "trainer-progress",
             "--verb=get,patch",
-            "--resource=tuningjobs.tuneop.io/status",
-            "--resource-name=emg-cnn",
+            "--resource=configmaps",
+            "--resource-name=emg-cnn-progress",
             *as_operator,
         )
         cp.kubectl(
             "create",
             "rolebinding",
-            "trainer-status",
-            "--role=trainer-status",
+            "trainer-progress",
+            "--role=trainer-progress",
             f"--serviceaccount={grant_ns}:emg-cnn-trainer",
             *as_operator,
         )
@@ -238,11 +240,13 @@ def test_the_real_operator_runs_with_only_the_charts_permissions(
     control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     """`python -m tuneop` authenticated with a token of the chart's ServiceAccount (so only
-    the chart's ClusterRole applies) starts cleanly: it creates its kopf peering object,
-    lists and watches what kopf needs, serves /healthz and /metrics, logs no permission
-    error, and its TuningJob watch is active (not paused waiting for peering: in
-    namespaced mode the chart creates the KopfPeering). It watches one empty namespace
-    with its own peering name, so it never touches the TuningJobs of other tests."""
+    the chart's RBAC applies: in namespaced mode a Role in the watched namespace and a
+    ClusterRole of cluster-scoped reads) starts cleanly: it peers through the chart's
+    KopfPeering (and creates no ClusterKopfPeering), lists and watches what kopf needs,
+    serves /healthz and /metrics, logs no permission error, and its TuningJob watch is
+    active (not paused waiting for peering: in namespaced mode the chart creates the
+    KopfPeering). It watches one empty namespace with its own peering name, so it never
+    touches the TuningJobs of other tests."""
     cp = control_plane
     apply_crds(cp)
     watched = "tuneop-e2e-watched"
@@ -286,7 +290,9 @@ def test_the_real_operator_runs_with_only_the_charts_permissions(
         time.sleep(3)  # a few more seconds of kopf's watches and peering keep-alives
         assert operator.healthy()
         assert "tuneop_tuningjob_phase" in operator.metrics()
-        cp.kubectl("get", "clusterkopfpeering", peering)  # created by the operator
+        # namespaced mode: no cluster-wide peering object (nor the right to create one)
+        absent = cp.kubectl("get", "clusterkopfpeering", peering, check=False)
+        assert absent.returncode != 0 and "NotFound" in absent.stderr
         log = operator.log_tail(10_000)
         assert tuningjobs_watch_active(log), log
         for marker in ("403", "Forbidden", "forbidden"):
@@ -354,6 +360,25 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
         "operator.logLevel=DEBUG",
     )
     try:
+        # Namespaced mode: rights on TuningJobs and their children only in the watched
+        # namespace (a Role there); cluster-wide only the cluster-scoped reads.
+        operator_sa = f"system:serviceaccount:{release}:{release}"
+
+        def can(*args: str) -> bool:
+            result = cp.kubectl("auth", "can-i", *args, "--as", operator_sa, check=False)
+            return result.stdout.strip() == "yes"
+
+        namespaced = [
+            ("watch", "tuningjobs.tuneop.io"),
+            ("create", "pods"),
+            ("patch", "configmaps"),
+            ("watch", "kopfpeerings.kopf.dev"),
+        ]
+        for verb, resource in namespaced:
+            assert can(verb, resource, "-n", watched), (verb, resource)
+            assert not can(verb, resource, "-n", "default"), (verb, resource)
+        assert can("get", "nodes") and can("watch", "namespaces")
+        assert not can("create", "clusterkopfpeerings.kopf.dev")
         selector = f"app.kubernetes.io/instance={release}"
 
         def running_pod() -> dict[str, str] | None:

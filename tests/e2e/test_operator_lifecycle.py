@@ -45,6 +45,18 @@ def test_sample_runs_to_completion(e2e: Env):
     assert row[:5] == ["emg-cnn", "Succeeded", f"{done}/{done}", row[3], "0"]
     assert float(row[3]) == pytest.approx(status["bestTrial"]["score"], abs=1e-4)
     assert e2e.reasons(ns, "emg-cnn") == ["Created", "Completed"]
+    # The trainer reported its progress to its ConfigMap, the operator copied it; the
+    # trainer's token may write that map and nothing of the TuningJob.
+    assert status["progress"]["trialsTotal"] == status["trialsTotal"], status["progress"]
+    trainer = f"system:serviceaccount:{ns}:emg-cnn-trainer"
+
+    def can_i(*args: str) -> str:
+        return e2e.kubectl("auth", "can-i", *args, "-n", ns, "--as", trainer, check=False).stdout
+
+    assert can_i("patch", "configmaps/emg-cnn-progress").strip() == "yes"
+    assert can_i("patch", "tuningjobs.tuneop.io/emg-cnn", "--subresource=status").strip() == "no"
+    assert can_i("patch", "tuningjobs.tuneop.io/emg-cnn").strip() == "no"
+    assert can_i("patch", "configmaps/emg-cnn-spec").strip() == "no"
     metrics = e2e.operator.metrics()
     assert (
         f'tuneop_tuningjob_phase{{namespace="{ns}",phase="Succeeded",tuningjob="emg-cnn"}} 1.0'

@@ -180,11 +180,11 @@ def objects(rendered: str) -> list[dict[str, Any]]:
 
 
 def by_kind(rendered: str) -> dict[str, dict[str, Any]]:
-    """Objects by kind; the chart renders one of each kind (KopfPeering aside: one per
-    watched namespace)."""
+    """Objects by kind; the chart renders one of each kind (KopfPeering, Role and
+    RoleBinding aside: one per watched namespace)."""
     out: dict[str, dict[str, Any]] = {}
     for obj in objects(rendered):
-        if obj["kind"] != "KopfPeering":
+        if obj["kind"] not in ("KopfPeering", "Role", "RoleBinding"):
             assert obj["kind"] not in out, f"two {obj['kind']} objects"
             out[obj["kind"]] = obj
     return out
@@ -357,6 +357,8 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
             "metrics.port=9100",
             "health.port=9101",
             "operator.peeringName=team-a",
+            "operator.requestTimeoutSeconds=12",
+            "operator.errorBackoffMaxSeconds=300",
         )
     )["Deployment"]
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
@@ -371,6 +373,7 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     assert config.log_level == "DEBUG"
     assert (config.metrics_port, config.health_port) == (9100, 9101)
     assert config.peering_name == "team-a"
+    assert (config.request_timeout_seconds, config.error_backoff_max_seconds) == (12, 300)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 9100, "health": 9101}
 
@@ -384,6 +387,8 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     default = Config.from_env(default_env)
     assert default.namespaces == () and default.peering_name == "tuneop"
     assert (default.metrics_port, default.health_port) == (8080, 8081)
+    assert default.request_timeout_seconds == Config.request_timeout_seconds  # one default
+    assert default.error_backoff_max_seconds == Config.error_backoff_max_seconds
 
 
 def test_namespaced_mode_creates_a_kopf_peering_per_watched_namespace(helm: str) -> None:
@@ -444,21 +449,48 @@ def _triples(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
-    """Equal to OPERATOR_RULES (operator/tuneop/rbac.py): nothing missing, nothing more;
-    namespaced mode adds only what kopf needs for its KopfPeering objects."""
+    """Cluster-wide: one ClusterRole equal to OPERATOR_RULES (operator/tuneop/rbac.py),
+    nothing missing, nothing more. With watched namespaces: a Role (and RoleBinding)
+    in each with NAMESPACED_RULES + NAMESPACED_PEERING_RULES, and a ClusterRole with only
+    the cluster-scoped CLUSTER_RULES."""
     from tuneop import rbac
 
-    role = by_kind(template(helm))["ClusterRole"]
+    cluster_wide = by_kind(template(helm))
+    role = cluster_wide["ClusterRole"]
     assert rbac.missing(role["rules"]) == []
     assert _triples(role["rules"]) == _triples(rbac.OPERATOR_RULES)
-    namespaced = by_kind(template(helm, "operator.watchNamespaces={ml}"))["ClusterRole"]
-    extra = _triples(namespaced["rules"]) - _triples(rbac.OPERATOR_RULES)
-    assert extra == {("kopf.dev", "kopfpeerings", v) for v in ("get", "list", "watch", "patch")}
-    # Least privilege: no wildcards, no secrets, no escalate/bind/impersonate.
-    granted = _triples(namespaced["rules"])
+    assert not [o for o in objects(template(helm)) if o["kind"] in ("Role", "RoleBinding")]
+
+    rendered = objects(template(helm, "operator.watchNamespaces={ml,research}"))
+    (cluster,) = [o for o in rendered if o["kind"] == "ClusterRole"]
+    assert _triples(cluster["rules"]) == _triples(rbac.CLUSTER_RULES)
+    roles = [o for o in rendered if o["kind"] == "Role"]
+    bindings = [o for o in rendered if o["kind"] == "RoleBinding"]
+    assert [r["metadata"]["namespace"] for r in roles] == ["ml", "research"]
+    needed = [*rbac.NAMESPACED_RULES, *rbac.NAMESPACED_PEERING_RULES]
+    for namespaced in roles:
+        assert rbac.missing(namespaced["rules"], needed) == []
+        assert _triples(namespaced["rules"]) == _triples(needed)
+    account = cluster_wide["ServiceAccount"]["metadata"]
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": roles[0]["metadata"]["name"],
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["name"], "namespace": "tuneop-system"}
+        ]
+    assert [b["metadata"]["namespace"] for b in bindings] == ["ml", "research"]
+    no_rbac = objects(template(helm, "operator.watchNamespaces={ml}", "rbac.create=false"))
+    assert not [o for o in no_rbac if o["kind"] in ("Role", "RoleBinding", "ClusterRole")]
+    # Least privilege: no wildcards, no secrets, no escalate/bind/impersonate, no update
+    # but the finalizers subresource (owner references with blockOwnerDeletion).
+    granted = _triples(role["rules"]) | {t for r in roles for t in _triples(r["rules"])}
     assert not any("*" in item for triple in granted for item in triple)
     assert not any(resource == "secrets" for _, resource, _ in granted)
     assert not any(verb in ("escalate", "bind", "impersonate") for *_, verb in granted)
+    assert {r for _, r, v in granted if v == "update"} == {"tuningjobs/finalizers"}
 
 
 # --- values.schema.json --------------------------------------------------------------------
@@ -473,6 +505,8 @@ def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
         (["prometheusRule.preemptionStorm.window=soon"], "'soon' does not match pattern"),
         (["prometheusRule.failureBudget.ratio=2"], "at '/prometheusRule/failureBudget/ratio'"),
         (["operator.watchNamespaces={Bad_NS}"], "at '/operator/watchNamespaces/0'"),
+        (["operator.requestTimeoutSeconds=0"], "at '/operator/requestTimeoutSeconds': minimum"),
+        (["operator.errorBackoffMaxSeconds=1e6"], "at '/operator/errorBackoffMaxSeconds'"),
     ],
 )
 def test_values_schema_rejects_bad_values_clearly(helm: str, sets: list[str], message: str) -> None:

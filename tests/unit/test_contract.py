@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import tuneop_contract as c
 
 
@@ -85,3 +86,15 @@ def test_write_termination_message_only_where_the_kubelet_created_the_file(tmp_p
     assert not c.write_termination_message("x", str(path))
     path.touch()
     assert c.write_termination_message("x", str(path)) and path.read_text() == "x"
+
+
+def test_the_progress_configmap_holds_the_status_form_as_json():
+    progress = c.Progress(trial_id="0003", step=4, best_hyperparameters={"u": 8})
+    patch = c.progress_configmap_patch(progress)
+    assert list(patch) == ["data"] and list(patch["data"]) == [c.PROGRESS_KEY]
+    assert c.progress_from_configmap(patch) == progress.to_status()
+    assert c.Progress.from_dict(c.progress_from_configmap(patch)) == progress
+    for empty in (None, {}, {"data": {}}, {"data": None}, {"data": {c.PROGRESS_KEY: ""}}):
+        assert c.progress_from_configmap(empty) is None
+    with pytest.raises(ValueError):
+        c.progress_from_configmap({"data": {c.PROGRESS_KEY: "{no"}})

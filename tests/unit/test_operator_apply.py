@@ -79,6 +79,7 @@ def test_apply_order_create_then_status_then_delete_then_events():
     assert fake.calls == [
         ("create", "PersistentVolumeClaim/j-ckpt"),
         ("create", "ConfigMap/j-spec"),
+        ("create", "ConfigMap/j-progress"),
         ("create", "ServiceAccount/j-trainer"),
         ("create", "Role/j-trainer"),
         ("create", "RoleBinding/j-trainer"),
@@ -114,6 +115,56 @@ def test_the_spec_configmap_follows_spec_changes_at_the_next_group():
     ]
 
 
+def test_the_progress_configmap_is_emptied_before_each_pod_group():
+    """The last group's record (its resumedFromStep, say) must not be read as the new
+    group's: a map that holds one is replaced by an empty one before the pods exist."""
+
+    class ConfigMapsExist(RecordingKube):
+        def create(self, obj: dict[str, Any]) -> bool:
+            return super().create(obj) and obj["kind"] != "ConfigMap"
+
+    fake = ConfigMapsExist()
+    decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
+    kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    i = fake.calls.index(("create", "ConfigMap/j-progress"))
+    assert fake.calls[i + 1 : i + 3] == [
+        ("delete", "ConfigMap/j-progress"),
+        ("create", "ConfigMap/j-progress"),
+    ]
+    assert fake.calls.index(("create", "Pod/j-worker-0")) > i + 2
+
+
+def test_a_trainer_role_from_an_older_operator_gets_the_current_rule():
+    """A job created before the progress ConfigMap existed has a Role on its status;
+    before its next pod group it is replaced by the current one (and an up-to-date
+    Role is left alone)."""
+    old_rule = [{"apiGroups": ["tuneop.io"], "resources": ["tuningjobs/status"],
+                 "resourceNames": ["j"], "verbs": ["get", "patch"]}]  # fmt: skip
+
+    class RoleExists(RecordingKube):
+        rules = old_rule
+
+        def create(self, obj: dict[str, Any]) -> bool:
+            return super().create(obj) and obj["kind"] != "Role"
+
+        def get(self, path: str) -> dict[str, Any] | None:
+            if "/roles/" in path:
+                owned = {"uid": "r1", "ownerReferences": [builders.owner_reference(JOB)]}
+                return {"metadata": owned, "rules": self.rules}
+            return super().get(path)
+
+    decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
+    fake = RoleExists()
+    kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    i = fake.calls.index(("create", "Role/j-trainer"))
+    assert fake.calls[i + 1 : i + 3] == [("delete", "Role/j-trainer"), ("create", "Role/j-trainer")]
+    assert fake.calls.index(("create", "Pod/j-worker-0")) > i + 2
+    current = RoleExists()
+    current.rules = builders.build_role(JOB)["rules"]
+    kube.apply(current, JOB, decision, metrics_port=9464, uid=1000)
+    assert ("delete", "Role/j-trainer") not in current.calls
+
+
 class ReadingKube(RecordingKube):
     """FAKE: also serves the reads of Runtime.reconcile_once (job, pods, ConfigMap)."""
 
@@ -141,7 +192,7 @@ def test_the_read_phase_fetches_the_script_configmap_before_deciding(present: bo
     }
     fake = ReadingKube(job, {"my-search": {"data": {"search.py": ""}}} if present else {})
     Runtime(Config.from_env({}), fake).reconcile_once("ns", "j", logging.getLogger("test"))
-    assert fake.calls[0] == ("get", "ConfigMap/my-search")
+    assert fake.calls[:2] == [("get", "ConfigMap/j-progress"), ("get", "ConfigMap/my-search")]
     created = [what for call, what in fake.calls if call == "create"]
     if present:
         assert "Pod/j-worker-0" in created
@@ -149,4 +200,4 @@ def test_the_read_phase_fetches_the_script_configmap_before_deciding(present: bo
         assert created == [] and ("event", "ScriptConfigMapMissing") in fake.calls
     spec_mode = ReadingKube({**job, "spec": {"image": "img", "hypermodel": "m:H"}}, {})
     Runtime(Config.from_env({}), spec_mode).reconcile_once("ns", "j", logging.getLogger("test"))
-    assert not [c for c in spec_mode.calls if c[0] == "get"]
+    assert [c for c in spec_mode.calls if c[0] == "get"] == [("get", "ConfigMap/j-progress")]

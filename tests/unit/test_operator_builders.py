@@ -83,6 +83,7 @@ def test_pod_contract_security_and_gpus():
     env = env_of(pod)
     assert env[contract.ENV_JOB_NAME]["value"] == "emg"
     assert env[contract.ENV_JOB_NAMESPACE]["value"] == "ml"
+    assert env[contract.ENV_PROGRESS_CONFIGMAP]["value"] == "emg-progress"
     assert env[contract.ENV_POD_NAME]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env[contract.ENV_METRICS_ADDRESS]["valueFrom"]["fieldRef"]["fieldPath"] == (
         "status.podIP"
@@ -119,7 +120,8 @@ def test_multi_worker_pods_get_tf_config_and_the_headless_service():
     assert service["spec"]["selector"] == {names.LABEL_JOB: "emg"}
     kinds = [c["kind"] for c in builders.build_children(JOB, spec)]
     assert kinds == [
-        "PersistentVolumeClaim", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service",
+        "PersistentVolumeClaim", "ConfigMap", "ConfigMap", "ServiceAccount", "Role", "RoleBinding",
+        "Service",
     ]  # fmt: skip
     assert "Service" not in [c["kind"] for c in builders.build_children(JOB, spec_with())]
 
@@ -156,14 +158,17 @@ def test_configmap_holds_the_spec_the_trainer_reads():
 
 def test_trainer_rbac_is_least_privilege():
     role = builders.build_role(JOB)
-    assert role["rules"] == [
+    assert role["rules"] == [  # its progress ConfigMap; nothing of the TuningJob
         {
-            "apiGroups": ["tuneop.io"],
-            "resources": ["tuningjobs/status"],
-            "resourceNames": ["emg"],
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["emg-progress"],
             "verbs": ["get", "patch"],
         }
     ]
+    progress = builders.build_progress_configmap(JOB)
+    assert progress["metadata"]["name"] == "emg-progress" and progress["data"] == {}
+    assert progress["metadata"]["ownerReferences"][0]["uid"] == JOB["metadata"]["uid"]
     binding = builders.build_role_binding(JOB)
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "emg-trainer"
     assert binding["subjects"] == [

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from tuneop import builders, handlers, kube, names
+from tuneop import runtime as runtime_mod
 from tuneop.config import Config
 from tuneop.runtime import CHILD_CONFLICT, Runtime
 
@@ -176,6 +177,7 @@ def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
         ("Pod", "j-worker-0"): _obj("Pod", "j-worker-0", "u", uid="p1"),
         ("Pod", "j-worker-1"): _obj("Pod", "j-worker-1", "older-job-uid", uid="p2"),
         ("ConfigMap", "j-spec"): _obj("ConfigMap", "j-spec", "u", uid="c1"),
+        ("ConfigMap", "j-progress"): _obj("ConfigMap", "j-progress", "u", uid="c2"),
         ("ServiceAccount", "j-trainer"): _obj("ServiceAccount", "j-trainer", None, uid="s1"),
         ("Role", "j-trainer"): _obj("Role", "j-trainer", "newer-job-uid", uid="r1"),
         ("PersistentVolumeClaim", "j-ckpt"): _obj("PersistentVolumeClaim", "j-ckpt", "u", uid="v1"),
@@ -184,6 +186,7 @@ def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
     job = {**JOB, "spec": {**JOB["spec"], "checkpoint": {"reclaimPolicy": "Delete"}}}
     kube.cleanup(fake, job, LOG)
     assert sorted(fake.deleted) == [
+        ("ConfigMap", "j-progress", "c2"),
         ("ConfigMap", "j-spec", "c1"),
         ("PersistentVolumeClaim", "j-ckpt", "v1"),
         ("Pod", "j-worker-0", "p1"),
@@ -240,5 +243,115 @@ class EventPostingLogger(logging.Logger):
 def test_a_failed_pass_counts_towards_backoff_without_an_event(error: Exception, after: int):
     kopf_logger = EventPostingLogger()
     runtime: Any = FailingRuntime(error)
-    assert asyncio.run(handlers._pass(runtime, "ns", "j", kopf_logger, 2)) == after
+    assert asyncio.run(handlers._pass(runtime, "ns", "j", kopf_logger, 2)) == (after, None)
     assert kopf_logger.posted == []
+
+
+class NodeCountingKube(MemoryKube):
+    def __init__(self, job: dict[str, Any], objects: dict[tuple[str, str], Any]) -> None:
+        super().__init__(objects)
+        self.job = job
+        self.nodes: list[str] = []
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.job
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        self.nodes.append(name)
+        return {"metadata": {"name": name}}
+
+
+def _running_job(**status: Any) -> dict[str, Any]:
+    spec = {**JOB["spec"], "distribution": {"workers": 1}}
+    return {**JOB, "spec": spec, "status": {"attempt": 0, "attemptStarted": True, **status}}
+
+
+def test_a_running_job_is_read_with_its_pods_nodes_and_a_finished_one_rests():
+    spec = builders.JobSpec.from_dict(_running_job()["spec"])
+    pod = builders.build_pod(JOB, spec, 0, 0)
+    pod["spec"]["nodeName"] = "n1"
+    pod["status"] = {"phase": "Running"}
+    running = NodeCountingKube(_running_job(phase="Running"), {("Pod", "j-worker-0"): pod})
+    assert Runtime(Config.from_env({}), running).reconcile_once("ns", "j", LOG) is None
+    assert running.nodes == ["n1"]
+    done = {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z"}
+    finished = NodeCountingKube(_running_job(**done), {("Pod", "j-worker-0"): pod})
+    idle = Runtime(Config.from_env({}), finished).reconcile_once("ns", "j", LOG)
+    assert idle == runtime_mod.FINISHED_RECHECK_SECONDS and finished.nodes == []
+    job = _running_job(**done)
+    job["spec"]["ttlSecondsAfterFinished"] = 10**9  # long, but its end is what wakes it
+    ttl = NodeCountingKube(job, {})
+    idle = Runtime(Config.from_env({}), ttl).reconcile_once("ns", "j", LOG)
+    assert idle == runtime_mod.FINISHED_RECHECK_SECONDS
+    job["spec"]["ttlSecondsAfterFinished"] = 1
+    job["status"]["completionTime"] = kube.dt.datetime.now(kube.dt.UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    idle = Runtime(Config.from_env({}), NodeCountingKube(job, {})).reconcile_once("ns", "j", LOG)
+    assert idle is not None and 0 < idle <= 1
+
+
+class Stopped:
+    """Stands in for kopf's async daemon stopper (`bool(stopped)`, `await stopped.wait()`)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+
+def test_the_daemon_pause_ends_on_a_trigger_a_stop_or_its_time():
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        took = []
+        for wake in ("trigger", "stop", None):
+            stopped, trigger = Stopped(), asyncio.Event()
+            if wake == "trigger":
+                loop.call_later(0.05, trigger.set)
+            elif wake == "stop":
+                loop.call_later(0.05, stopped.event.set)
+            start = loop.time()
+            await handlers.pause(stopped, trigger, 0.5 if wake is None else 30)
+            took.append(loop.time() - start)
+        stopped, trigger = Stopped(), asyncio.Event()
+        trigger.set()
+        start = loop.time()
+        await handlers.pause(stopped, None, 0.1)  # backing off: the trigger is not waited on
+        took.append(loop.time() - start)
+        return took
+
+    trigger, stop, timeout, backoff = asyncio.run(scenario())
+    assert trigger < 1 and stop < 1 and 0.4 < timeout < 2 and backoff >= 0.09
+
+
+def test_a_spec_change_wakes_the_jobs_loop_and_a_status_patch_does_not():
+    runtime = Runtime(Config.from_env({}), MemoryKube({}))
+    memo = type("Memo", (), {"runtime": runtime})()
+
+    def event(generation: int, observed: int, **meta: Any) -> bool:
+        runtime.trigger(("ns", "j")).clear()
+        body = {"metadata": {"generation": generation, **meta},
+                "status": {"observedGeneration": observed}}  # fmt: skip
+        asyncio.run(handlers.job_event(body=body, namespace="ns", name="j", memo=memo))  # type: ignore[arg-type]
+        return runtime.trigger(("ns", "j")).is_set()
+
+    assert event(2, 1) and not event(2, 2)
+    assert not event(3, 2, deletionTimestamp="2026-01-01T00:00:00Z")
+
+
+def test_the_pod_watch_is_filtered_by_the_api_server():
+    import kopf
+
+    settings = kopf.OperatorSettings()
+    memo = type("Memo", (), {"runtime": Runtime(Config.from_env({}), MemoryKube({}))})()
+    handlers.configure(settings=settings, memo=memo)
+    pods = kopf.Resource(group="", version="v1", plural="pods", namespaced=True)
+    jobs = kopf.Resource(group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
+    assert settings.watching.label_selectors.collect(pods) == [
+        f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_JOB}"
+    ]
+    assert settings.watching.label_selectors.collect(jobs) == []

@@ -10,26 +10,37 @@ from tuneop import rbac
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operator-rbac.md"
 
 
-def test_doc_lists_exactly_the_rules():
+def _documented(text: str) -> set[tuple[str, str, str]]:
     rows = [
         [cell.strip() for cell in line.strip("|").split("|")]
-        for line in DOC.read_text().splitlines()
+        for line in text.splitlines()
         if line.startswith("| ") and not line.startswith("| apiGroups") and "---" not in line
     ]
-    documented = {
+    return {
         (group.replace('""', ""), resource.strip(), verb.strip())
         for group, resources, verbs, _ in rows
         for resource in resources.split(",")
         for verb in verbs.split(",")
     }
-    expected = {
+
+
+def _expected(rules: list[dict]) -> set[tuple[str, str, str]]:
+    return {
         (group, resource, verb)
-        for rule in rbac.OPERATOR_RULES
+        for rule in rules
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert documented == expected
+
+
+def test_doc_lists_exactly_the_rules():
+    cluster_wide, namespaced = DOC.read_text().split("## Namespaced mode")
+    assert _documented(cluster_wide) == _expected(rbac.OPERATOR_RULES)
+    assert _documented(namespaced) == _expected(rbac.NAMESPACED_PEERING_RULES)
+    parts = [*rbac.NAMESPACED_RULES, *rbac.CLUSTER_RULES, *rbac.CLUSTER_PEERING_RULES]
+    assert parts == rbac.OPERATOR_RULES
+    assert len(rbac.NAMESPACED_RULES) == 8  # "the first eight above"
 
 
 def test_missing_reports_what_a_role_lacks():
@@ -40,3 +51,19 @@ def test_missing_reports_what_a_role_lacks():
     ]
     assert "tuneop.io/tuningjobs: delete" in rbac.missing(without_delete)
     assert "core/pods: delete" in rbac.missing(without_delete)
+
+
+def test_the_operator_holds_what_it_grants_each_trainer_and_the_trainer_no_tuningjob():
+    """RBAC's escalation check: a Role may only grant what its creator holds."""
+    from tuneop import builders
+
+    rule = builders.TRAINER_RULE
+    for group in rule["apiGroups"]:
+        for resource in rule["resources"]:
+            for verb in rule["verbs"]:
+                assert rbac.granted(rbac.OPERATOR_RULES, group, resource, verb), verb
+    role = builders.build_role({"metadata": {"name": "j", "namespace": "ns", "uid": "u"}})
+    (trainer,) = role["rules"]
+    assert trainer["resourceNames"] == ["j-progress"]
+    for resource in ("tuningjobs", "tuningjobs/status"):
+        assert not rbac.granted(role["rules"], "tuneop.io", resource, "patch")

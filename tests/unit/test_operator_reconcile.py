@@ -5,12 +5,13 @@ to in-memory dicts, so the pure decision logic is exercised step by step."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import tuneop_contract as contract
 from tuneop import builders, names
 from tuneop import status as st
-from tuneop.reconcile import Decision, decide
+from tuneop.reconcile import Decision, decide, nodes_to_read
 from tuneop.spec import JobSpec
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -42,6 +43,8 @@ class World:
         self.last_seen: dict[str, dict[str, Any]] = {}
         self.configmaps: dict[str, dict[str, Any]] = {}
         """The namespace's ConfigMaps the operator reads (the user's script)."""
+        self.reported: dict[str, Any] | None = None
+        """The job's progress ConfigMap (the trainer writes it, the operator reads it)."""
 
     @property
     def status(self) -> dict[str, Any]:
@@ -55,10 +58,12 @@ class World:
             now=self.now,
             last_seen=self.last_seen,
             configmaps=self.configmaps,
+            progress_configmap=self.reported,
         )
         spec = JobSpec.from_dict(self.job["spec"])
         if d.ensure_children:
             self.children_ensured += 1
+            self.reported = builders.build_progress_configmap(self.job)  # reset, as apply does
         for i in d.create_pods:
             pod = builders.build_pod(self.job, spec, i, d.create_attempt)
             self.pods.setdefault(pod["metadata"]["name"], pod)
@@ -96,12 +101,18 @@ class World:
             self.vanish(name)
 
     def progress(self, **fields: Any) -> None:
-        current = self.status.get("progress") or {}
-        fresh = contract.Progress.from_dict(current)
+        """The trainer reports its whole record (a restarted one first restores it from
+        the volume, where it is the last one reported)."""
+        current = contract.progress_from_configmap(self.reported) or self.status.get("progress")
+        fresh = contract.Progress.from_dict(current or {})
         for key, value in fields.items():
             setattr(fresh, key, value)
         fresh.last_progress_time = st.rfc3339(self.now)
-        self.status["progress"] = {k: v for k, v in fresh.to_status().items() if v is not None}
+        self.report(fresh.to_status())
+
+    def report(self, record: Any) -> None:
+        """What lands in the progress ConfigMap (any JSON: a forged one too)."""
+        self.reported = {"data": {contract.PROGRESS_KEY: json.dumps(record)}}
 
     def reasons(self) -> list[str]:
         return [reason for _, reason, _ in self.events]
@@ -539,7 +550,7 @@ def test_a_vanished_completed_pod_still_yields_its_summary():
 def test_a_poisoned_progress_is_ignored_field_by_field_and_the_job_still_reconciles():
     w = World()
     start(w)
-    w.status["progress"] = {
+    w.report({
         "trialsCompleted": "many",
         "trialsTotal": -3,
         "trialId": {"x": 1},
@@ -549,13 +560,21 @@ def test_a_poisoned_progress_is_ignored_field_by_field_and_the_job_still_reconci
         "lastProgressTime": "yesterday",
         "resumedFromStep": 1e400,
         "restores": True,
-    }
+        "phase": "Succeeded",
+    })  # fmt: skip
     w.status["restoreBaseline"] = "x"
     d = w.step()
     assert w.status["trials"] == "0/?" and w.status["bestTrial"] == {"id": "0002"}
-    assert "status.progress.trialsCompleted" in d.ignored
-    assert "status.progress.bestTrialId" not in d.ignored
+    assert "configmaps/j-progress.trialsCompleted" in d.ignored
+    assert "configmaps/j-progress.phase" in d.ignored
+    assert "configmaps/j-progress.bestTrialId" not in d.ignored
     assert "lastProgressTime" not in w.status
+    assert w.status["progress"] == {"bestTrialId": "0002"}  # only what is valid is copied
+    assert w.status["phase"] == st.PHASE_RUNNING
+    w.reported = {"data": {contract.PROGRESS_KEY: "{not json"}}
+    assert w.step().ignored == ("configmaps/j-progress:progress.json",)
+    w.report("not an object")
+    assert w.step().ignored == ("configmaps/j-progress",)
     poisoned = {**w.job, "status": {**w.status, "progress": "not an object"}}
     assert decide(poisoned, list(w.pods.values()), now=w.now).ignored == ("status.progress",)
     w.terminate("j-worker-0", 0)
@@ -617,3 +636,100 @@ def test_an_external_disruption_still_wins_over_a_peers_crash():
     w.terminate("j-worker-1", 1)
     w.step()
     assert (w.status["failures"], w.status["preemptions"]) == (0, 1)
+
+
+def test_the_trainers_record_is_copied_into_status_progress_and_nothing_else():
+    w = World()
+    start(w)
+    w.progress(phase=contract.PHASE_RUNNING, trial_id="0001", trials_total=4, step=3)
+    w.step()
+    record = contract.progress_from_configmap(w.reported)
+    assert w.status["progress"] == {k: v for k, v in record.items() if v is not None}
+    # a forged record misleads at most the progress: not the phase, counters or budgets
+    w.report({**record, "trialsCompleted": 4, "phase": contract.PHASE_COMPLETED,
+              "preemptions": 99, "failures": 99, "attempt": 7, "fromANewerTrainer": 1})  # fmt: skip
+    w.step()
+    assert w.status["trials"] == "4/4" and w.status["phase"] == st.PHASE_RUNNING
+    assert (w.status["preemptions"], w.status["failures"], w.status["attempt"]) == (0, 0, 0)
+    assert "fromANewerTrainer" not in w.status["progress"]
+    assert w.status["progress"]["phase"] == contract.PHASE_COMPLETED  # the record's own field
+    w.report({"trialsCompleted": 1})  # fields it no longer reports leave status.progress
+    w.step()
+    assert w.status["progress"] == {"trialsCompleted": 1}
+
+
+def test_the_last_groups_record_is_not_taken_for_the_new_groups_restore():
+    w = World()
+    start(w)
+    w.progress(trial_id="0001", step=9, resumed_from_step=5, restores=1)  # group 0 resumed
+    w.vanish("j-worker-0")
+    w.step()
+    d = w.step()
+    assert d.create_pods == [0] and w.reported == builders.build_progress_configmap(w.job)
+    w.run_pods()
+    for _ in range(3):
+        w.step()
+    assert "Restored" not in w.reasons() and w.status["restores"] == 0
+    w.progress(trial_id="0001", step=10, resumed_from_step=9, restores=2)
+    w.step()
+    assert w.reasons()[-1] == "Restored" and w.status["restores"] == 1
+
+
+def test_whatever_the_trainer_reports_the_copy_passes_the_crds_schema():
+    from tests.unit.test_operator_crd import check, schema
+
+    progress_schema = schema()["properties"]["status"]["properties"]["progress"]
+    hostile: list[Any] = [
+        contract.Progress().to_status(),
+        {"phase": "Succeeded", "direction": "up", "version": 0, "epoch": -1, "step": 10**13},
+        {"trialId": "x" * 257, "message": "m" * 40000, "objective": 5, "bestScore": float("inf")},
+        {"bestHyperparameters": {"blob": "x" * 20000}, "lastProgressTime": "2026-13-01T00:00:00Z"},
+        {"trialsCompleted": 2.0, "trialsTotal": True, "restores": "3", "message": ""},
+    ]
+    for record in hostile:
+        w = World()
+        start(w)
+        w.report(record)
+        w.step()
+        copied = w.status.get("progress") or {}
+        assert check(copied, progress_schema, ".status.progress") == [], record
+
+
+def test_a_finished_job_says_so_unless_its_own_check_must_be_repeated():
+    w = World()
+    start(w)
+    assert not w.step().finished
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED and w.step().finished
+    failed = World(failurePolicy={"maxFailures": 0})
+    start(failed)
+    failed.terminate("j-worker-0", 1)
+    failed.step()
+    assert failed.status["phase"] == st.PHASE_FAILED and failed.step().finished
+    # an InvalidSpec the operator found (a ConfigMap without the script) is re-checked
+    # every pass: a fixed ConfigMap changes no generation
+    script = World(script={"configMap": {"name": "s", "key": "search.py"}})
+    script.job["spec"].pop("hypermodel")
+    script.configmaps["s"] = {"data": {"other.py": ""}}
+    script.step()
+    assert script.status["phase"] == st.PHASE_FAILED and not script.step().finished
+
+
+def test_nodes_are_read_only_for_running_pods_of_the_current_group():
+    w = World(workers=2)
+    assert nodes_to_read(w.job, []) == []
+    start(w)
+    for i, pod in enumerate(w.pods.values()):
+        pod["spec"]["nodeName"] = f"n{i}"
+    assert nodes_to_read(w.job, list(w.pods.values())) == ["n0", "n1"]
+    w.terminate("j-worker-1", 0)  # ended: its own status says how
+    assert nodes_to_read(w.job, list(w.pods.values())) == ["n0"]
+    old = {**w.pods["j-worker-0"], "metadata": {**w.pods["j-worker-0"]["metadata"]}}
+    old["metadata"]["labels"] = {**old["metadata"]["labels"], names.LABEL_ATTEMPT: "7"}
+    assert nodes_to_read(w.job, [old]) == []  # another group's pod is never classified
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+    w.pods["j-worker-0"]["status"] = {"phase": "Running"}
+    assert nodes_to_read(w.job, list(w.pods.values())) == []

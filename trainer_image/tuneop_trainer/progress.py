@@ -6,10 +6,12 @@ it three ways:
   seconds plus at every checkpoint, trial end and exit);
 - an HTTP endpoint (prometheus-client registry) on TUNEOP_METRICS_ADDRESS:PORT serving
   `/metrics` (Prometheus text format) and `/progress` (the record as JSON);
-- when TUNEOP_JOB_NAME/NAMESPACE are set and the in-cluster ServiceAccount is mounted,
-  a JSON merge patch of `status.progress` on the job's `tuningjobs/status` subresource,
-  sent from a background thread (throttled to one per ~3 s, plus trial ends and exit);
-  API errors are logged, never raised.
+- when TUNEOP_JOB_NAMESPACE and TUNEOP_PROGRESS_CONFIGMAP are set and the in-cluster
+  ServiceAccount is mounted, a JSON merge patch of the job's progress ConfigMap (the
+  record under tuneop_contract.PROGRESS_KEY; the operator copies it into the TuningJob's
+  `status.progress`), sent from a background thread (throttled to one per ~3 s, plus
+  trial ends and exit); API errors are logged, never raised. The pod's token may patch
+  that one ConfigMap and nothing else: it cannot touch the TuningJob.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tuneop_contract import (
     DEFAULT_METRICS_PORT,
-    ENV_JOB_NAME,
     ENV_JOB_NAMESPACE,
     ENV_METRICS_ADDRESS,
     ENV_METRICS_PORT,
+    ENV_PROGRESS_CONFIGMAP,
     Progress,
     now_rfc3339,
+    progress_configmap_patch,
     write_progress,
 )
 
@@ -92,8 +95,8 @@ class Reporter:
         self._lock = threading.Lock()
         self._last_write = 0.0
         self._server: ThreadingHTTPServer | None = None
-        # One reporter per job: only the chief patches the status (and writes files).
-        self._patcher: _StatusPatcher | None = _StatusPatcher.from_env() if write else None
+        # One reporter per job: only the chief reports progress (and writes files).
+        self._patcher: _ProgressPatcher | None = _ProgressPatcher.from_env() if write else None
 
     # -- updates ----------------------------------------------------------------
     def update(self, force: bool = False, **fields: Any) -> None:
@@ -181,8 +184,8 @@ class Reporter:
         return bound
 
 
-class _StatusPatcher:
-    """Merge-patches status.progress of our TuningJob from a daemon thread."""
+class _ProgressPatcher:
+    """Merge-patches the job's progress ConfigMap from a daemon thread."""
 
     def __init__(self, url: str, token_path: Path, ca_path: Path) -> None:
         self.url = url
@@ -195,20 +198,17 @@ class _StatusPatcher:
         threading.Thread(target=self._loop, daemon=True).start()
 
     @classmethod
-    def from_env(cls) -> _StatusPatcher | None:
-        name = os.environ.get(ENV_JOB_NAME)
+    def from_env(cls) -> _ProgressPatcher | None:
+        configmap = os.environ.get(ENV_PROGRESS_CONFIGMAP)
         namespace = os.environ.get(ENV_JOB_NAMESPACE)
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         token, ca = SA_DIR / "token", SA_DIR / "ca.crt"
-        if not (name and namespace and host and token.exists() and ca.exists()):
+        if not (configmap and namespace and host and token.exists() and ca.exists()):
             return None
         if ":" in host:
             host = f"[{host}]"
-        url = (
-            f"https://{host}:{port}/apis/tuneop.io/v1alpha1/namespaces/{namespace}"
-            f"/tuningjobs/{name}/status"
-        )
+        url = f"https://{host}:{port}/api/v1/namespaces/{namespace}/configmaps/{configmap}"
         return cls(url, token, ca)
 
     def submit(self, progress: Progress, force: bool) -> None:
@@ -239,7 +239,7 @@ class _StatusPatcher:
             self._patch(progress)
 
     def _patch(self, progress: Progress) -> None:
-        body = json.dumps({"status": {"progress": progress.to_status()}}).encode()
+        body = json.dumps(progress_configmap_patch(progress)).encode()
         try:
             request = urllib.request.Request(
                 self.url,
@@ -252,5 +252,5 @@ class _StatusPatcher:
             )
             with urllib.request.urlopen(request, timeout=5, context=self.context) as resp:
                 resp.read()
-        except Exception as exc:  # never crash training over a status update
-            log.warning("status patch failed: %s", exc)
+        except Exception as exc:  # never crash training over a progress report
+            log.warning("progress report failed: %s", exc)

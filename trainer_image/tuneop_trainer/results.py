@@ -84,7 +84,7 @@ def export(tuner: Any, checkpoint_dir: Path, write: bool) -> dict[str, Any]:
 def write_final_summary(results: dict[str, Any], trials_total: int | None, path: str) -> None:
     """The termination message of a completed search: the final counts and best trial
     from the results (what results.json holds), so the operator's final status is right
-    even if the last status patches never reached the API server."""
+    even if the last progress reports never reached the API server."""
     best = results.get("best") or {}
     summary = FinalSummary(
         trials_completed=sum(1 for t in results.get("trials") or [] if t["status"] == "COMPLETED"),

@@ -61,3 +61,43 @@ app.kubernetes.io/part-of: tuneop
 app.kubernetes.io/name: tuneop-trainer
 app.kubernetes.io/managed-by: tuneop
 {{- end }}
+
+{{/*
+The operator's rules in a namespace whose TuningJobs it runs: NAMESPACED_RULES in
+operator/tuneop/rbac.py (docs/operator-rbac.md). Cluster-wide they are part of the
+ClusterRole, with watchNamespaces a Role in each watched namespace.
+*/}}
+{{- define "tuneop.namespacedRules" -}}
+# TuningJobs: kopf watches and patches them (every write is a PATCH); delete for
+# ttlSecondsAfterFinished.
+- apiGroups: [tuneop.io]
+  resources: [tuningjobs]
+  verbs: [get, list, watch, patch, delete]
+# Status: the operator's fields (only the operator writes them).
+- apiGroups: [tuneop.io]
+  resources: [tuningjobs/status]
+  verbs: [patch]
+# Owner references with blockOwnerDeletion on the children.
+- apiGroups: [tuneop.io]
+  resources: [tuningjobs/finalizers]
+  verbs: [update]
+# Children of a TuningJob.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [""]
+  resources: [services, persistentvolumeclaims, serviceaccounts]
+  verbs: [get, create, delete]
+# Spec and progress ConfigMaps. patch: each trainer Role grants it on its progress map,
+# and RBAC only lets the operator grant what it holds.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, delete, patch]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create, delete]
+# Events for every create, preemption, restore, failure, suspend and completion.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}
