@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from . import kube, names
+from . import kube, metrics, names
 from .runtime import Runtime, job_of
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
@@ -108,9 +108,11 @@ async def _pass(
             log.info("%s: %s (re-reading)", job, err)
             return 0, None
         log.warning("%s: reconcile: %s (failure %d, backing off)", job, err, errors + 1)
+        metrics.reconcile_failed()
         return errors + 1, None
     except Exception as err:
         log.warning("%s: reconcile failed (failure %d, backing off)", job, errors + 1, exc_info=err)
+        metrics.reconcile_failed()
         return errors + 1, None
     return 0, idle
 
