@@ -2,6 +2,7 @@
 # Render the plain manifests from the Helm chart (`make manifests`):
 #   manifests/crd/*.yaml          -> charts/tuneop/crds/   (copies: manifests/crd is the source)
 #   charts/tuneop (helm template) -> manifests/rbac/, manifests/operator/, manifests/prometheus/
+#   charts/tuneop, admission on with example limits -> manifests/admission/
 #   values.yaml + values.schema.json -> charts/tuneop/README.md (values table)
 # Release "tuneop" in namespace "tuneop-system", default values plus the ServiceMonitor,
 # trainer PodMonitor and PrometheusRule; manifests/prometheus/tuneop-rules.yaml is the
@@ -40,8 +41,18 @@ trap 'rm -f "$rendered"' EXIT
   --set metrics.serviceMonitor.enabled=true --set metrics.trainerPodMonitor.enabled=true \
   --set prometheusRule.enabled=true >"$rendered"
 
-mkdir -p "$out/rbac" "$out/operator" "$out/prometheus"
-rm -f "$out"/rbac/*.yaml "$out"/operator/*.yaml "$out"/prometheus/*.yaml
+# The TuningJob admission policy (docs/security.md), rendered on its own with example
+# limits; an admin changes them in the cluster by editing the params ConfigMap
+# (tuneop-tuningjob-limits), the policy and binding stay as they are.
+"$HELM" template "$release" "$chart" --namespace "$namespace" \
+  --show-only templates/admission-policy.yaml --show-only templates/admission-binding.yaml \
+  --show-only templates/admission-params.yaml \
+  --set admission.enabled=true --set 'admission.allowedImages={registry.example.com/ml/}' \
+  --set 'admission.allowedPriorityClasses={tuneop-preemptible}' \
+  --set admission.maxGpusPerJob=8 >>"$rendered"
+
+mkdir -p "$out/rbac" "$out/operator" "$out/prometheus" "$out/admission"
+rm -f "$out"/rbac/*.yaml "$out"/operator/*.yaml "$out"/prometheus/*.yaml "$out"/admission/*.yaml
 
 # Split on helm's "# Source: tuneop/templates/<file>" markers; each template renders at
 # most one object here. Text is copied verbatim (no YAML re-dump), so output is stable.
@@ -50,6 +61,7 @@ awk -v out="$out" -v header="$header" '
     if (t ~ /^(serviceaccount|clusterrole|clusterrolebinding)\.yaml$/) return out "/rbac/" t
     if (t ~ /^(deployment|service|peering|poddisruptionbudget)\.yaml$/) return out "/operator/" t
     if (t ~ /^(servicemonitor|podmonitor|prometheusrule)\.yaml$/) return out "/prometheus/" t
+    if (t ~ /^admission-(policy|binding|params)\.yaml$/) { sub(/^admission-/, "", t); return out "/admission/" t }
     return ""
   }
   /^---$/ { file = ""; next }
@@ -91,4 +103,4 @@ if [[ -z "${PY:-}" ]]; then
 fi
 "$PY" "$root/hack/chart_readme.py" "$chart" "$readme_out"
 
-echo "render-manifests: wrote $out/{rbac,operator,prometheus} and $crd_out" >&2
+echo "render-manifests: wrote $out/{rbac,operator,prometheus,admission} and $crd_out" >&2

@@ -31,7 +31,7 @@ from tests.localcluster import tools
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tuneop"
 MANIFESTS = ROOT / "manifests"
-RENDERED_DIRS = ("rbac", "operator", "prometheus")
+RENDERED_DIRS = ("rbac", "operator", "prometheus", "admission")
 STANDARD_LABELS = (
     "helm.sh/chart",
     "app.kubernetes.io/name",
@@ -46,6 +46,7 @@ TOGGLES = {
     "trainerPodMonitor": (["metrics.trainerPodMonitor.enabled=true"], "PodMonitor", True),
     "prometheusRule": (["prometheusRule.enabled=true"], "PrometheusRule", True),
     "grafanaDashboard": (["grafana.dashboard.enabled=true"], "ConfigMap", True),
+    "admission": (["admission.enabled=true"], "ValidatingAdmissionPolicy", True),
     "no-metrics-service": (["metrics.service.enabled=false"], "Service", False),
     "no-rbac": (["rbac.create=false"], "ClusterRole", False),
     "no-pdb": (["podDisruptionBudget.enabled=false"], "PodDisruptionBudget", False),
@@ -60,6 +61,7 @@ ALL_ON = [
     "metrics.trainerPodMonitor.enabled=true",
     "prometheusRule.enabled=true",
     "grafana.dashboard.enabled=true",
+    "admission.enabled=true",
 ]
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")  # prometheus-operator
 
@@ -230,6 +232,8 @@ def test_each_toggle(helm: str, toggle: str) -> None:
     assert (kind in default) is not present
     if toggle == "no-rbac":
         assert "ClusterRoleBinding" not in toggled
+    if toggle == "admission":
+        assert {"ValidatingAdmissionPolicyBinding", "ConfigMap"} <= toggled.keys()
     if toggle == "no-serviceaccount":
         pod = toggled["Deployment"]["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "existing"
@@ -493,6 +497,78 @@ def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
     assert {r for _, r, v in granted if v == "update"} == {"tuningjobs/finalizers"}
 
 
+# --- admission policy -------------------------------------------------------------------
+ADMISSION_LIMITS = [
+    "admission.enabled=true",
+    "admission.allowedImages={registry.example.com/ml/,ghcr.io/acme/}",
+    "admission.allowedPriorityClasses={tuneop-preemptible}",
+    "admission.maxGpusPerJob=8",
+    "admission.allowedTolerationKeys={example.com/spot}",
+]
+
+
+def test_admission_limits_reach_the_params_configmap_not_the_expressions(helm: str) -> None:
+    """The limits are data (the policy's paramKind ConfigMap), so an admin changes them by
+    editing that ConfigMap; the policy's expressions name no limit."""
+    objs = by_kind(template(helm, *ADMISSION_LIMITS))
+    policy, binding, params = (
+        objs["ValidatingAdmissionPolicy"],
+        objs["ValidatingAdmissionPolicyBinding"],
+        objs["ConfigMap"],
+    )
+    assert params["metadata"]["namespace"] == "tuneop-system"
+    assert params["data"] == {
+        "allowedImages": "registry.example.com/ml/,ghcr.io/acme/",
+        "allowedPriorityClasses": "tuneop-preemptible",
+        "maxGpusPerJob": "8",
+        "allowedTolerationKeys": "example.com/spot",
+    }
+    spec = policy["spec"]
+    assert spec["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["apiGroups"] == ["tuneop.io"] and rule["resources"] == ["tuningjobs"]
+    assert rule["operations"] == ["CREATE", "UPDATE"]
+    expressions = yaml.safe_dump(spec)
+    for limit in ("registry.example.com", "ghcr.io", "tuneop-preemptible", "example.com/spot"):
+        assert limit not in expressions
+    # Every validation says which field and what is allowed.
+    fields = ["spec.image", "spec.priorityClassName", "spec.distribution", "spec.resources"]
+    fields.append("spec.tolerations")
+    for validation, field in zip(spec["validations"], fields, strict=True):
+        assert field in validation["messageExpression"], validation
+        assert validation["reason"] == "Forbidden"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["paramRef"] == {
+        "name": params["metadata"]["name"],
+        "namespace": "tuneop-system",
+        "parameterNotFoundAction": "Deny",
+    }
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {}
+
+
+def test_admission_binding_takes_the_namespace_selector(helm: str) -> None:
+    binding = by_kind(
+        template(
+            helm, "admission.enabled=true", "admission.namespaceSelector.matchLabels.gpu=shared"
+        )
+    )["ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"gpu": "shared"}
+    }
+
+
+def test_admission_defaults_are_no_limits(helm: str) -> None:
+    params = by_kind(template(helm, "admission.enabled=true"))["ConfigMap"]
+    assert params["data"] == {
+        "allowedImages": "",
+        "allowedPriorityClasses": "",
+        "maxGpusPerJob": "0",
+        "allowedTolerationKeys": "",
+    }
+
+
 # --- values.schema.json --------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("sets", "message"),
@@ -507,6 +583,9 @@ def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
         (["operator.watchNamespaces={Bad_NS}"], "at '/operator/watchNamespaces/0'"),
         (["operator.requestTimeoutSeconds=0"], "at '/operator/requestTimeoutSeconds': minimum"),
         (["operator.errorBackoffMaxSeconds=1e6"], "at '/operator/errorBackoffMaxSeconds'"),
+        (["admission.maxGpusPerJob=-1"], "at '/admission/maxGpusPerJob': minimum: got -1"),
+        (["admission.allowedImages={a b}"], "at '/admission/allowedImages/0'"),
+        (["admission.allowedImage=x"], "additional properties 'allowedImage' not allowed"),
     ],
 )
 def test_values_schema_rejects_bad_values_clearly(helm: str, sets: list[str], message: str) -> None:
@@ -564,12 +643,13 @@ def test_kubeconform_catches_a_typo(
 def test_kubeconform_strict_plain_manifests_and_samples(
     bin_dir: Path, schema_dirs: list[Path]
 ) -> None:
-    paths = [MANIFESTS / d for d in ("crd", "rbac", "operator", "samples")]
+    paths = [MANIFESTS / d for d in ("crd", "rbac", "operator", "admission", "samples")]
     paths += sorted((MANIFESTS / "prometheus").glob("*monitor.yaml"))
     paths += [MANIFESTS / "prometheus" / "prometheusrule.yaml"]
     report = kubeconform(bin_dir, schema_dirs, paths, skip=MONITORING_KINDS)
     kinds = {r["kind"] for r in report["resources"] if r["status"] == "statusValid"}
     assert {"Deployment", "ClusterRole", "Namespace", "TuningJob"} <= kinds, kinds
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds, kinds
 
 
 def test_kubeconform_rejects_a_bad_sample(

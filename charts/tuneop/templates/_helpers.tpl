@@ -101,3 +101,8 @@ ClusterRole, with watchNamespaces a Role in each watched namespace.
   resources: [events]
   verbs: [create]
 {{- end }}
+
+{{/* Name of the TuningJob admission policy, its binding and its params ConfigMap. */}}
+{{- define "tuneop.admissionName" -}}
+{{- printf "%s-tuningjob-limits" (include "tuneop.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
