@@ -41,6 +41,13 @@ the operator copies it into the TuningJob's `status.progress` (see docs/design.m
 ENV_POD_NAME = "TUNEOP_POD_NAME"
 ENV_WORKER_INDEX = "TUNEOP_WORKER_INDEX"
 ENV_TF_CONFIG = "TF_CONFIG"
+ENV_FAILED_TRIALS = "TUNEOP_FAILED_TRIALS"
+"""Trials an earlier pod group could not finish and that must not be retried, as
+`<trialId>:<reason>` entries separated by commas (`format_failed_trials`). The trainer
+marks each one the oracle still has RUNNING (or queued for retry) FAILED before the
+search goes on; ids it does not know are ignored."""
+FAILED_REASON_OOM = "OOMKilled"
+"""Reason in TUNEOP_FAILED_TRIALS of a trial whose trainer ran out of memory."""
 
 DEFAULT_METRICS_PORT = 9464
 DEFAULT_CHECKPOINT_DIR = "/checkpoints"
@@ -74,6 +81,24 @@ EXIT_CODE_MEANING = {
     EXIT_INVALID_SPEC: "invalid spec",
     EXIT_PREEMPTED: "preempted",
 }
+
+
+def format_failed_trials(failed: dict[str, str]) -> str:
+    """TUNEOP_FAILED_TRIALS' value for {trial id: reason}, in the order given."""
+    return ",".join(f"{trial}:{reason}" for trial, reason in failed.items())
+
+
+def parse_failed_trials(text: str | None) -> dict[str, str]:
+    """{trial id: reason} from TUNEOP_FAILED_TRIALS; empty entries are skipped, an entry
+    without a reason gets "failed", the first reason of a repeated id wins."""
+    out: dict[str, str] = {}
+    for entry in (text or "").split(","):
+        trial, _, reason = entry.strip().partition(":")
+        trial = trial.strip()
+        if trial and trial not in out:
+            out[trial] = reason.strip() or "failed"
+    return out
+
 
 # --- progress record ----------------------------------------------------------------
 PHASE_STARTING = "Starting"

@@ -193,6 +193,15 @@ def _field_env(name: str, path: str) -> Obj:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+def oom_trials(status: Obj) -> list[str]:
+    """`status.oomTrials`: the trials whose trainer ran out of memory, oldest first
+    (status is writable by others: anything but a list of ids reads as none)."""
+    value = status.get("oomTrials")
+    if not isinstance(value, list):
+        return []
+    return [str(v) for v in value if isinstance(v, (str, int)) and not isinstance(v, bool)]
+
+
 def build_env(job: Obj, spec: JobSpec, index: int, metrics_port: int) -> list[Obj]:
     env: list[Obj] = [
         {"name": contract.ENV_JOB_NAME, "value": job["metadata"]["name"]},
@@ -208,6 +217,11 @@ def build_env(job: Obj, spec: JobSpec, index: int, metrics_port: int) -> list[Ob
         {"name": contract.ENV_CHECKPOINT_DIR, "value": contract.DEFAULT_CHECKPOINT_DIR},
         {"name": contract.ENV_SPEC_FILE, "value": contract.DEFAULT_SPEC_FILE},
     ]
+    failed = oom_trials(job.get("status") or {})
+    if failed:
+        # the trainer records these FAILED in the oracle instead of retrying them
+        value = contract.format_failed_trials(dict.fromkeys(failed, contract.FAILED_REASON_OOM))
+        env.append({"name": contract.ENV_FAILED_TRIALS, "value": value})
     if spec.multi_worker:
         env.append(
             {

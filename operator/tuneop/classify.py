@@ -5,7 +5,10 @@ taint manager, the kubelet (node pressure / shutdown), node loss, deletion by so
 other than the operator, or a trainer that exited with the contract's "preempted" code
 is `PREEMPTED` and counts against the preemption budget only. A trainer that exits with
 another non-zero code (error, OOM, bad user code) is `FAILED`; the "invalid spec" exit
-code is `INVALID_SPEC` (retrying will not help)."""
+code is `INVALID_SPEC` (retrying will not help). A `FAILED` trainer that ran out of
+memory (reason OOMKilled, or a SIGKILL exit on a pod nobody deleted or disrupted) is
+marked `out_of_memory`: the decision treats it as the running trial's end when the
+trial is known (docs/design.md, "Disruption is not failure")."""
 
 from __future__ import annotations
 
@@ -43,6 +46,11 @@ the trainer never ran, so it is a disruption, not the trainer's failure."""
 TRAINER_PREEMPTED = "TrainerPreempted"
 """Reason of a trainer that exited with the contract's "preempted" code."""
 
+SIGKILL_EXIT = 137
+"""128 + SIGKILL: on a pod nobody deleted or disrupted, the kernel's out-of-memory killer
+(a process other than the container's first one killed for the cgroup's limit leaves
+reason Error, not OOMKilled)."""
+
 SIGNAL_EXIT = 128
 """Exit codes above this are a signal's (137 SIGKILL, 143 SIGTERM): the container was
 killed, which on a pod being deleted is the deletion, not the trainer's failure."""
@@ -79,6 +87,8 @@ class Classification:
     reason: str = ""
     message: str = ""
     exit_code: int | None = None
+    out_of_memory: bool = False
+    """FAILED because the trainer ran out of memory (OOMKilled, or exit 137 unexplained)."""
 
     @property
     def ended(self) -> bool:
@@ -180,9 +190,14 @@ def _classify_failed(pod: Obj, term: Obj | None, deleting: bool, message: str) -
         return Classification(Outcome.INVALID_SPEC, "InvalidSpec", message, exit_code)
     if reason == "OOMKilled":
         text = f"{OOM_HINT}; {message}" if message else OOM_HINT
-        return Classification(Outcome.FAILED, reason, text, exit_code)
+        return Classification(Outcome.FAILED, reason, text, exit_code, out_of_memory=True)
     if deleting and (exit_code is None or exit_code > SIGNAL_EXIT):
         return Classification(Outcome.PREEMPTED, "DeletedExternally", message, exit_code)
+    if exit_code == SIGKILL_EXIT:
+        text = f"killed by SIGKILL (exit 137), most likely out of memory: {OOM_HINT}"
+        return Classification(
+            Outcome.FAILED, reason, f"{text}; {message}" if message else text, exit_code, True
+        )
     return Classification(
         Outcome.FAILED,
         reason,

@@ -318,9 +318,11 @@ def apply(
                 logger.info("created %s %s", child["kind"], child["metadata"]["name"])
             elif child["kind"] in REFRESHED:
                 refresh_child(kube, child, logger)
+    # the pods see the status this decision writes (status.oomTrials -> their env)
+    updated = {**job, "status": decision.merged_status(job)}
     for index in decision.create_pods:
         pod = builders.build_pod(
-            job, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
+            updated, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
         )
         create_pod(kube, job, pod)
     if decision.status:

@@ -55,6 +55,7 @@ GAUGES = {
 COUNTERS = {
     "tuneop_tuningjob_preemptions": "Trainer pod groups lost to disruption.",
     "tuneop_tuningjob_failures": "Trainer failures (failure budget).",
+    "tuneop_tuningjob_trial_ooms": "Trials that ran out of memory, recorded FAILED.",
     "tuneop_tuningjob_restores": "Times a recreated trainer resumed from a checkpoint.",
 }
 STALE_AFTER_SECONDS = 300.0
@@ -101,6 +102,7 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         ),
         "tuneop_tuningjob_preemptions": float(status.get("preemptions") or 0),
         "tuneop_tuningjob_failures": float(status.get("failures") or 0),
+        "tuneop_tuningjob_trial_ooms": float(status.get("trialOOMs") or 0),
         "tuneop_tuningjob_restores": float(status.get("restores") or 0),
         "phase": str(status.get("phase") or st.PHASE_PENDING),
     }

@@ -342,7 +342,7 @@ def decide(
     name = job["metadata"]["name"]
     spec = JobSpec.from_dict(job.get("spec") or {})
     b.put("observedGeneration", b.generation)
-    for counter in ("preemptions", "failures", "restarts", "restores"):
+    for counter in ("preemptions", "failures", "trialOOMs", "restarts", "restores"):
         if b.get(counter) is None:
             b.put(counter, 0)
     progress = _copy_progress(b, progress_configmap)
@@ -555,6 +555,10 @@ def decide(
         b.cond(st.COND_RUNNING, False, "Preempted", what)
         return b.decision
 
+    if Outcome.FAILED in kinds and _trial_out_of_memory(b, outcomes, progress):
+        _record_trial_oom(b, outcomes, progress, spec, group, attempt)
+        return b.decision
+
     if Outcome.FAILED in kinds:
         what = "; ".join(
             f"{n}: {c.reason}: {c.message}"
@@ -617,6 +621,75 @@ def decide(
         b.cond(st.COND_RUNNING, False, "PodsPending", pending)
         b.put("message", f"waiting for trainer pods ({pending})")
     return b.decision
+
+
+TRIAL_OOM = "TrialOutOfMemory"
+"""Reason (Event, condition Running) of a trial recorded FAILED for running out of memory."""
+
+
+def _trial_out_of_memory(
+    b: _Builder, outcomes: Mapping[str, Classification], progress: ProgressView
+) -> bool:
+    """A worker of the group ran out of memory while the trainer was in a trial it
+    named, not yet recorded as out of memory: that trial is infeasible on these pods,
+    not the trainer's failure. An OOM before the first trial, or naming a trial the
+    operator already recorded (the next trainer ran out of memory before it reported a
+    new one, or did not honour the record), stays a failure."""
+    trial = progress.text("trialId")
+    if not trial or trial in builders.oom_trials({"oomTrials": b.get("oomTrials")}):
+        return False
+    return any(c.outcome == Outcome.FAILED and c.out_of_memory for c in outcomes.values())
+
+
+def _record_trial_oom(
+    b: _Builder,
+    outcomes: Mapping[str, Classification],
+    progress: ProgressView,
+    spec: JobSpec,
+    group: list[Obj],
+    attempt: int,
+) -> None:
+    """Record the running trial in status.oomTrials (the next pods get it in
+    TUNEOP_FAILED_TRIALS and mark it FAILED in the oracle), count it in trialOOMs, and
+    recreate the group at once: no backoff, the failure budget untouched. More than
+    failurePolicy.maxTrialOOMs such trials end the job."""
+    trial = str(progress.text("trialId"))
+    fp = spec.failure_policy
+    who = ", ".join(
+        f"{n}: exit {c.exit_code}" if c.reason != "OOMKilled" else f"{n}: OOMKilled"
+        for n, c in outcomes.items()
+        if c.outcome == Outcome.FAILED and c.out_of_memory
+    )
+    ooms = b.count("trialOOMs")
+    b.put("oomTrials", [*builders.oom_trials({"oomTrials": b.get("oomTrials")}), trial])
+    _delete_alive(b, group)
+    limits = (spec.resources.get("limits") or {}).get("memory")
+    memory = f" (limit {limits})" if limits else ""
+    advice = (
+        f"raise spec.resources.limits.memory{memory} (and requests.memory), or shrink the "
+        "search space (the hyperparameter ranges or batch size that make the model this large)"
+    )
+    if ooms > fp.max_trial_ooms:
+        _finish(
+            b,
+            succeeded=False,
+            reason="TrialOOMBudgetExceeded",
+            message=f"{ooms} trials ran out of memory, more than failurePolicy.maxTrialOOMs="
+            f"{fp.max_trial_ooms}; last: trial {trial} ({who}); {advice}",
+        )
+        return
+    b.event(
+        "Warning",
+        TRIAL_OOM,
+        f"trial {trial} ran out of memory ({who}); it is recorded FAILED and the search "
+        f"goes on with the next trial ({ooms}/{fp.max_trial_ooms} tolerated); {advice}",
+    )
+    b.put("attempt", attempt + 1)
+    b.put("attemptStarted", False)
+    b.count("restarts")
+    b.put("nextRetryTime", None)
+    b.put("message", f"trial {trial} ran out of memory; recreating the trainer pod group")
+    b.cond(st.COND_RUNNING, False, TRIAL_OOM, f"trial {trial} ran out of memory ({who})")
 
 
 def _preemption_wins(outcomes: Mapping[str, Classification]) -> bool:

@@ -57,6 +57,9 @@ class FailurePolicy:
     backoff_seconds: int = 10
     max_backoff_seconds: int = 300
     max_preemptions: int = 20
+    max_trial_ooms: int = 10
+    """Trials that ran out of memory (each recorded FAILED, the search going on)
+    tolerated before the job fails: more means the pods are too small for this space."""
 
     def backoff(self, failures: int) -> int:
         """Delay before the retry that follows failure number `failures` (1-based):
@@ -145,6 +148,7 @@ class JobSpec:
                 backoff_seconds=int(fp.get("backoffSeconds", d_fp.backoff_seconds)),
                 max_backoff_seconds=int(fp.get("maxBackoffSeconds", d_fp.max_backoff_seconds)),
                 max_preemptions=int(fp.get("maxPreemptions", d_fp.max_preemptions)),
+                max_trial_ooms=int(fp.get("maxTrialOOMs", d_fp.max_trial_ooms)),
             ),
             resources=dict(spec.get("resources") or {}),
             node_selector=dict(spec.get("nodeSelector") or {}),

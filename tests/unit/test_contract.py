@@ -98,3 +98,11 @@ def test_the_progress_configmap_holds_the_status_form_as_json():
         assert c.progress_from_configmap(empty) is None
     with pytest.raises(ValueError):
         c.progress_from_configmap({"data": {c.PROGRESS_KEY: "{no"}})
+
+
+def test_failed_trials_round_trip_and_tolerate_junk():
+    text = c.format_failed_trials({"01": c.FAILED_REASON_OOM, "7": "x"})
+    assert text == "01:OOMKilled,7:x"
+    assert c.parse_failed_trials(text) == {"01": "OOMKilled", "7": "x"}
+    assert c.parse_failed_trials(None) == {} == c.parse_failed_trials("")
+    assert c.parse_failed_trials(" 3 , ,3:later, 4: ") == {"3": "failed", "4": "failed"}

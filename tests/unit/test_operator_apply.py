@@ -201,3 +201,25 @@ def test_the_read_phase_fetches_the_script_configmap_before_deciding(present: bo
     spec_mode = ReadingKube({**job, "spec": {"image": "img", "hypermodel": "m:H"}}, {})
     Runtime(Config.from_env({}), spec_mode).reconcile_once("ns", "j", logging.getLogger("test"))
     assert [c for c in spec_mode.calls if c[0] == "get"] == [("get", "ConfigMap/j-progress")]
+
+
+def test_pods_get_the_out_of_memory_trials_of_the_status_the_decision_writes() -> None:
+    created: list[dict[str, Any]] = []
+
+    class Capturing(RecordingKube):
+        def create(self, obj: dict[str, Any]) -> bool:
+            if obj["kind"] == "Pod":
+                created.append(obj)
+            return super().create(obj)
+
+    job = {**JOB, "status": {"oomTrials": ["3"]}}
+    decision = Decision(create_pods=[0, 1], create_attempt=2, status={"oomTrials": ["3", "5"]})
+    kube.apply(Capturing(), job, decision, metrics_port=9464, uid=1000)
+    for pod in created:
+        env = {v["name"]: v.get("value") for v in pod["spec"]["containers"][0]["env"]}
+        assert env["TUNEOP_FAILED_TRIALS"] == "3:OOMKilled,5:OOMKilled"
+    assert len(created) == 2
+    created.clear()
+    kube.apply(Capturing(), JOB, Decision(create_pods=[0]), metrics_port=9464, uid=1000)
+    env = [v["name"] for v in created[0]["spec"]["containers"][0]["env"]]
+    assert "TUNEOP_FAILED_TRIALS" not in env

@@ -106,3 +106,22 @@ def test_an_oom_kill_says_how_to_raise_the_limit():
     seen = classify(pod("Failed", exit_code=137, reason="OOMKilled"))
     assert seen.outcome == Outcome.FAILED and seen.reason == "OOMKilled"
     assert "spec.resources.limits.memory" in seen.message
+
+
+def test_out_of_memory_is_marked_for_the_decision():
+    oom = classify(pod("Failed", exit_code=137, reason="OOMKilled"))
+    assert oom.outcome == Outcome.FAILED and oom.out_of_memory
+    # reason Error, exit 137, nobody deleted or disrupted the pod: the OOM killer
+    killed = classify(pod("Failed", exit_code=137))
+    assert killed.outcome == Outcome.FAILED and killed.out_of_memory
+    assert "out of memory" in killed.message and killed.exit_code == 137
+    # the same exit on a pod being deleted or disrupted is the deletion/disruption
+    assert not classify(pod("Failed", exit_code=137, deleting=True)).out_of_memory
+    disrupted = classify(pod("Failed", exit_code=137, disruption="PreemptionByScheduler"))
+    assert disrupted.outcome == Outcome.PREEMPTED and not disrupted.out_of_memory
+    # other exits are plain failures
+    for code in (1, 139, 143):
+        seen = classify(pod("Failed", exit_code=code))
+        assert seen.outcome == Outcome.FAILED and not seen.out_of_memory
+    vanished = classify_missing(pod("Failed", exit_code=137, reason="OOMKilled"))
+    assert vanished.outcome == Outcome.FAILED and vanished.out_of_memory

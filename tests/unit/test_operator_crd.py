@@ -191,6 +191,7 @@ def test_crd_defaults_match_the_operator_spec_defaults():
         "backoffSeconds": FailurePolicy.backoff_seconds,
         "maxBackoffSeconds": FailurePolicy.max_backoff_seconds,
         "maxPreemptions": FailurePolicy.max_preemptions,
+        "maxTrialOOMs": FailurePolicy.max_trial_ooms,
     }
     assert defaults("checkpoint") == {
         "reclaimPolicy": Checkpoint.reclaim_policy,

@@ -22,6 +22,7 @@ AGREED = {
     "tuneop_tuningjob_best_score",
     "tuneop_tuningjob_preemptions_total",
     "tuneop_tuningjob_failures_total",
+    "tuneop_tuningjob_trial_ooms_total",
     "tuneop_tuningjob_restores_total",
     "tuneop_tuningjob_stalled",
     "tuneop_tuningjob_phase",
@@ -60,6 +61,7 @@ def test_series_names_labels_and_values():
         "bestTrial": {"id": "0001", "score": 0.75, "hyperparameters": {"units": 8}},
         "preemptions": 2,
         "failures": 1,
+        "trialOOMs": 4,
         "restores": 2,
         "completionTime": "2026-01-01T00:00:20Z",
         "conditions": [{"type": "Stalled", "status": "True"}],
@@ -89,6 +91,7 @@ def test_series_names_labels_and_values():
     assert one["tuneop_tuningjob_best_score"] == 0.75
     assert one["tuneop_tuningjob_preemptions_total"] == 2
     assert one["tuneop_tuningjob_failures_total"] == 1
+    assert one["tuneop_tuningjob_trial_ooms_total"] == 4
     assert one["tuneop_tuningjob_restores_total"] == 2
     assert one["tuneop_tuningjob_stalled"] == 1
     phases = {s.labels["phase"]: s.value for s in samples["tuneop_tuningjob_phase"]}

@@ -733,3 +733,153 @@ def test_nodes_are_read_only_for_running_pods_of_the_current_group():
     assert w.status["phase"] == st.PHASE_SUCCEEDED
     w.pods["j-worker-0"]["status"] = {"phase": "Running"}
     assert nodes_to_read(w.job, list(w.pods.values())) == []
+
+
+def _oom(w: World, name: str = "j-worker-0", reason: str = "OOMKilled") -> None:
+    w.terminate(name, 137)
+    w.pods[name]["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = reason
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    return {v["name"]: v.get("value") for v in pod["spec"]["containers"][0]["env"]}
+
+
+def test_an_oom_in_a_known_trial_records_it_and_goes_on_without_backoff():
+    w = World(resources={"limits": {"memory": "2Gi"}})
+    start(w)
+    assert contract.ENV_FAILED_TRIALS not in _env(w.pods["j-worker-0"])
+    w.progress(phase=contract.PHASE_RUNNING, trial_id="01", trials_completed=1, step=4)
+    w.step()
+    _oom(w)
+    d = w.step()
+    assert w.status["oomTrials"] == ["01"] and w.status["trialOOMs"] == 1
+    assert (w.status["failures"], w.status["preemptions"]) == (0, 0)
+    assert w.status["attempt"] == 1 and w.status["restarts"] == 1
+    assert "nextRetryTime" not in w.status and d.requeue_after is None
+    kind, reason, message = w.events[-1]
+    assert (kind, reason) == ("Warning", "TrialOutOfMemory")
+    assert "trial 01" in message and "spec.resources.limits.memory (limit 2Gi)" in message
+    assert "search space" in message
+    assert w.condition(st.COND_RUNNING)["reason"] == "TrialOutOfMemory"
+    w.gc_deleted()
+    d = w.step(0.1)  # at once: no backoff
+    assert d.create_pods == [0] and d.create_attempt == 1
+    env = _env(w.pods["j-worker-0"])
+    assert env[contract.ENV_FAILED_TRIALS] == "01:OOMKilled"
+    assert contract.parse_failed_trials(env[contract.ENV_FAILED_TRIALS]) == {"01": "OOMKilled"}
+    # the next trial runs out of memory too: both are named to the next group
+    w.run_pods()
+    w.progress(trial_id="02", step=1)
+    w.step()
+    _oom(w)
+    w.step()
+    w.gc_deleted()
+    w.step()
+    assert w.status["oomTrials"] == ["01", "02"] and w.status["trialOOMs"] == 2
+    assert _env(w.pods["j-worker-0"])[contract.ENV_FAILED_TRIALS] == "01:OOMKilled,02:OOMKilled"
+    assert w.status["failures"] == 0
+    w.run_pods()
+    w.progress(trial_id="03", trials_completed=2)
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+
+
+def test_an_unexplained_sigkill_in_a_known_trial_is_an_oom_too():
+    w = World()
+    start(w)
+    w.progress(trial_id="00")
+    w.step()
+    w.terminate("j-worker-0", 137)  # reason Error: a process of the container OOM-killed
+    w.step()
+    assert w.status["trialOOMs"] == 1 and w.status["failures"] == 0
+    assert "exit 137" in w.events[-1][2]
+
+
+def test_an_oom_before_the_first_trial_is_a_failure():
+    w = World()
+    start(w)
+    _oom(w)
+    w.step()
+    assert (w.status["failures"], w.status["trialOOMs"]) == (1, 0)
+    assert "oomTrials" not in w.status and w.reasons()[-1] == "TrainerFailed"
+    assert w.status.get("nextRetryTime")  # with backoff, as any failure
+
+
+def test_an_oom_naming_a_trial_already_recorded_is_a_failure():
+    """The next trainer ran out of memory before it reported a new trial (or did not
+    honour the record): no loop on the same trial outside the failure budget."""
+    w = World()
+    start(w)
+    w.progress(trial_id="01")
+    w.step()
+    _oom(w)
+    w.step()
+    w.gc_deleted()
+    w.step()
+    w.run_pods()
+    w.step()
+    _oom(w)  # status.progress still names trial 01
+    w.step()
+    assert (w.status["trialOOMs"], w.status["failures"]) == (1, 1)
+    assert w.status["oomTrials"] == ["01"] and w.reasons()[-1] == "TrainerFailed"
+
+
+def test_the_trial_oom_budget_is_separate_and_exhausts():
+    w = World(failurePolicy={"maxFailures": 0, "maxTrialOOMs": 2})
+    start(w)
+    for i in range(3):
+        w.progress(trial_id=f"0{i}")
+        w.step()
+        _oom(w)
+        w.step()
+        if i < 2:
+            w.gc_deleted()
+            w.step()
+            w.run_pods()
+            w.step()
+    assert w.status["phase"] == st.PHASE_FAILED
+    failed = w.condition(st.COND_FAILED)
+    assert failed["reason"] == "TrialOOMBudgetExceeded"
+    assert "maxTrialOOMs=2" in failed["message"] and "trial 02" in failed["message"]
+    assert w.status["trialOOMs"] == 3 and w.status["failures"] == 0
+    assert w.reasons().count("TrialOutOfMemory") == 2
+
+
+def test_one_workers_oom_ends_the_trial_for_the_whole_group():
+    w = World(workers=2)
+    start(w)
+    w.progress(trial_id="04")
+    w.step()
+    _oom(w, "j-worker-1")
+    w.terminate("j-worker-0", 1, "collective op failed: peer gone")
+    w.step()
+    assert (w.status["trialOOMs"], w.status["failures"]) == (1, 0)
+    assert "j-worker-1: OOMKilled" in w.events[-1][2]
+    w.gc_deleted()
+    w.step()
+    for pod in w.pods.values():
+        assert _env(pod)[contract.ENV_FAILED_TRIALS] == "04:OOMKilled"
+
+
+def test_a_disruption_still_wins_over_an_oom():
+    w = World(workers=2)
+    start(w)
+    w.progress(trial_id="04")
+    w.step()
+    evicted = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    w.terminate("j-worker-0", 137, conditions=[evicted])
+    _oom(w, "j-worker-1")
+    w.step()
+    assert (w.status["preemptions"], w.status["trialOOMs"]) == (1, 0)
+
+
+def test_a_forged_oom_list_in_status_reads_as_ids_only():
+    w = World()
+    start(w)
+    w.status["oomTrials"] = ["01", {"x": 1}, True, 7]
+    w.progress(trial_id="02")
+    w.step()
+    _oom(w)
+    w.step()
+    assert w.status["oomTrials"] == ["01", "7", "02"]

@@ -8,6 +8,8 @@ previous round's best weights but not the optimizer state; its JSON files are wr
 place (not atomically). `ResumableMixin` changes exactly that:
 
 - the tuner (and so the oracle) is saved right after construction;
+- the trials named in TUNEOP_FAILED_TRIALS (out of memory in an earlier pod group) are
+  then recorded FAILED instead of retried (failed_trials.py);
 - keras-tuner's JSON writes go through `tuneop_contract.write_atomic`;
 - `run_trial` is our own loop, one `model.fit(epochs=1)` per epoch over the remaining
   batches of a permutation that is a pure function of (seed, execution, epoch), so the
@@ -36,7 +38,7 @@ import keras_tuner
 import numpy as np
 from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
 
-from . import early_stopping, ktpatch, multiworker, preemption, scope
+from . import early_stopping, failed_trials, ktpatch, multiworker, preemption, scope
 from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
 from .data import Dataset, epoch_order
 from .progress import Reporter
@@ -82,6 +84,9 @@ class ResumableMixin:
             # keras-tuner writes tuner0.json only at trial end; without it a restart
             # during the first trial would start a new search.
             self.save()  # type: ignore[attr-defined]
+        # trials the operator names as out of memory are ended, not retried (every worker
+        # alike; only the chief writes)
+        failed_trials.apply(self.oracle)  # type: ignore[attr-defined]
         # Every worker has now loaded the same state; none writes before all have.
         multiworker.barrier(context.strategy)
 

@@ -6,7 +6,8 @@ runs, for every tuner class: the four built-in ones and user subclasses).
   wipe), the tuner is saved right after construction (keras-tuner writes `tuner0.json`
   only at a trial's end, so a kill in the first trial would start a new search), and
   the hypermodel's `build` runs in the trainer's strategy scope with a seed derived from
-  the oracle's seed, the trial and the build's ordinal, then the scope guard's check.
+  the oracle's seed, the trial and the build's ordinal, then the scope guard's check;
+  the trials named in TUNEOP_FAILED_TRIALS are recorded FAILED (failed_trials.py).
 - `Tuner.__init__`: `distribution_strategy` is the trainer's strategy.
 - `BaseTuner._try_run_and_update_trial`: tells the Runtime which trial runs (fit
   checkpoints live under `trials/<id>/`), seeds the trial, and stops between trials on
@@ -30,7 +31,7 @@ from keras_tuner.src.engine import base_tuner, tuner_utils
 from keras_tuner.src.engine import tuner as tuner_module
 from tuneop_contract import TUNER_DIR
 
-from .. import preemption, scope
+from .. import failed_trials, preemption, scope
 from ..results import planned_trials
 from . import runtime
 
@@ -101,6 +102,7 @@ def _patch_base_init() -> None:
             _wrap_build(self)
         if fresh and rt.write:
             self.save()
+        failed_trials.apply(self.oracle)  # out of memory before: ended, not retried
         rt.tuners.append(self)
         from .. import multiworker
 
