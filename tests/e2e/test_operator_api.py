@@ -153,5 +153,6 @@ def test_kubectl_explain_and_defaults(kubectl):
         "backoffSeconds": 10,
         "maxBackoffSeconds": 300,
         "maxPreemptions": 20,
+        "maxTrialOOMs": 10,
     }
     assert spec["tuner"]["factor"] == 3 and spec["suspend"] is False

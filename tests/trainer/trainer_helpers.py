@@ -102,15 +102,7 @@ def kill_exec_when(
     script: Path, ckpt: Path, log: Path, pred: Any, *args: str, sig: int = signal.SIGKILL
 ) -> int:
     """Start `exec` on the script, send `sig` once pred(progress) holds, return its exit."""
-    proc = start_exec(script, ckpt, log, *args)
-    try:
-        wait_for(proc, ckpt, pred)
-        proc.send_signal(sig)
-        return proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    return signal_when(start_exec(script, ckpt, log, *args), ckpt, pred, sig)
 
 
 def fit_final(ckpt: Path, fit_dir: str) -> dict[str, Any]:
@@ -165,7 +157,13 @@ def kill_when(
     spec: Path, ckpt: Path, log: Path, pred: Any, sig: int = signal.SIGKILL, delay: float = 0.0
 ) -> int:
     """Start the trainer, send `sig` once pred(progress) holds (+delay), return its exit code."""
-    proc = start(spec, ckpt, log)
+    return signal_when(start(spec, ckpt, log), ckpt, pred, sig, delay)
+
+
+def signal_when(
+    proc: subprocess.Popen[bytes], ckpt: Path, pred: Any, sig: int, delay: float = 0.0
+) -> int:
+    """Send `sig` to a started trainer once pred(progress) holds (+delay); its exit code."""
     try:
         wait_for(proc, ckpt, pred)
         time.sleep(delay)
