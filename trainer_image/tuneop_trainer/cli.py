@@ -223,7 +223,7 @@ def _search(
         reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
         return fail(EXIT_INVALID_SPEC, str(exc))
     except Exception as exc:
-        message = _summary(exc)
+        message = summary(exc)
         log.exception("search failed")
         reporter.update(force=True, phase=PHASE_FAILED, message=message)
         return fail(EXIT_FAILED, message)
@@ -244,7 +244,7 @@ def _search(
     return EXIT_COMPLETED
 
 
-def _summary(exc: BaseException) -> str:
+def summary(exc: BaseException) -> str:
     """One line for the operator: the error and, when keras-tuner wrapped the user's
     traceback into it ("Number of consecutive failures exceeded..."), the user's error
     (the traceback's last line)."""

@@ -17,16 +17,34 @@ from .spec import SpecError
 RECORD_FILE = "fingerprint.json"
 
 
+# Digests already computed in this process, keyed by buffer address, shape, strides and
+# dtype: every trial's fit gets the same arrays (or views of them), and hashing a large
+# training set once per trial would cost seconds each. Each entry keeps its array alive,
+# so an address cannot be reused for other data while it is cached.
+_cache: dict[tuple[Any, ...], tuple[np.ndarray, str]] = {}
+_CACHE_SIZE = 64
+
+
+def digest_array(value: Any) -> str:
+    """sha256 over one array's dtype, shape and bytes (cached per process)."""
+    array = np.asarray(value)
+    key = (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit[1]
+    digest = hashlib.sha256(f"{array.dtype}{array.shape}".encode())
+    digest.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    if len(_cache) >= _CACHE_SIZE:
+        _cache.pop(next(iter(_cache)))
+    _cache[key] = (array, digest.hexdigest())
+    return _cache[key][1]
+
+
 def digest_arrays(*arrays: Any) -> str:
-    """sha256 over dtype, shape and bytes of each array (None allowed)."""
+    """One digest over several arrays (None allowed)."""
     digest = hashlib.sha256()
     for array in arrays:
-        if array is None:
-            digest.update(b"none")
-            continue
-        a = np.ascontiguousarray(array)
-        digest.update(f"{a.dtype}{a.shape}".encode())
-        digest.update(a.tobytes())
+        digest.update(b"none" if array is None else digest_array(array).encode())
     return digest.hexdigest()
 
 

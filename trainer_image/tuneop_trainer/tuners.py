@@ -25,7 +25,6 @@ place (not atomically). `ResumableMixin` changes exactly that:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import math
@@ -38,7 +37,7 @@ import keras_tuner
 import numpy as np
 from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
 
-from . import early_stopping, failed_trials, ktpatch, multiworker, preemption, scope
+from . import early_stopping, failed_trials, ktpatch, multiworker, preemption, scope, seeds
 from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
 from .data import Dataset, epoch_order
 from .progress import Reporter
@@ -100,7 +99,7 @@ class ResumableMixin:
     # -- model building ---------------------------------------------------------
     def _seed(self, trial_id: str, execution: int) -> int:
         text = f"{self.ctx.spec.tuner.seed}/{trial_id}/{execution}"
-        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+        return seeds.derive(text)
 
     def _build(self, hp: Any, seed: int) -> Any:
         keras.backend.clear_session()

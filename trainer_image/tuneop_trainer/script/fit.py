@@ -36,7 +36,6 @@ warning saying so.
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import json
 import logging
@@ -48,7 +47,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from .. import preemption
+from .. import preemption, seeds
 from ..checkpoint import (
     CheckpointMismatch,
     CheckpointStore,
@@ -56,6 +55,7 @@ from ..checkpoint import (
     restore_metrics,
     restore_state,
 )
+from ..fingerprint import digest_arrays
 from . import callback_state, runtime
 
 log = logging.getLogger(__name__)
@@ -119,37 +119,10 @@ def _to_numpy(structure: Any) -> Any:
     return keras.tree.map_structure(np.asarray, structure)
 
 
-# Digests of arrays already hashed in this process, keyed by buffer address, shape,
-# strides and dtype: every trial's fit gets the same arrays (or views of them), and
-# hashing a large training set once per trial would cost seconds each. Each entry keeps
-# its array alive, so an address cannot be reused for other data while it is cached.
-_digest_cache: dict[tuple[Any, ...], tuple[np.ndarray, str]] = {}
-_DIGEST_CACHE_SIZE = 64
-
-
-def _leaf_digest(leaf: Any) -> str:
-    array = np.asarray(leaf)
-    key = (array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
-    hit = _digest_cache.get(key)
-    if hit is not None:
-        return hit[1]
-    contiguous = np.ascontiguousarray(array)
-    digest = hashlib.sha256(f"{array.dtype}{array.shape}".encode())
-    digest.update(contiguous.reshape(-1).view(np.uint8))
-    value = digest.hexdigest()
-    if len(_digest_cache) >= _DIGEST_CACHE_SIZE:
-        _digest_cache.pop(next(iter(_digest_cache)))
-    _digest_cache[key] = (array, value)
-    return value
-
-
 def _digest(structure: Any) -> str | None:
     if structure is None:
         return None
-    digest = hashlib.sha256()
-    for leaf in keras.tree.flatten(structure):
-        digest.update(_leaf_digest(leaf).encode())
-    return digest.hexdigest()[:16]
+    return digest_arrays(*keras.tree.flatten(structure))[:16]
 
 
 # tf.data inputs the trainer iterates: spec key → [dataset, iterators made in this
@@ -203,7 +176,7 @@ class ResumableFit:
         self.last_logs: dict[str, Any] | None = None
         self.pending_metrics: dict[str, np.ndarray] | None = None
         self.saved_callbacks: tuple[list[dict[str, Any]], dict[str, np.ndarray]] | None = None
-        self.seed = int.from_bytes(hashlib.sha256(self.label.encode()).digest()[:4], "little")
+        self.seed = seeds.derive(self.label)
 
     # -- inputs -----------------------------------------------------------------------
     def _prepare_inputs(self) -> None:

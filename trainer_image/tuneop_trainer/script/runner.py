@@ -208,11 +208,9 @@ def _summary(script: Path, exc: BaseException) -> str:
         if Path(frame.filename).resolve() == script.resolve():
             where = f"{script.name}:{frame.lineno}"
             break
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    message = f"{where}: {type(exc).__name__}: {lines[0] if lines else ''}"
-    if len(lines) > 1:
-        message += f" {lines[-1]}"
-    return message[:1000]
+    from ..cli import summary
+
+    return f"{where}: {summary(exc)}"[:1000]
 
 
 def _write_results(rt: Any) -> dict[str, Any] | None:

@@ -4,12 +4,12 @@ per process, installed before the user's script starts."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Any
 
 from tuneop_contract import TRIALS_DIR
 
+from .. import seeds
 from ..progress import Reporter
 from ..spec import CheckpointSpec
 
@@ -68,7 +68,7 @@ class Runtime:
         else:
             n, self.outer_builds = self.outer_builds, self.outer_builds + 1
             text = f"{base}/outer/{n}"
-        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+        return seeds.derive(text)
 
 
 _current: Runtime | None = None

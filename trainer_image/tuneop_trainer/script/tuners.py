@@ -19,7 +19,6 @@ runs, for every tuner class: the four built-in ones and user subclasses).
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 from pathlib import Path
@@ -31,7 +30,7 @@ from keras_tuner.src.engine import base_tuner, tuner_utils
 from keras_tuner.src.engine import tuner as tuner_module
 from tuneop_contract import TUNER_DIR
 
-from .. import failed_trials, preemption, scope
+from .. import failed_trials, preemption, scope, seeds
 from ..results import planned_trials
 from . import runtime
 
@@ -150,7 +149,7 @@ def _wrap_build(tuner: Any) -> None:
 
 def _trial_seed(tuner: Any, trial_id: str) -> int:
     text = f"{tuner.oracle.seed}/trial/{trial_id}"
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+    return seeds.derive(text)
 
 
 def _patch_trial_run() -> None:
