@@ -49,6 +49,31 @@ search goes on; ids it does not know are ignored."""
 FAILED_REASON_OOM = "OOMKilled"
 """Reason in TUNEOP_FAILED_TRIALS of a trial whose trainer ran out of memory."""
 
+# --- parallel trials: keras-tuner's own distributed tuning ---------------------------
+# With `spec.parallelTrials > 1` one oracle pod serves keras-tuner's oracle over gRPC and
+# each trial group (one pod, or a MultiWorkerMirrored group of pods) runs trials as a
+# keras-tuner worker. The variable names are keras-tuner's (keras_tuner/src/distribute),
+# so a user's script sees the standard setup.
+ENV_TUNER_ID = "KERASTUNER_TUNER_ID"
+"""`ORACLE_TUNER_ID` on the oracle pod, `trial_group_tuner_id(g)` on every pod of trial
+group g (the workers of one MultiWorkerMirrored group share it). keras-tuner hands a
+returning tuner id its ongoing trial, which is how a recreated group resumes its own."""
+ENV_ORACLE_IP = "KERASTUNER_ORACLE_IP"
+"""Host name of the oracle (its pod's DNS name behind the job's headless Service)."""
+ENV_ORACLE_PORT = "KERASTUNER_ORACLE_PORT"
+ENV_TRIAL_GROUPS = "TUNEOP_TRIAL_GROUPS"
+"""Number of trial groups of the job (`spec.parallelTrials`), on every pod of it."""
+ORACLE_TUNER_ID = "chief"
+"""keras-tuner treats any tuner id containing "chief" as the oracle's."""
+DEFAULT_ORACLE_PORT = 8000
+
+
+def trial_group_tuner_id(group: int) -> str:
+    """Tuner id of trial group `group`; group 0 has keras-tuner's default id, so its
+    files are those of a sequential search."""
+    return f"tuner{group}"
+
+
 DEFAULT_METRICS_PORT = 9464
 DEFAULT_CHECKPOINT_DIR = "/checkpoints"
 DEFAULT_SPEC_FILE = "/etc/tuneop/spec.yaml"
@@ -178,16 +203,25 @@ PROGRESS_KEY = "progress.json"
 """Key of the progress ConfigMap holding the record: `to_status()` as JSON."""
 
 
-def progress_configmap_patch(progress: Progress) -> dict[str, Any]:
+def progress_key(tuner_id: str | None = None) -> str:
+    """The ConfigMap key (and file name in the checkpoint directory) of one reporter's
+    record: `PROGRESS_KEY` for a sequential search; with parallel trials each tuner id
+    (the oracle's and each trial group's) has its own, so there is one writer per key."""
+    return PROGRESS_KEY if not tuner_id else f"progress.{tuner_id}.json"
+
+
+def progress_configmap_patch(progress: Progress, tuner_id: str | None = None) -> dict[str, Any]:
     """The JSON merge patch the trainer sends to its progress ConfigMap."""
-    return {"data": {PROGRESS_KEY: json.dumps(progress.to_status(), sort_keys=True)}}
+    key = progress_key(tuner_id)
+    return {"data": {key: json.dumps(progress.to_status(), sort_keys=True)}}
 
 
-def progress_from_configmap(configmap: dict[str, Any] | None) -> Any:
-    """The record a progress ConfigMap holds, as decoded JSON of any type (the reader
-    checks each field), or None when there is none yet. ValueError: not JSON."""
+def progress_from_configmap(configmap: dict[str, Any] | None, tuner_id: str | None = None) -> Any:
+    """The record a progress ConfigMap holds for `tuner_id` (None: the sequential one),
+    as decoded JSON of any type (the reader checks each field), or None when there is
+    none yet. ValueError: not JSON."""
     data = (configmap or {}).get("data")
-    text = data.get(PROGRESS_KEY) if isinstance(data, dict) else None
+    text = data.get(progress_key(tuner_id)) if isinstance(data, dict) else None
     if not isinstance(text, str) or not text:
         return None
     return json.loads(text)
