@@ -18,8 +18,15 @@ from typing import Any
 import tuneop_contract as contract
 from kubernetes.utils.quantity import parse_quantity
 
-RESERVED_ENV_PREFIXES = ("TUNEOP_",)
+RESERVED_ENV_PREFIXES = ("TUNEOP_", "KERASTUNER_")
 RESERVED_ENV_NAMES = (contract.ENV_TF_CONFIG,)
+
+
+DEFAULT_ORACLE_RESOURCES: dict[str, Any] = {"requests": {"cpu": "250m", "memory": "1Gi"}}
+"""The oracle pod's resources when `spec.oracle.resources` is unset: it serves gRPC and
+writes small JSON files, but imports TensorFlow and runs the script up to `search()`."""
+PARALLEL_ACCESS_MODE = "ReadWriteMany"
+"""Trial groups may land on different nodes and all share the checkpoint claim."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +123,12 @@ class JobSpec:
     termination_grace_period_seconds: int = 60
     script: Script | None = None
     """Script mode; None in spec mode (hypermodel + data + tuner)."""
+    parallel_trials: int = 1
+    """Trials at once; above 1 an oracle pod and this many trial groups (keras-tuner's
+    distributed tuning)."""
+    oracle_resources: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: dict(DEFAULT_ORACLE_RESOURCES)
+    )
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> JobSpec:
@@ -123,6 +136,9 @@ class JobSpec:
         ckpt = spec.get("checkpoint") or {}
         fp = spec.get("failurePolicy") or {}
         d_dist, d_ckpt, d_fp = Distribution(), Checkpoint(), FailurePolicy()
+        parallel = int(spec.get("parallelTrials", 1))
+        default_modes = (PARALLEL_ACCESS_MODE,) if parallel > 1 else d_ckpt.access_modes
+        oracle = spec.get("oracle") or {}
         return cls(
             raw=spec,
             image=str(spec.get("image", "")),
@@ -137,7 +153,7 @@ class JobSpec:
                 existing_claim=ckpt.get("existingClaim") or "",
                 size=str(ckpt.get("size") or d_ckpt.size),
                 storage_class_name=ckpt.get("storageClassName") or "",
-                access_modes=tuple(ckpt.get("accessModes") or d_ckpt.access_modes),
+                access_modes=tuple(ckpt.get("accessModes") or default_modes),
                 reclaim_policy=ckpt.get("reclaimPolicy", d_ckpt.reclaim_policy),
                 interval_steps=int(ckpt.get("intervalSteps", d_ckpt.interval_steps)),
                 interval_seconds=int(ckpt.get("intervalSeconds", d_ckpt.interval_seconds)),
@@ -161,7 +177,14 @@ class JobSpec:
             ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
             termination_grace_period_seconds=int(spec.get("terminationGracePeriodSeconds", 60)),
             script=Script.from_dict(spec["script"]) if spec.get("script") else None,
+            parallel_trials=parallel,
+            oracle_resources=dict(oracle.get("resources") or DEFAULT_ORACLE_RESOURCES),
         )
+
+    @property
+    def parallel(self) -> bool:
+        """Several trials at once: an oracle pod and `parallel_trials` trial groups."""
+        return self.parallel_trials > 1
 
     @property
     def multi_worker(self) -> bool:
@@ -224,6 +247,23 @@ def validate(spec: JobSpec) -> list[SpecError]:
             SpecError(
                 "spec.distribution.strategy",
                 "Mirrored runs in one pod; workers > 1 needs MultiWorkerMirrored or Auto",
+            )
+        )
+    modes = spec.checkpoint.access_modes
+    if spec.parallel and not spec.checkpoint.existing_claim and PARALLEL_ACCESS_MODE not in modes:
+        errors.append(
+            SpecError(
+                "spec.checkpoint.accessModes",
+                f"parallelTrials > 1 needs {PARALLEL_ACCESS_MODE} (trial groups on different "
+                "nodes share the claim); leave accessModes unset for the default",
+            )
+        )
+    if "ReadWriteOncePod" in modes and (spec.parallel or spec.multi_worker):
+        errors.append(
+            SpecError(
+                "spec.checkpoint.accessModes",
+                "ReadWriteOncePod allows one pod only: not with distribution.workers > 1 "
+                "or parallelTrials > 1",
             )
         )
     fp = spec.failure_policy
