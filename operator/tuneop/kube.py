@@ -16,7 +16,8 @@ from typing import Any
 import kubernetes
 
 from . import builders, names
-from .reconcile import Decision, Event
+from .decision import Decision, Event
+from .groups import group_named
 from .spec import JobSpec
 
 Obj = dict[str, Any]
@@ -317,7 +318,9 @@ def apply(
             if ensure_child(kube, job, child):
                 logger.info("created %s %s", child["kind"], child["metadata"]["name"])
             elif child["kind"] in REFRESHED:
-                refresh_child(kube, child, logger)
+                progress_map = child["metadata"]["name"] == names.progress_configmap_name(name)
+                if decision.reset_progress or not progress_map:
+                    refresh_child(kube, child, logger)
     # the pods see the status this decision writes (status.oomTrials -> their env)
     updated = {**job, "status": decision.merged_status(job)}
     for index in decision.create_pods:
@@ -325,6 +328,15 @@ def apply(
             updated, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
         )
         create_pod(kube, job, pod)
+    for group_name, attempt in decision.create_groups:
+        group = group_named(name, spec, group_name)
+        if group is None:  # the decision was made from this very spec
+            continue
+        for index in range(len(group.pod_names)):
+            pod = builders.build_pod(
+                updated, spec, index, attempt, metrics_port=metrics_port, uid=uid, group=group
+            )
+            create_pod(kube, job, pod)
     if decision.status:
         rv = meta.get("resourceVersion")
         kube.patch_status(namespace, name, decision.status, resource_version=rv)
