@@ -98,6 +98,7 @@ def decide(
     last_seen: dict[str, Obj] | None = None,
     configmaps: Mapping[str, Obj | None] | None = None,
     progress_configmap: Obj | None = None,
+    claim: Obj | None = None,
 ) -> Decision:
     """What to do next for `job`. `pods`: the job's pods (by label). `nodes`: Node objects
     by name, None for a node known not to exist (names absent = unknown). `last_seen`:
@@ -105,7 +106,9 @@ def decide(
     `configmaps`: the ConfigMap named by spec.script.configMap, by name (None or absent
     = not found), read before each decision so no pod is created without it.
     `progress_configmap`: the job's progress ConfigMap, where the trainer reports; its
-    valid fields are copied into status.progress (None or empty: status.progress as it is)."""
+    valid fields are copied into status.progress (None or empty: status.progress as it is).
+    `claim`: spec.checkpoint.existingClaim as read (parallel jobs check its access modes;
+    None: not read or not found)."""
     nodes = nodes or {}
     last_seen = last_seen or {}
     configmaps = configmaps or {}
@@ -128,6 +131,7 @@ def decide(
             last_seen=last_seen,
             configmaps=configmaps,
             progress_configmap=progress_configmap,
+            claim=claim,
         )
     return _decide_sequential(b, spec, pods, nodes, last_seen, configmaps, progress_configmap)
 

@@ -58,7 +58,7 @@ from .group_step import (
 from .groups import pod_groups
 from .progress import ProgressView
 from .progress import from_configmap as progress_from_configmap
-from .spec import JobSpec, validate
+from .spec import JobSpec, check_existing_claim, validate
 
 Obj = dict[str, Any]
 
@@ -117,6 +117,7 @@ def decide_parallel(
     last_seen: Mapping[str, Obj],
     configmaps: Mapping[str, Obj | None],
     progress_configmap: Obj | None,
+    claim: Obj | None = None,
 ) -> Decision:
     job = b.job
     name = job["metadata"]["name"]
@@ -153,7 +154,9 @@ def decide_parallel(
     delete_alive(b, stale)
     every_current = [p for group in current.values() for p in group.values()]
     errors = validate(spec)
-    bad_script = script_error(spec, configmaps)
+    bad_script = script_error(spec, configmaps) or (
+        check_existing_claim(spec, claim) if claim is not None else None
+    )
 
     def done() -> Decision:
         b.put("groups", [entries[s.group.name] for s in slots])

@@ -78,9 +78,17 @@ class Runtime:
         nodes = {node: self.kube.get_node(node) for node in nodes_to_read(job, pods)}
         reported = self.kube.get_configmap(namespace, names.progress_configmap_name(name))
         configmaps: dict[str, Obj | None] = {}
-        script_configmap = JobSpec.from_dict(job.get("spec") or {}).script_configmap
-        if script_configmap:
-            configmaps[script_configmap] = self.kube.get_configmap(namespace, script_configmap)
+        spec = JobSpec.from_dict(job.get("spec") or {})
+        if spec.script_configmap:
+            configmaps[spec.script_configmap] = self.kube.get_configmap(
+                namespace, spec.script_configmap
+            )
+        claim = None
+        if spec.parallel and spec.checkpoint.existing_claim:
+            claim = self.kube.get(
+                f"{kube_mod.collection('PersistentVolumeClaim', namespace)}/"
+                f"{spec.checkpoint.existing_claim}"
+            )
         decision = decide(
             job,
             pods,
@@ -89,6 +97,7 @@ class Runtime:
             last_seen=self.last_seen((namespace, name)),
             configmaps=configmaps,
             progress_configmap=reported,
+            claim=claim,
         )
         self._log_ignored((namespace, name), decision.ignored, logger)
         try:

@@ -315,3 +315,21 @@ def check_script_configmap(spec: JobSpec, configmap: dict[str, Any]) -> SpecErro
         f"unset, and ConfigMap {name!r} has {len(keys)} keys ({have}) but no "
         f"{contract.DEFAULT_SCRIPT_KEY!r}: set spec.script.configMap.key to the entry script",
     )
+
+
+def check_existing_claim(spec: JobSpec, claim: dict[str, Any]) -> SpecError | None:
+    """Whether `spec.checkpoint.existingClaim` (as read from the API) can be shared by
+    every pod of the job: with parallel trials it must be ReadWriteMany (trial groups
+    may land on different nodes). None = fine, or not applicable."""
+    if not spec.parallel or not spec.checkpoint.existing_claim:
+        return None
+    claim_spec = claim.get("spec") if isinstance(claim.get("spec"), dict) else {}
+    modes = [str(m) for m in (claim_spec or {}).get("accessModes") or []]
+    if PARALLEL_ACCESS_MODE in modes:
+        return None
+    return SpecError(
+        "spec.checkpoint.existingClaim",
+        f"claim {spec.checkpoint.existing_claim!r} has access modes {modes or 'none'}; "
+        f"parallelTrials > 1 needs {PARALLEL_ACCESS_MODE} (trial groups on different nodes "
+        "share it): use a ReadWriteMany claim, or leave existingClaim unset",
+    )

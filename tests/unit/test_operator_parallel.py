@@ -11,7 +11,7 @@ from tuneop import builders, names
 from tuneop import status as st
 from tuneop.decision import Decision
 from tuneop.groups import group_named, pod_groups
-from tuneop.reconcile import nodes_to_read
+from tuneop.reconcile import decide, nodes_to_read
 from tuneop.spec import JobSpec, validate
 
 from tests.unit.test_operator_reconcile import World
@@ -266,3 +266,16 @@ def test_the_shared_claim_must_be_read_write_many():
     env = [{"name": "KERASTUNER_TUNER_ID", "value": "x"}]
     reserved = JobSpec.from_dict({"image": "i", "hypermodel": "m:H", "env": env})
     assert "reserved" in str(validate(reserved)[0])
+
+
+def test_an_existing_claim_that_is_not_read_write_many_is_an_invalid_spec():
+    w = ParallelWorld(checkpoint={"existingClaim": "data"})
+    claim = {"spec": {"accessModes": ["ReadWriteOnce"]}}
+    d = decide(w.job, [], now=w.now, claim=claim)
+    assert not d.create_groups
+    failed = st.get_condition(d.status["conditions"], st.COND_FAILED)
+    assert failed is not None and failed["reason"] == "InvalidSpec"
+    assert "spec.checkpoint.existingClaim" in failed["message"]
+    assert "ReadWriteMany" in failed["message"]
+    ok = decide(w.job, [], now=w.now, claim={"spec": {"accessModes": ["ReadWriteMany"]}})
+    assert sorted(n for n, _ in ok.create_groups) == ["oracle", "t0", "t1"]
