@@ -13,7 +13,16 @@ from typing import Any
 
 from . import builders
 from . import status as st
-from .classify import TRAINER_PREEMPTED, Classification, Outcome, classify, classify_missing
+from .classify import (
+    STUCK_WAITING_REASONS,
+    TERMINATING_ON_UNREACHABLE_NODE,
+    TRAINER_PREEMPTED,
+    UNSCHEDULABLE,
+    Classification,
+    Outcome,
+    classify,
+    classify_missing,
+)
 from .decision import Builder, attempt_of, delete_alive, finish, int_of
 from .groups import PodGroup
 from .progress import ProgressView
@@ -34,6 +43,11 @@ TOP_LEVEL = {
 }
 """Where the sequential group's bookkeeping lives in status (a parallel job's groups
 use the same keys inside their `status.groups` entry)."""
+
+
+PODS_PENDING = "PodsPending"
+STUCK = (*STUCK_WAITING_REASONS, UNSCHEDULABLE)
+"""Pending reasons named in the Running condition (and in Stalled once they last)."""
 
 
 class Slot:
@@ -129,6 +143,8 @@ def start_group(b: Builder, slot: Slot) -> None:
         b.decision.create_attempt = attempt
     else:
         b.decision.create_groups.append((slot.group.name, attempt))
+    if slot.entry is None and st.condition_is(b.conditions, st.COND_STALLED):
+        b.cond(st.COND_STALLED, False, "NewPodGroup", "")
     slot.put("attempt", attempt)
     slot.put("started", True)
     slot.put("startTime", st.rfc3339(b.now))
@@ -271,6 +287,11 @@ def run_group(
         )
 
     if Outcome.TERMINATING in kinds:
+        lost = [c for c in outcomes.values() if c.reason == TERMINATING_ON_UNREACHABLE_NODE]
+        if lost:
+            return GroupResult(
+                "terminating", TERMINATING_ON_UNREACHABLE_NODE, lost[0].message, lost[0].message
+            )
         return GroupResult(
             "terminating",
             "Terminating",
@@ -282,10 +303,13 @@ def run_group(
         report_restore(b, slot, progress)
         return GroupResult("running")
 
-    pending = ", ".join(
-        f"{n}: {c.reason}" for n, c in outcomes.items() if c.outcome == Outcome.PENDING
+    pending = [(n, c) for n, c in outcomes.items() if c.outcome == Outcome.PENDING]
+    text = ", ".join(
+        f"{n}: {c.reason}" + (f" ({c.message})" if c.message and c.reason in STUCK else "")
+        for n, c in pending
     )
-    return GroupResult("pending", "PodsPending", pending)
+    stuck = next((c.reason for _, c in pending if c.reason in STUCK), None)
+    return GroupResult("pending", stuck or PODS_PENDING, text)
 
 
 def trial_out_of_memory(
@@ -401,18 +425,88 @@ def idle_seconds(b: Builder, last_progress: Any, started_at: Any) -> float | Non
     return (b.now - max(known)).total_seconds() if known else None
 
 
-def check_stall(b: Builder, spec: JobSpec, idle: float | None, who: str = "") -> None:
-    """Condition Stalled (and one Event) once `idle` exceeds stallTimeoutSeconds."""
-    if idle is None:
-        return
-    stalled = st.condition_is(b.conditions, st.COND_STALLED)
-    if idle > spec.stall_timeout_seconds:
-        if not stalled:
-            message = (
-                f"{who}no progress for {int(idle)}s "
-                f"(stallTimeoutSeconds={spec.stall_timeout_seconds})"
-            )
-            b.cond(st.COND_STALLED, True, "NoProgress", message)
-            b.event("Warning", "Stalled", message)
-    elif stalled or st.get_condition(b.conditions, st.COND_STALLED) is None:
-        b.cond(st.COND_STALLED, False, "Progressing", "")
+@dataclasses.dataclass(frozen=True)
+class Stuck:
+    """A pod group judged for Stalled: how long it has been idle or not started."""
+
+    slot: Slot
+    idle: float | None
+    timeout: int
+    reason: str
+    detail: str = ""
+    field: str = "stallTimeoutSeconds"
+
+
+def running_stuck(b: Builder, spec: JobSpec, slot: Slot, last_progress: Any) -> Stuck:
+    """A running group: idle since its last progress (or its start)."""
+    idle = idle_seconds(b, last_progress, slot.get("startTime"))
+    return Stuck(slot, idle, spec.stall_timeout_seconds, "NoProgress")
+
+
+def waiting_stuck(b: Builder, spec: JobSpec, slot: Slot, result: GroupResult) -> Stuck:
+    """A group whose pods have not started (or cannot finish terminating) since it was
+    created: judged against pendingTimeoutSeconds, with the reason it waits."""
+    idle = idle_seconds(b, None, slot.get("startTime"))
+    return Stuck(
+        slot, idle, spec.pending_timeout_seconds, result.reason, result.message,
+        "pendingTimeoutSeconds",
+    )  # fmt: skip
+
+
+def judge_stall(b: Builder, candidates: list[Stuck]) -> Stuck | None:
+    """Condition Stalled from the groups over their timeout (the first one named; True
+    with one Warning Event when it starts or its reason changes), False otherwise.
+    Returns the group that became stalled in this pass, for the stall policy."""
+    over = [c for c in candidates if c.idle is not None and c.idle > c.timeout]
+    current = st.get_condition(b.conditions, st.COND_STALLED) or {}
+    if not over:
+        if current.get("status") == "True" or not current:
+            b.cond(st.COND_STALLED, False, "Progressing", "")
+        return None
+    first = over[0]
+    who = "" if first.slot.entry is None else f"{first.slot.label}: "
+    what = "no progress" if first.reason == "NoProgress" else first.reason
+    message = f"{who}{what} for {int(first.idle or 0)}s ({first.field}={first.timeout})"
+    if first.detail:
+        message += f": {first.detail}"
+    if current.get("status") == "True" and current.get("reason") == first.reason:
+        return None
+    b.cond(st.COND_STALLED, True, first.reason, message[:32768])
+    b.event("Warning", "Stalled", message)
+    return first
+
+
+STALL_RESTART = "StallRestart"
+
+
+def apply_stall_policy(
+    b: Builder, spec: JobSpec, stuck: Stuck, pods: Mapping[str, Obj]
+) -> GroupResult | None:
+    """spec.stallPolicy for a group that just became Stalled: Restart recreates it
+    (status.restarts and stallRestarts, never a failure or a preemption), Fail ends the
+    job with reason Stalled; Ignore leaves it to the condition and the alert."""
+    slot = stuck.slot
+    condition = st.get_condition(b.conditions, st.COND_STALLED) or {}
+    message = str(condition.get("message") or stuck.reason)
+    if spec.stall_policy == "Fail":
+        finish(b, succeeded=False, reason="Stalled", message=f"stalled: {message}")
+        return GroupResult("ended")
+    if spec.stall_policy != "Restart":
+        return None
+    delete_alive(b, list(pods.values()))
+    b.event(
+        "Warning",
+        STALL_RESTART,
+        f"{slot.label} pod group {slot.attempt} stalled ({stuck.reason}); recreating it "
+        "(stallPolicy Restart)",
+    )
+    slot.recreate()
+    b.count("restarts")
+    b.count("stallRestarts")
+    slot.count("restarts")
+    return GroupResult(
+        "recreate",
+        STALL_RESTART,
+        message,
+        f"stalled ({stuck.reason}); recreating the {slot.label} pod group",
+    )

@@ -237,6 +237,12 @@ class Kube:
         self.request("POST", collection("Event", meta["namespace"]), body)
 
 
+class PodRejected(Exception):
+    """The API server refused to create a trainer pod (HTTP 403/422: a ResourceQuota,
+    Pod Security or another admission check). Nothing else of the decision is applied;
+    the next pass tries again (quota may be freed)."""
+
+
 class StaleGroup(Exception):
     """A pod with the wanted name belongs to an older pod group: wait for it to go."""
 
@@ -249,8 +255,15 @@ def _path_of(obj: Obj) -> str:
 def create_pod(kube: Kube, job: Obj, pod: Obj) -> None:
     """Create a pod of the group; one that exists already must be this very group's
     (created before a crash). A pod of an older group, or of an older job of the same
-    name that is still terminating, is waited for (StaleGroup), never adopted."""
-    if kube.create(pod):
+    name that is still terminating, is waited for (StaleGroup), never adopted. A pod
+    the API server refuses (quota, admission) raises PodRejected with its message."""
+    try:
+        created = kube.create(pod)
+    except ApiError as err:
+        if err.status in (403, 422):
+            raise PodRejected(f"pod {pod['metadata']['name']} was refused: {err.reason}") from err
+        raise
+    if created:
         return
     meta = pod["metadata"]
     existing = kube.get(_path_of(pod)) or {}

@@ -43,13 +43,15 @@ from .decision import (
 )
 from .group_step import (
     Slot,
+    apply_stall_policy,
     backoff_wait,
-    check_stall,
     classify_group,
     current_pods,
-    idle_seconds,
+    judge_stall,
     run_group,
+    running_stuck,
     start_group,
+    waiting_stuck,
 )
 from .groups import pod_groups, sequential_group
 from .spec import JobSpec, validate
@@ -188,6 +190,9 @@ def _decide_sequential(
         waiting = backoff_wait(b, slot)
         if waiting is not None:
             b.put("message", waiting)
+            b.cond(st.COND_RUNNING, False, "Backoff", waiting)
+            if b.get("phase") == st.PHASE_RUNNING:
+                b.put("phase", st.PHASE_PENDING)
             return b.decision
         # checked before every pod group: the map may have changed since the last one
         if bad_script is not None:
@@ -224,18 +229,32 @@ def _decide_sequential(
         delete_alive(b, list(current.values()))
         finish(b, succeeded=False, reason="InvalidSpec", message=result.message)
         return b.decision
+    if result.kind in ("running", "pending", "terminating"):
+        stuck = (
+            running_stuck(b, spec, slot, b.get("lastProgressTime"))
+            if result.kind == "running"
+            else waiting_stuck(b, spec, slot, result)
+        )
+        stalled = judge_stall(b, [stuck])
+        acted = apply_stall_policy(b, spec, stalled, current) if stalled else None
+        if acted is not None:
+            result = acted
+    if result.kind == "ended":
+        return b.decision
+    if result.kind != "running" and b.get("phase") == st.PHASE_RUNNING:
+        b.put("phase", st.PHASE_PENDING)  # no trainer trains while the group is replaced
     if result.kind == "recreate":
         b.put("message", result.summary)
         b.cond(st.COND_RUNNING, False, result.reason, result.message)
         return b.decision
     if result.kind == "terminating":
         b.put("message", result.summary)
+        b.cond(st.COND_RUNNING, False, result.reason, result.message)
         return b.decision
     if result.kind == "running":
         if b.get("phase") != st.PHASE_RUNNING:
             b.put("phase", st.PHASE_RUNNING)
         b.cond(st.COND_RUNNING, True, "TrainerRunning", f"{workers} trainer pod(s) running")
-        check_stall(b, spec, idle_seconds(b, b.get("lastProgressTime"), slot.get("startTime")))
         trial = b.get("currentTrial")
         b.put(
             "message",
@@ -249,6 +268,6 @@ def _decide_sequential(
                 f"; ConfigMap {spec.script_configmap!r} (spec.script.configMap.name) not "
                 "found: the pods start once it exists"
             )
-        b.cond(st.COND_RUNNING, False, "PodsPending", pending)
+        b.cond(st.COND_RUNNING, False, result.reason, pending)
         b.put("message", f"waiting for trainer pods ({pending})")
     return b.decision

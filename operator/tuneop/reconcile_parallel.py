@@ -47,13 +47,15 @@ from .decision import (
 from .group_step import (
     GroupResult,
     Slot,
+    apply_stall_policy,
     backoff_wait,
-    check_stall,
     classify_group,
     current_pods,
-    idle_seconds,
+    judge_stall,
     run_group,
+    running_stuck,
     start_group,
+    waiting_stuck,
 )
 from .groups import pod_groups
 from .progress import ProgressView
@@ -210,6 +212,24 @@ def decide_parallel(
                 apply_final(b, result.chief)  # t0 ran the post-search work
         results[slot.group.name] = result
 
+    candidates = []
+    for slot in slots:
+        outcome = results.get(slot.group.name)
+        if slot.get("completed") or outcome is None:
+            continue
+        if outcome.kind == "running" and not slot.group.oracle:
+            candidates.append(running_stuck(b, spec, slot, slot.get("lastProgressTime")))
+        elif outcome.kind in ("pending", "terminating"):
+            candidates.append(waiting_stuck(b, spec, slot, outcome))
+    stalled = judge_stall(b, candidates)
+    if stalled is not None:
+        acted = apply_stall_policy(b, spec, stalled, current[stalled.slot.group.name])
+        if acted is not None and acted.kind == "ended":
+            delete_alive(b, every_current)
+            return done()
+        if acted is not None:
+            results[stalled.slot.group.name] = acted
+
     for slot in slots:
         outcome = results.get(slot.group.name)
         if slot.get("completed"):
@@ -224,7 +244,7 @@ def decide_parallel(
         ttl(b, spec)
         return done()
 
-    _summarize(b, spec, slots, results)
+    _summarize(b, slots, results)
     return done()
 
 
@@ -264,9 +284,7 @@ def _kind(results: Mapping[str, GroupResult], slot: Slot) -> str:
     return result.kind if result is not None else ""
 
 
-def _summarize(
-    b: Builder, spec: JobSpec, slots: list[Slot], results: Mapping[str, GroupResult]
-) -> None:
+def _summarize(b: Builder, slots: list[Slot], results: Mapping[str, GroupResult]) -> None:
     """Phase, conditions and message of an unfinished parallel job."""
     trial_slots = [s for s in slots if not s.group.oracle]
     running = [
@@ -298,13 +316,6 @@ def _summarize(
             "TrialsRunning",
             f"{len(running)}/{len(trial_slots)} trial groups running",
         )
-        worst: tuple[float, str] | None = None
-        for slot in running:
-            idle = idle_seconds(b, slot.get("lastProgressTime"), slot.get("startTime"))
-            if idle is not None and (worst is None or idle > worst[0]):
-                worst = (idle, slot.group.name)
-        if worst is not None:
-            check_stall(b, spec, worst[0], who=f"trial group {worst[1]}: ")
         return
     first = next(
         (r for r in results.values() if r.kind not in ("running", "completed") and r.reason),

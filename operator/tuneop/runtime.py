@@ -28,6 +28,9 @@ its pods' events and its TTL wake it sooner."""
 CHILD_CONFLICT = "ChildConflict"
 """Reason (condition Running, Warning Event) while a child's name is taken by an object
 the job does not own."""
+POD_REJECTED = "PodRejected"
+"""Reason while the API server refuses the job's pods (a ResourceQuota, Pod Security or
+another admission check), with its message."""
 
 
 class Runtime:
@@ -110,39 +113,44 @@ class Runtime:
                 logger=logger,
             )
         except kube_mod.ChildConflict as err:
-            self._report_conflict(job, err, logger)
+            self._report_blocked(job, CHILD_CONFLICT, str(err), logger)
+            return None
+        except kube_mod.PodRejected as err:
+            self._report_blocked(job, POD_REJECTED, str(err), logger)
             return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         if not decision.finished or decision.delete_job:
             return None
         return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
 
-    def _report_conflict(
+    def _report_blocked(
         self,
         job: Obj,
-        err: kube_mod.ChildConflict,
+        reason: str,
+        message: str,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
     ) -> None:
-        """A child's name is taken by an object the job does not own: say so in status
-        (condition Running=False, reason ChildConflict) and once as a Warning Event."""
+        """The decision could not be applied (a child's name taken by an object the job
+        does not own: ChildConflict; a pod refused by quota or admission: PodRejected):
+        say so in status (condition Running=False with that reason) and once as a
+        Warning Event. The next pass tries again."""
         meta, old = job["metadata"], job.get("status") or {}
         conditions = list(old.get("conditions") or [])
         running = st.get_condition(conditions, st.COND_RUNNING) or {}
-        message = str(err)
         logger.warning("%s", message)
-        if running.get("reason") == CHILD_CONFLICT and running.get("message") == message:
+        if running.get("reason") == reason and running.get("message") == message:
             return
         generation = int(meta.get("generation") or 1)
         now = dt.datetime.now(dt.UTC)
         conditions = st.set_condition(
-            conditions, st.COND_RUNNING, False, CHILD_CONFLICT, message, generation, now
+            conditions, st.COND_RUNNING, False, reason, message, generation, now
         )
         patch = {"message": message, "conditions": conditions}
         self.kube.patch_status(
             meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
         )
         with contextlib.suppress(kube_mod.ApiError):
-            self.kube.post_event(job, Event("Warning", CHILD_CONFLICT, message))
+            self.kube.post_event(job, Event("Warning", reason, message))
 
     def _log_ignored(
         self,

@@ -118,6 +118,9 @@ class JobSpec:
     priority_class_name: str = ""
     env: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     stall_timeout_seconds: int = 900
+    pending_timeout_seconds: int = 600
+    stall_policy: str = "Ignore"
+    """Ignore | Restart | Fail: what a Stalled pod group gets besides the condition."""
     suspend: bool = False
     ttl_seconds_after_finished: int | None = None
     termination_grace_period_seconds: int = 60
@@ -173,6 +176,8 @@ class JobSpec:
             priority_class_name=spec.get("priorityClassName") or "",
             env=list(spec.get("env") or []),
             stall_timeout_seconds=int(spec.get("stallTimeoutSeconds", 900)),
+            pending_timeout_seconds=int(spec.get("pendingTimeoutSeconds", 600)),
+            stall_policy=str(spec.get("stallPolicy") or "Ignore"),
             suspend=bool(spec.get("suspend", False)),
             ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
             termination_grace_period_seconds=int(spec.get("terminationGracePeriodSeconds", 60)),
