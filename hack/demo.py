@@ -78,6 +78,25 @@ def preemption_cost(status: Any, evicted_at: float, stopped_step: int | None) ->
     )
 
 
+def summary_table(status: dict[str, Any]) -> str:
+    """The run in one table: the search, what preemption cost, the GPU time."""
+    goodput = status.get("goodput") or {}
+    best = status.get("bestTrial") or {}
+    rows = [
+        ("trials", status.get("trials")),
+        ("best trial", f"{best.get('id')} (score {best.get('score')})"),
+        ("preemptions", status.get("preemptions")),
+        ("restores (resumed at a step)", status.get("restores")),
+        ("failures", status.get("failures")),
+        ("recovery: loss -> next training step", f"{goodput.get('lastRecoverySeconds')} s"),
+        ("GPU-seconds allocated", goodput.get("allocatedGpuSeconds")),
+        ("GPU-seconds lost to preemption", goodput.get("lostGpuSeconds")),
+        ("goodput", f"{goodput.get('percent')} %"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tuneop-demo-"))
     say(f"starting the local control plane and node gpu-node-0 (state in {work})")
@@ -158,6 +177,8 @@ def main() -> int:
             f"{best.get('score')}):"
         )
         print(json.dumps(best.get("hyperparameters"), indent=2, sort_keys=True))
+        say("summary")
+        print(summary_table(final), flush=True)
         ok = (
             final.get("phase") == "Succeeded"
             and final.get("preemptions", 0) >= 1
