@@ -14,11 +14,11 @@ from typing import Any
 import yaml
 
 from tests.unit.test_alerts import promtool  # noqa: F401  (fixture)
-from tests.unit.test_operator_metrics import AGREED, OPERATOR, TRAINER
+from tests.unit.test_operator_metrics import AGREED, HISTOGRAMS, OPERATOR, TRAINER
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "tuneop" / "dashboards" / "tuneop.json"
-EXPORTED = AGREED | OPERATOR | TRAINER
+EXPORTED = AGREED | OPERATOR | HISTOGRAMS | TRAINER
 # What each required panel shows, by the metric it must read.
 REQUIRED = {
     "tuneop_tuningjob_phase",
@@ -92,6 +92,7 @@ def test_per_job_panels_group_by_the_exported_labels() -> None:
                 {"namespace", "tuningjob", "phase"},
                 {"namespace", "pod"},
                 {"phase"},
+                {"le", "reason"},
             ), (title, labels)
 
 

@@ -38,6 +38,9 @@ OPERATOR = {
     "tuneop_reconcile_passes_total",
     "tuneop_reconcile_errors_total",
 }
+# Operator-wide histograms: no samples until something is observed.
+HISTOGRAMS = {"tuneop_recovery_seconds_bucket", "tuneop_recovery_seconds_count",
+              "tuneop_recovery_seconds_sum"}  # fmt: skip
 # What the trainer exports (trainer_image); the dashboard may read these too.
 TRAINER = {
     "tuneop_trainer_steps_total",
