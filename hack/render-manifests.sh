@@ -4,6 +4,8 @@
 #   charts/tuneop (helm template) -> manifests/rbac/, manifests/operator/, manifests/prometheus/
 #   charts/tuneop, admission on with example limits -> manifests/admission/
 #   values.yaml + values.schema.json -> charts/tuneop/README.md (values table)
+#   charts/tuneop/dashboards/tuneop.json -> manifests/grafana/tuneop-dashboard.json (a copy
+#   to import into Grafana by hand; JSON has no comments, so no generated header)
 # Release "tuneop" in namespace "tuneop-system", default values plus the ServiceMonitor,
 # trainer PodMonitor and PrometheusRule; manifests/prometheus/tuneop-rules.yaml is the
 # PrometheusRule's spec as a plain Prometheus rules file. tests/unit/test_chart.py
@@ -95,6 +97,9 @@ YAML
   sed -n '/^spec:$/,$p' "$out/prometheus/prometheusrule.yaml" | tail -n +2 | sed 's/^  //'
 } >"$out/prometheus/tuneop-rules.yaml"
 
+mkdir -p "$out/grafana"
+cp "$chart/dashboards/tuneop.json" "$out/grafana/tuneop-dashboard.json"
+
 # The chart's README (values table from values.yaml + values.schema.json).
 readme_out=$chart/README.md
 [[ $# -ge 1 ]] && readme_out=$out/chart-README.md
@@ -103,4 +108,4 @@ if [[ -z "${PY:-}" ]]; then
 fi
 "$PY" "$root/hack/chart_readme.py" "$chart" "$readme_out"
 
-echo "render-manifests: wrote $out/{rbac,operator,prometheus,admission} and $crd_out" >&2
+echo "render-manifests: wrote $out/{rbac,operator,prometheus,admission,grafana} and $crd_out" >&2

@@ -698,6 +698,8 @@ def test_committed_manifests_match_the_chart(helm: str, tmp_path: Path) -> None:
         for name in fresh:
             a, b = (tmp_path / sub / name).read_text(), (MANIFESTS / sub / name).read_text()
             assert a == b, f"manifests/{sub}/{name} is stale: run `make manifests`"
+    dashboard = (tmp_path / "grafana" / "tuneop-dashboard.json").read_text()
+    assert dashboard == (MANIFESTS / "grafana" / "tuneop-dashboard.json").read_text()
     crd_copies = sorted(p.name for p in (tmp_path / "crd-copies").iterdir())
     assert crd_copies == sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
     readme = (tmp_path / "chart-README.md").read_text()
