@@ -12,12 +12,13 @@ from typing import Any
 import tuneop_contract as contract
 import yaml
 
-from . import names
+from . import names, podtemplate
 from .spec import JobSpec
 
 Obj = dict[str, Any]
 
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = podtemplate.DEFAULT_GPU_RESOURCE
+"""The default of spec.distribution.gpuResource."""
 
 
 def owner_reference(job: Obj) -> Obj:
@@ -237,7 +238,7 @@ def build_resources(spec: JobSpec) -> Obj:
     limits = dict(spec.resources.get("limits") or {})
     gpus = spec.distribution.gpus_per_worker
     if gpus > 0:
-        limits[GPU_RESOURCE] = gpus
+        limits[spec.distribution.gpu_resource] = gpus
     out: Obj = {}
     if requests:
         out["requests"] = requests
@@ -258,7 +259,8 @@ def build_pod(
     """Trainer pod `index` of pod group `attempt`: restricted pod security, fsGroup for
     the volume, GPU limits + toleration, the grace period the trainer needs to write its
     checkpoint, restartPolicy Never (the operator decides about restarts), an in-memory
-    /dev/shm of `distribution.shmSize` for GPU pods. In script
+    /dev/shm of `distribution.shmSize` for GPU pods, then `spec.template` laid over it
+    (podtemplate.apply). In script
     mode with `spec.script.configMap` the user's ConfigMap is mounted too; the command
     is the same in both modes (the trainer reads `spec.script` from the spec file)."""
     job_name = job["metadata"]["name"]
@@ -295,7 +297,7 @@ def build_pod(
     if spec.multi_worker:
         container["ports"].append({"name": "tf-worker", "containerPort": names.TF_WORKER_PORT})
     tolerations: list[Obj] = [
-        {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+        {"key": spec.distribution.gpu_resource, "operator": "Exists", "effect": "NoSchedule"},
         *[dict(t) for t in spec.tolerations],
     ]
     pod_spec: Obj = {
@@ -348,7 +350,7 @@ def build_pod(
     if spec.multi_worker:
         pod_spec["hostname"] = names.pod_name(job_name, index)
         pod_spec["subdomain"] = names.service_name(job_name)
-    return {
+    pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _meta(
@@ -362,6 +364,7 @@ def build_pod(
         ),
         "spec": pod_spec,
     }
+    return podtemplate.apply(pod, spec.raw)  # spec.template, over what the operator owns
 
 
 def build_children(job: Obj, spec: JobSpec) -> list[Obj]:
