@@ -99,6 +99,7 @@ OWNED_SPEC: dict[str, str] = {
 }
 """Pod spec fields a template may not set, and why (the InvalidSpec message)."""
 
+HOST_NAMESPACES = frozenset({"hostNetwork", "hostPID", "hostIPC"})
 ALLOWED_SPEC = frozenset(
     {
         "containers",
@@ -271,6 +272,8 @@ def check(template: Any, field: str = FIELD) -> list[Error]:
         return [*errors, (f"{field}.spec", "must be an object (a partial PodSpec)")]
     where = f"{field}.spec"
     for key, value in pod_spec.items():
+        if key in HOST_NAMESPACES and value is False:
+            continue  # the default, spelled out
         if key in OWNED_SPEC:
             errors.append((f"{where}.{key}", OWNED_SPEC[key]))
         elif key not in ALLOWED_SPEC:
