@@ -18,6 +18,9 @@ from tuneop_trainer.data import synthetic_emg
 
 from tests.e2e.conftest import Env
 from tests.e2e.harness import Kubectl, sample, wait_for
+from tests.e2e.test_admission_policy import job as admission_job
+from tests.e2e.test_admission_policy import policy  # noqa: F401 - the policy fixture
+from tests.e2e.test_admission_policy import rejected as admission_rejected
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
@@ -171,6 +174,41 @@ def rejected(kubectl: Kubectl, job: dict[str, Any]) -> str:
         ({"spec": {"tolerations": []}}, "with the TuningJob's own spec fields"),
         ({"spec": {"hostNetwork": True}}, "not allowed by the restricted Pod Security Standard"),
         ({"spec": {"containers": [{"name": "sidecar"}]}}, 'supported values: "trainer"'),
+        (
+            {"spec": {"volumes": [{"name": "checkpoints", "emptyDir": {}}]}},
+            "checkpoints, spec, script and dshm are the operator's volumes",
+        ),
+        (
+            {"spec": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}},
+            "hostPath is not allowed by the restricted Pod Security Standard",
+        ),
+        (
+            {"spec": {"containers": [{"name": "trainer", "command": ["sh"]}]}},
+            "image, command, args, env, resources and ports are the operator's",
+        ),
+        (
+            {
+                "spec": {
+                    "containers": [{"name": "trainer", "securityContext": {"privileged": True}}]
+                }
+            },
+            "privileged and allowPrivilegeEscalation are not allowed",
+        ),
+        (
+            {"spec": {"initContainers": [{"name": "trainer", "image": "x"}]}},
+            "trainer is the trainer container's name",
+        ),
+        (
+            {
+                "spec": {
+                    "initContainers": [
+                        {"name": "i", "image": "x", "securityContext": {"runAsUser": 0}}
+                    ]
+                }
+            },
+            "runAsUser 0 (root) is not allowed",
+        ),
+        ({"spec": {"securityContext": {"runAsNonRoot": False}}}, "runAsNonRoot must stay true"),
         ({"metadata": {"labels": {"tuneop.io/attempt": "9"}}}, "the tuneop.io/ prefix"),
         ({"metadata": {"labels": {"app.kubernetes.io/managed-by": "me"}}}, "the operator's labels"),
     ],
@@ -194,10 +232,16 @@ def test_a_template_the_operator_refuses_fails_the_job_then_reopens_once_fixed(e
     template = {
         "spec": {
             "volumes": [
-                {"name": names.CHECKPOINT_VOLUME, "emptyDir": {}},
-                {"name": "host", "hostPath": {"path": "/"}},
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "share", "nfs": {"server": "nfs.example.com", "path": "/"}},
             ],
-            "containers": [{"name": "trainer", "securityContext": {"privileged": True}}],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/checkpoints/scratch"}],
+                    "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+                }
+            ],
         }
     }
     e2e.submit(ns, tuner=ONE_TRIAL, distribution={"gpusPerWorker": 0}, template=template)
@@ -205,12 +249,15 @@ def test_a_template_the_operator_refuses_fails_the_job_then_reopens_once_fixed(e
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec", failed
     message = failed["message"]
-    assert "spec.template.spec.volumes[0].name: 'checkpoints' is the operator's volume" in message
-    assert "spec.template.spec.volumes[1].hostPath: volume type not allowed" in message
-    assert "spec.template.spec.containers[0].securityContext.privileged" in message
+    assert "spec.template.spec.volumes[1].nfs: volume type not allowed" in message
+    assert (
+        "spec.template.spec.containers[0].volumeMounts[0].mountPath: /checkpoints/scratch "
+        "overlaps the operator's mount /checkpoints"
+    ) in message
+    assert "spec.template.spec.containers[0].securityContext.capabilities.add: SYS_ADMIN" in message
     events = e2e.kubectl.events(ns, "search")
     assert [(e["type"], e["reason"]) for e in events] == [("Warning", "InvalidSpec")]
-    assert "spec.template.spec.volumes[0].name" in events[0]["message"]
+    assert "spec.template.spec.volumes[1].nfs" in events[0]["message"]
     assert e2e.kubectl.pods(ns, "search") == []
     # the operator re-checks what it rejected itself: fixing the template starts the job
     patch = {"spec": {"template": {"spec": {"volumes": None, "containers": None}}}}
@@ -219,3 +266,20 @@ def test_a_template_the_operator_refuses_fails_the_job_then_reopens_once_fixed(e
     wait_for(lambda: "Created" in e2e.reasons(ns), 30, "the Created event")
     assert e2e.reasons(ns)[:3] == ["InvalidSpec", "SpecChanged", "Created"]
     e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")
+
+
+@pytest.mark.usefixtures("policy")
+def test_the_admission_policys_image_limit_covers_init_containers(kubectl: Kubectl):
+    """The chart's policy (tests/e2e/test_admission_policy.py sets it up with example
+    limits) judges the images of spec.template's init containers like spec.image, and
+    admits a job that leaves spec.image to the operator's default."""
+    init = {"name": "fetch", "image": "docker.io/evil/miner:latest"}
+    bad = admission_job("bad-init", template={"spec": {"initContainers": [init]}})
+    stderr = admission_rejected(kubectl, bad)
+    assert 'spec.template.spec.initContainers image(s) "docker.io/evil/miner:latest"' in stderr
+    allowed = {**init, "image": "registry.example.com/ml/fetch:1"}
+    good = admission_job("good-init", template={"spec": {"initContainers": [allowed]}})
+    del good["spec"]["image"]
+    created = kubectl("create", "-f", "-", input=yaml.safe_dump(good), check=False)
+    assert created.returncode == 0, created.stderr
+    kubectl("delete", "tj", "good-init", "-n", good["metadata"]["namespace"], "--wait=false")

@@ -545,7 +545,7 @@ def test_admission_limits_reach_the_params_configmap_not_the_expressions(helm: s
         assert limit not in expressions
     # Every validation says which field and what is allowed.
     fields = ["spec.image", "spec.priorityClassName", "spec.distribution", "spec.resources"]
-    fields.append("spec.tolerations")
+    fields += ["spec.tolerations", "spec.template.spec.initContainers"]
     for validation, field in zip(spec["validations"], fields, strict=True):
         assert field in validation["messageExpression"], validation
         assert validation["reason"] == "Forbidden"
