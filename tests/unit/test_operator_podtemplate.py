@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 import pytest
+import yaml
 from tuneop import builders, names, podtemplate
 from tuneop.config import Config, ConfigError
 from tuneop.podtemplate import Defaults
@@ -516,3 +517,15 @@ def test_the_operator_applies_its_defaults_when_it_reads_a_job():
     bare = PodCapturing(job)
     Runtime(Config.from_env({}), bare).reconcile_once("ns", "j", logging.getLogger("test"))
     assert bare.pods == [] and ("event", "InvalidSpec") in bare.calls
+
+
+def test_the_data_set_sample_is_valid_and_its_template_accepted():
+    from tests.unit.test_operator_crd import ROOT, check, schema
+
+    sample = yaml.safe_load((ROOT / "manifests/samples/tuningjob-dataset.yaml").read_text())
+    assert check(sample, schema()) == []
+    spec = JobSpec.from_dict(sample["spec"])
+    assert validate(spec) == []
+    pod = builders.build_pod({**JOB, "spec": sample["spec"]}, spec, 0, 0)
+    (trainer,) = pod["spec"]["containers"]
+    assert {"name": "data", "mountPath": "/data", "readOnly": True} in trainer["volumeMounts"]
