@@ -240,6 +240,12 @@ class StaleGroup(Exception):
     """A pod with the wanted name belongs to an older pod group: wait for it to go."""
 
 
+class PodRejected(Exception):
+    """The API server refused a trainer pod (400/422 invalid, e.g. a `spec.template`
+    value only the API server judges; 403 from an admission check such as PodSecurity or
+    a ResourceQuota): reported on the job, tried again next pass."""
+
+
 def _path_of(obj: Obj) -> str:
     meta = obj["metadata"]
     return f"{collection(obj['kind'], meta['namespace'])}/{meta['name']}"
@@ -248,10 +254,16 @@ def _path_of(obj: Obj) -> str:
 def create_pod(kube: Kube, job: Obj, pod: Obj) -> None:
     """Create a pod of the group; one that exists already must be this very group's
     (created before a crash). A pod of an older group, or of an older job of the same
-    name that is still terminating, is waited for (StaleGroup), never adopted."""
-    if kube.create(pod):
-        return
+    name that is still terminating, is waited for (StaleGroup), never adopted. A pod the
+    API server refuses raises PodRejected with its reason."""
     meta = pod["metadata"]
+    try:
+        if kube.create(pod):
+            return
+    except ApiError as err:
+        if err.status in (400, 403, 422):
+            raise PodRejected(f"the API server refused pod {meta['name']}: {err.reason}") from err
+        raise
     existing = kube.get(_path_of(pod)) or {}
     if existing and not owned_by({**existing, "kind": "Pod"}, job):
         raise StaleGroup(f"pod {meta['name']} of another TuningJob of this name still exists")

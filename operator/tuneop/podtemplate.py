@@ -64,6 +64,9 @@ RESERVED_PREFIX = "tuneop.io/"
 OWNED_VOLUMES = frozenset(
     {names.CHECKPOINT_VOLUME, names.SPEC_VOLUME, names.SCRIPT_VOLUME, names.SHM_VOLUME}
 )
+INIT_MOUNTABLE = frozenset({names.CHECKPOINT_VOLUME, names.SPEC_VOLUME})
+"""The operator's volumes every trainer pod has, which init containers may mount too
+(e.g. to put code on the checkpoint volume)."""
 OWNED_PATHS = (
     contract.DEFAULT_CHECKPOINT_DIR,
     contract.DEFAULT_SPEC_FILE.rsplit("/", 1)[0],
@@ -292,9 +295,9 @@ def check(template: Any, field: str = FIELD) -> list[Error]:
         errors.append((f"{where}.imagePullSecrets", "must be a list of {name: <Secret>}"))
     for i, container in enumerate(_named_list(pod_spec, "containers", where, errors)):
         errors += _check_trainer(container, f"{where}.containers[{i}]", template_volumes)
-    all_volumes = template_volumes | OWNED_VOLUMES
+    init_volumes = template_volumes | INIT_MOUNTABLE
     for i, init in enumerate(_named_list(pod_spec, "initContainers", where, errors)):
-        errors += _check_init(init, f"{where}.initContainers[{i}]", all_volumes)
+        errors += _check_init(init, f"{where}.initContainers[{i}]", init_volumes)
     return errors
 
 
@@ -450,7 +453,10 @@ def _check_init(container: Obj, field: str, volumes: set[str]) -> list[Error]:
         name = str(mount.get("name") or "") if isinstance(mount, dict) else ""
         if name not in volumes:
             errors.append(
-                (f"{field}.volumeMounts[{i}].name", f"{name!r} is not a volume of the pod")
+                (
+                    f"{field}.volumeMounts[{i}].name",
+                    f"{name!r} is not a volume of {FIELD}.spec.volumes nor checkpoints or spec",
+                )
             )
     errors += _check_container_security(
         container.get("securityContext"), f"{field}.securityContext"

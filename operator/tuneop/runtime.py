@@ -28,6 +28,9 @@ its pods' events and its TTL wake it sooner."""
 CHILD_CONFLICT = "ChildConflict"
 """Reason (condition Running, Warning Event) while a child's name is taken by an object
 the job does not own."""
+POD_REJECTED = "PodRejected"
+"""Reason (condition Running, Warning Event) while the API server refuses the job's
+trainer pods (e.g. a spec.template value it judges invalid, a quota, PodSecurity)."""
 
 
 class Runtime:
@@ -105,6 +108,9 @@ class Runtime:
         except kube_mod.ChildConflict as err:
             self._report_conflict(job, err, logger)
             return None
+        except kube_mod.PodRejected as err:
+            self._report_conflict(job, err, logger, reason=POD_REJECTED)
+            return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         if not decision.finished or decision.delete_job:
             return None
@@ -113,29 +119,31 @@ class Runtime:
     def _report_conflict(
         self,
         job: Obj,
-        err: kube_mod.ChildConflict,
+        err: Exception,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+        reason: str = CHILD_CONFLICT,
     ) -> None:
-        """A child's name is taken by an object the job does not own: say so in status
-        (condition Running=False, reason ChildConflict) and once as a Warning Event."""
+        """A child's name is taken by an object the job does not own (or the API server
+        refuses its pods, reason PodRejected): say so in status (condition
+        Running=False, that reason) and once as a Warning Event."""
         meta, old = job["metadata"], job.get("status") or {}
         conditions = list(old.get("conditions") or [])
         running = st.get_condition(conditions, st.COND_RUNNING) or {}
         message = str(err)
         logger.warning("%s", message)
-        if running.get("reason") == CHILD_CONFLICT and running.get("message") == message:
+        if running.get("reason") == reason and running.get("message") == message:
             return
         generation = int(meta.get("generation") or 1)
         now = dt.datetime.now(dt.UTC)
         conditions = st.set_condition(
-            conditions, st.COND_RUNNING, False, CHILD_CONFLICT, message, generation, now
+            conditions, st.COND_RUNNING, False, reason, message, generation, now
         )
         patch = {"message": message, "conditions": conditions}
         self.kube.patch_status(
             meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
         )
         with contextlib.suppress(kube_mod.ApiError):
-            self.kube.post_event(job, Event("Warning", CHILD_CONFLICT, message))
+            self.kube.post_event(job, Event("Warning", reason, message))
 
     def _log_ignored(
         self,

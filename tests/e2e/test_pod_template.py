@@ -283,3 +283,24 @@ def test_the_admission_policys_image_limit_covers_init_containers(kubectl: Kubec
     created = kubectl("create", "-f", "-", input=yaml.safe_dump(good), check=False)
     assert created.returncode == 0, created.stderr
     kubectl("delete", "tj", "good-init", "-n", good["metadata"]["namespace"], "--wait=false")
+
+
+def test_a_pod_the_api_server_refuses_is_reported_on_the_job(e2e: Env):
+    """What only the API server judges (here a claim volume without claimName) is not an
+    endless silent retry: condition Running=False PodRejected with the server's reason,
+    one Warning Event, no pod."""
+    ns = e2e.namespace("template-refused")
+    template = {"spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {}}]}}
+    e2e.submit(ns, tuner=ONE_TRIAL, distribution={"gpusPerWorker": 0}, template=template)
+    status = e2e.wait_status(
+        ns,
+        lambda s: any(c.get("reason") == "PodRejected" for c in s.get("conditions") or []),
+        60,
+        "condition PodRejected",
+    )
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert running["status"] == "False", running
+    assert "persistentVolumeClaim.claimName" in running["message"], running
+    wait_for(lambda: "PodRejected" in e2e.reasons(ns), 30, "the PodRejected event")
+    assert e2e.reasons(ns) == ["PodRejected"] and e2e.kubectl.pods(ns, "search") == []
+    e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")

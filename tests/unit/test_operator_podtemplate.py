@@ -202,6 +202,9 @@ def test_only_the_trainer_container_can_be_given():
 def test_init_containers():
     init = {"name": "fetch", "image": "busybox", "volumeMounts": [{"name": "checkpoints"}]}
     assert errors({"spec": {"initContainers": [init]}}) == []  # may mount the operator's
+    # the script and shm volumes exist only in some pods: a mount of them could not be created
+    (error,) = errors({"spec": {"initContainers": [{**init, "volumeMounts": [{"name": "dshm"}]}]}})
+    assert error.startswith("spec.template.spec.initContainers[0].volumeMounts[0].name: 'dshm'")
     bad = [
         {"name": "trainer", "image": "x"},
         {"name": "side", "image": "x", "restartPolicy": "Always"},
@@ -212,7 +215,7 @@ def test_init_containers():
         "spec.template.spec.initContainers[1].restartPolicy: sidecar containers are not supported",
         "spec.template.spec.initContainers[2].image: required",
         "spec.template.spec.initContainers[2].volumeMounts[0].name: "
-        "'nope' is not a volume of the pod",
+        "'nope' is not a volume of spec.template.spec.volumes nor checkpoints or spec",
     ]
 
 
@@ -529,3 +532,28 @@ def test_the_data_set_sample_is_valid_and_its_template_accepted():
     pod = builders.build_pod({**JOB, "spec": sample["spec"]}, spec, 0, 0)
     (trainer,) = pod["spec"]["containers"]
     assert {"name": "data", "mountPath": "/data", "readOnly": True} in trainer["volumeMounts"]
+
+
+def test_a_pod_the_api_server_refuses_is_reported_on_the_job_not_retried_silently():
+    from tuneop.kube import ApiError
+    from tuneop.runtime import POD_REJECTED
+
+    class Refusing(PodCapturing):
+        def create(self, obj: dict[str, Any]) -> bool:
+            if obj["kind"] == "Pod":
+                body = '{"message": "Pod \\"j-worker-0\\" is invalid: spec.volumes[2]: bad"}'
+                raise ApiError(422, body, "POST", "/api/v1/namespaces/ns/pods")
+            return super().create(obj)
+
+        def patch_status(self, namespace: str, name: str, patch: Any, **kw: Any) -> None:
+            self.calls.append(("status", str(patch)))
+
+    job = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": {"image": "img", "hypermodel": "m:H"},
+    }
+    fake = Refusing(job)
+    Runtime(Config.from_env({}), fake).reconcile_once("ns", "j", logging.getLogger("test"))
+    (status,) = [what for call, what in fake.calls if call == "status"]
+    assert POD_REJECTED in status and "spec.volumes[2]: bad" in status
+    assert ("event", POD_REJECTED) in fake.calls
