@@ -13,6 +13,7 @@ import tuneop_contract as contract
 import yaml
 
 from . import names, podtemplate
+from .groups import PodGroup, sequential_group
 from .spec import JobSpec
 
 Obj = dict[str, Any]
@@ -165,25 +166,30 @@ def build_service(job: Obj) -> Obj:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {names.LABEL_JOB: job_name},
-            "ports": [{"name": "tf-worker", "port": names.TF_WORKER_PORT}],
+            "ports": [
+                {"name": "tf-worker", "port": names.TF_WORKER_PORT},
+                {"name": "oracle", "port": contract.DEFAULT_ORACLE_PORT},
+            ],
         },
     }
 
 
-def worker_hosts(job: Obj, workers: int) -> list[str]:
+def pod_host(job: Obj, pod: str) -> str:
+    """DNS name of the job's pod `pod` behind the headless Service."""
     job_name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
-    svc = names.service_name(job_name)
-    return [
-        f"{names.pod_name(job_name, i)}.{svc}.{ns}.svc:{names.TF_WORKER_PORT}"
-        for i in range(workers)
-    ]
+    return f"{pod}.{names.service_name(job_name)}.{ns}.svc"
 
 
-def build_tf_config(job: Obj, workers: int, index: int) -> str:
-    """TF_CONFIG of worker `index` for MultiWorkerMirroredStrategy."""
+def worker_hosts(job: Obj, pod_names: tuple[str, ...]) -> list[str]:
+    return [f"{pod_host(job, pod)}:{names.TF_WORKER_PORT}" for pod in pod_names]
+
+
+def build_tf_config(job: Obj, pod_names: tuple[str, ...], index: int) -> str:
+    """TF_CONFIG of worker `index` of the pod group `pod_names` (a trial group of a
+    parallel job is a cluster of its own) for MultiWorkerMirroredStrategy."""
     return json.dumps(
         {
-            "cluster": {"worker": worker_hosts(job, workers)},
+            "cluster": {"worker": worker_hosts(job, pod_names)},
             "task": {"type": "worker", "index": index},
         },
         sort_keys=True,
@@ -203,7 +209,9 @@ def oom_trials(status: Obj) -> list[str]:
     return [str(v) for v in value if isinstance(v, (str, int)) and not isinstance(v, bool)]
 
 
-def build_env(job: Obj, spec: JobSpec, index: int, metrics_port: int) -> list[Obj]:
+def build_env(
+    job: Obj, spec: JobSpec, index: int, metrics_port: int, group: PodGroup | None = None
+) -> list[Obj]:
     env: list[Obj] = [
         {"name": contract.ENV_JOB_NAME, "value": job["metadata"]["name"]},
         {"name": contract.ENV_JOB_NAMESPACE, "value": job["metadata"]["namespace"]},
@@ -223,17 +231,26 @@ def build_env(job: Obj, spec: JobSpec, index: int, metrics_port: int) -> list[Ob
         # the trainer records these FAILED in the oracle instead of retrying them
         value = contract.format_failed_trials(dict.fromkeys(failed, contract.FAILED_REASON_OOM))
         env.append({"name": contract.ENV_FAILED_TRIALS, "value": value})
-    if spec.multi_worker:
+    if group is not None and group.tuner_id is not None:
+        # keras-tuner's own distributed tuning: the oracle serves, trial groups ask it
+        oracle = names.oracle_pod_name(job["metadata"]["name"])
+        env += [
+            {"name": contract.ENV_TUNER_ID, "value": group.tuner_id},
+            {"name": contract.ENV_ORACLE_IP, "value": pod_host(job, oracle)},
+            {"name": contract.ENV_ORACLE_PORT, "value": str(contract.DEFAULT_ORACLE_PORT)},
+            {"name": contract.ENV_TRIAL_GROUPS, "value": str(spec.parallel_trials)},
+        ]
+    group = group or sequential_group(job["metadata"]["name"], spec)
+    if spec.multi_worker and group.gpus:
         env.append(
-            {
-                "name": contract.ENV_TF_CONFIG,
-                "value": build_tf_config(job, spec.distribution.workers, index),
-            }
+            {"name": contract.ENV_TF_CONFIG, "value": build_tf_config(job, group.pod_names, index)}
         )
     return env + [dict(var) for var in spec.env]
 
 
-def build_resources(spec: JobSpec) -> Obj:
+def build_resources(spec: JobSpec, group: PodGroup | None = None) -> Obj:
+    if group is not None and not group.gpus:
+        return {k: dict(v) for k, v in spec.oracle_resources.items() if v}
     requests = dict(spec.resources.get("requests") or {})
     limits = dict(spec.resources.get("limits") or {})
     gpus = spec.distribution.gpus_per_worker
@@ -255,6 +272,7 @@ def build_pod(
     *,
     metrics_port: int = contract.DEFAULT_METRICS_PORT,
     uid: int = names.TRAINER_UID,
+    group: PodGroup | None = None,
 ) -> Obj:
     """Trainer pod `index` of pod group `attempt`: restricted pod security, fsGroup for
     the volume, GPU limits + toleration, the grace period the trainer needs to write its
@@ -262,8 +280,13 @@ def build_pod(
     /dev/shm of `distribution.shmSize` for GPU pods, then `spec.template` laid over it
     (podtemplate.apply). In script
     mode with `spec.script.configMap` the user's ConfigMap is mounted too; the command
-    is the same in both modes (the trainer reads `spec.script` from the spec file)."""
+    is the same in both modes (the trainer reads `spec.script` from the spec file).
+    `group` (default: the sequential one) names the pod; the oracle of a parallel job
+    gets no GPU, the oracle's resources and port, and a DNS name."""
     job_name = job["metadata"]["name"]
+    group = group or sequential_group(job_name, spec)
+    pod_name = group.pod_names[index]
+    gpus = group.gpus and spec.distribution.gpus_per_worker > 0
     spec_dir = contract.DEFAULT_SPEC_FILE.rsplit("/", 1)[0]
     container: Obj = {
         "name": names.TRAINER_CONTAINER,
@@ -279,9 +302,9 @@ def build_pod(
             "--dir",
             contract.DEFAULT_CHECKPOINT_DIR,
         ],
-        "env": build_env(job, spec, index, metrics_port),
+        "env": build_env(job, spec, index, metrics_port, group),
         "ports": [{"name": "metrics", "containerPort": metrics_port}],
-        "resources": build_resources(spec),
+        "resources": build_resources(spec, group),
         "volumeMounts": [
             {"name": names.CHECKPOINT_VOLUME, "mountPath": contract.DEFAULT_CHECKPOINT_DIR},
             {"name": names.SPEC_VOLUME, "mountPath": spec_dir, "readOnly": True},
@@ -294,10 +317,17 @@ def build_pod(
             "runAsNonRoot": True,
         },
     }
-    if spec.multi_worker:
+    if spec.multi_worker and group.gpus:
         container["ports"].append({"name": "tf-worker", "containerPort": names.TF_WORKER_PORT})
+    if group.oracle:
+        container["ports"].append({"name": "oracle", "containerPort": contract.DEFAULT_ORACLE_PORT})
+    gpu_toleration = {
+        "key": spec.distribution.gpu_resource,
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
     tolerations: list[Obj] = [
-        {"key": spec.distribution.gpu_resource, "operator": "Exists", "effect": "NoSchedule"},
+        *([gpu_toleration] if group.gpus else []),
         *[dict(t) for t in spec.tolerations],
     ]
     pod_spec: Obj = {
@@ -335,7 +365,7 @@ def build_pod(
             {"name": names.SCRIPT_VOLUME, "configMap": {"name": spec.script_configmap}}
         )
     shm = spec.distribution.shm_size
-    if spec.distribution.gpus_per_worker > 0 and shm not in ("0", ""):
+    if gpus and shm not in ("0", ""):
         # NCCL all-reduces through /dev/shm; runtimes give containers 64 MiB.
         container["volumeMounts"].append({"name": names.SHM_VOLUME, "mountPath": "/dev/shm"})
         pod_spec["volumes"].append(
@@ -347,21 +377,21 @@ def build_pod(
         pod_spec["affinity"] = spec.affinity
     if spec.priority_class_name:
         pod_spec["priorityClassName"] = spec.priority_class_name
-    if spec.multi_worker:
-        pod_spec["hostname"] = names.pod_name(job_name, index)
+    if spec.multi_worker or spec.parallel:
+        # a DNS name behind the headless Service: TF_CONFIG peers, the oracle's address
+        pod_spec["hostname"] = pod_name
         pod_spec["subdomain"] = names.service_name(job_name)
+    labels = {
+        names.LABEL_COMPONENT: "oracle" if group.oracle else "trainer",
+        names.LABEL_WORKER_INDEX: str(index),
+        names.LABEL_ATTEMPT: str(attempt),
+    }
+    if group.name:
+        labels[names.LABEL_GROUP] = group.name
     pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _meta(
-            job,
-            names.pod_name(job_name, index),
-            extra={
-                names.LABEL_COMPONENT: "trainer",
-                names.LABEL_WORKER_INDEX: str(index),
-                names.LABEL_ATTEMPT: str(attempt),
-            },
-        ),
+        "metadata": _meta(job, pod_name, extra=labels),
         "spec": pod_spec,
     }
     return podtemplate.apply(pod, spec.raw)  # spec.template, over what the operator owns
@@ -380,6 +410,6 @@ def build_children(job: Obj, spec: JobSpec) -> list[Obj]:
         build_role(job),
         build_role_binding(job),
     ]
-    if spec.multi_worker:
+    if spec.multi_worker or spec.parallel:
         out.append(build_service(job))
     return out

@@ -43,6 +43,21 @@ ADMISSION_REASONS = (
 """Pod reasons of a kubelet that refused to admit the pod (plus `OutOf<resource>`):
 the trainer never ran, so it is a disruption, not the trainer's failure."""
 
+STUCK_WAITING_REASONS = (
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+)
+"""Container waiting reasons that do not resolve by waiting a few seconds: a wrong image
+or pull secret, a missing ConfigMap/Secret key, a runtime refusing the container."""
+
+UNSCHEDULABLE = "Unschedulable"
+TERMINATING_ON_UNREACHABLE_NODE = "TerminatingOnUnreachableNode"
+
 TRAINER_PREEMPTED = "TrainerPreempted"
 """Reason of a trainer that exited with the contract's "preempted" code."""
 
@@ -130,6 +145,31 @@ def node_lost(pod: Obj, node: Obj | None, node_known: bool) -> bool:
     return (pod.get("status") or {}).get("reason") == "NodeLost"
 
 
+def pending_reason(pod: Obj) -> tuple[str, str]:
+    """Why a pod has not started, with the component's own message: a container stuck
+    waiting (image pull, config error; init containers first), the scheduler's
+    Unschedulable, else the pod's reason or "Pending"."""
+    status = pod.get("status") or {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in STUCK_WAITING_REASONS:
+                message = str(waiting.get("message") or "").strip()
+                return str(waiting["reason"]), f"container {container.get('name')}: {message}"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("reason") or UNSCHEDULABLE), str(cond.get("message") or "")
+    return str(status.get("reason") or "Pending"), str(status.get("message") or "")
+
+
+def node_unreachable(node: Obj | None) -> bool:
+    """The Node's Ready condition is False or Unknown (its kubelet stopped reporting)."""
+    for cond in ((node or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") != "True")
+    return False
+
+
 def needs_node(pod: Obj) -> bool:
     """Whether `classify` may consult the pod's Node: the pod is bound and has not
     ended (an ended pod's outcome comes from its own status)."""
@@ -154,13 +194,27 @@ def classify(pod: Obj, *, node: Obj | None = None, node_known: bool = False) -> 
         return _classify_failed(pod, term, deleting, message)
     if node_lost(pod, node, node_known):
         return Classification(Outcome.PREEMPTED, "NodeLost", f"node {pod['spec']['nodeName']}")
+    if deleting and node is not None and node_unreachable(node):
+        # the kubelet that would stop it is gone: nothing happens until the node comes
+        # back or is declared lost (the operator never force-deletes: two trainers
+        # must not write one checkpoint directory)
+        node_name = pod["spec"]["nodeName"]
+        return Classification(
+            Outcome.TERMINATING,
+            TERMINATING_ON_UNREACHABLE_NODE,
+            f"pod {pod['metadata']['name']} is terminating on node {node_name}, which is not "
+            "ready; if the node is gone for good, mark it: kubectl taint nodes "
+            f"{node_name} node.kubernetes.io/out-of-service=nodeshutdown:NoExecute "
+            "(or delete the Node)",
+        )
     if deleting:
         return Classification(Outcome.TERMINATING, disruption or "DeletedExternally")
     if phase == "Running":
         return Classification(Outcome.RUNNING, "Running")
     if phase == "Unknown":
         return Classification(Outcome.RUNNING, "Unknown")
-    return Classification(Outcome.PENDING, status.get("reason") or "Pending", message)
+    reason, why = pending_reason(pod)
+    return Classification(Outcome.PENDING, reason, why or message)
 
 
 def _classify_failed(pod: Obj, term: Obj | None, deleting: bool, message: str) -> Classification:

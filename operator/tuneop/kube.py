@@ -16,7 +16,8 @@ from typing import Any
 import kubernetes
 
 from . import builders, names
-from .reconcile import Decision, Event
+from .decision import Decision, Event
+from .groups import group_named
 from .spec import JobSpec
 
 Obj = dict[str, Any]
@@ -236,14 +237,14 @@ class Kube:
         self.request("POST", collection("Event", meta["namespace"]), body)
 
 
+class PodRejected(Exception):
+    """The API server refused to create a trainer pod (HTTP 403/422: a ResourceQuota,
+    Pod Security or another admission check). Nothing else of the decision is applied;
+    the next pass tries again (quota may be freed)."""
+
+
 class StaleGroup(Exception):
     """A pod with the wanted name belongs to an older pod group: wait for it to go."""
-
-
-class PodRejected(Exception):
-    """The API server refused a trainer pod (400/422 invalid, e.g. a `spec.template`
-    value only the API server judges; 403 from an admission check such as PodSecurity or
-    a ResourceQuota): reported on the job, tried again next pass."""
 
 
 def _path_of(obj: Obj) -> str:
@@ -254,16 +255,17 @@ def _path_of(obj: Obj) -> str:
 def create_pod(kube: Kube, job: Obj, pod: Obj) -> None:
     """Create a pod of the group; one that exists already must be this very group's
     (created before a crash). A pod of an older group, or of an older job of the same
-    name that is still terminating, is waited for (StaleGroup), never adopted. A pod the
-    API server refuses raises PodRejected with its reason."""
-    meta = pod["metadata"]
+    name that is still terminating, is waited for (StaleGroup), never adopted. A pod
+    the API server refuses (quota, admission) raises PodRejected with its message."""
     try:
-        if kube.create(pod):
-            return
+        created = kube.create(pod)
     except ApiError as err:
-        if err.status in (400, 403, 422):
-            raise PodRejected(f"the API server refused pod {meta['name']}: {err.reason}") from err
+        if err.status in (403, 422):
+            raise PodRejected(f"pod {pod['metadata']['name']} was refused: {err.reason}") from err
         raise
+    if created:
+        return
+    meta = pod["metadata"]
     existing = kube.get(_path_of(pod)) or {}
     if existing and not owned_by({**existing, "kind": "Pod"}, job):
         raise StaleGroup(f"pod {meta['name']} of another TuningJob of this name still exists")
@@ -329,7 +331,9 @@ def apply(
             if ensure_child(kube, job, child):
                 logger.info("created %s %s", child["kind"], child["metadata"]["name"])
             elif child["kind"] in REFRESHED:
-                refresh_child(kube, child, logger)
+                progress_map = child["metadata"]["name"] == names.progress_configmap_name(name)
+                if decision.reset_progress or not progress_map:
+                    refresh_child(kube, child, logger)
     # the pods see the status this decision writes (status.oomTrials -> their env)
     updated = {**job, "status": decision.merged_status(job)}
     for index in decision.create_pods:
@@ -337,6 +341,15 @@ def apply(
             updated, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
         )
         create_pod(kube, job, pod)
+    for group_name, attempt in decision.create_groups:
+        group = group_named(name, spec, group_name)
+        if group is None:  # the decision was made from this very spec
+            continue
+        for index in range(len(group.pod_names)):
+            pod = builders.build_pod(
+                updated, spec, index, attempt, metrics_port=metrics_port, uid=uid, group=group
+            )
+            create_pod(kube, job, pod)
     if decision.status:
         rv = meta.get("resourceVersion")
         kube.patch_status(namespace, name, decision.status, resource_version=rv)

@@ -51,6 +51,8 @@ GAUGES = {
     "tuneop_tuningjob_trials_planned": "Trials planned (when the tuner knows).",
     "tuneop_tuningjob_best_score": "Objective value of the best trial so far.",
     "tuneop_tuningjob_stalled": "1 while the job has condition Stalled=True.",
+    "tuneop_tuningjob_parallel_trials": "spec.parallelTrials: trials the job runs at once.",
+    "tuneop_tuningjob_running_trials": "Trial groups training now (trainer pods Running).",
 }
 COUNTERS = {
     "tuneop_tuningjob_preemptions": "Trainer pod groups lost to disruption.",
@@ -77,6 +79,25 @@ def _max_failures(spec: Obj) -> float | None:
         return None
 
 
+def _running_trials(status: Obj) -> float:
+    """Trial groups in state Running (parallel jobs), else 1 while the job runs."""
+    groups = status.get("groups")
+    if isinstance(groups, list) and groups:
+        return float(
+            sum(
+                1
+                for g in groups
+                if isinstance(g, dict) and g.get("name") != "oracle" and g.get("state") == "Running"
+            )
+        )
+    return 1.0 if status.get("phase") == st.PHASE_RUNNING else 0.0
+
+
+def _parallel_trials(spec: Obj) -> float:
+    raw = spec.get("parallelTrials", 1)
+    return float(raw) if isinstance(raw, int) and not isinstance(raw, bool) else 1.0
+
+
 def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
     """The numbers exported for one job, from its spec and (merged) status."""
     best = status.get("bestTrial") or {}
@@ -100,6 +121,8 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         "tuneop_tuningjob_stalled": (
             1.0 if st.condition_is(status.get("conditions") or [], st.COND_STALLED) else 0.0
         ),
+        "tuneop_tuningjob_parallel_trials": _parallel_trials(spec),
+        "tuneop_tuningjob_running_trials": _running_trials(status),
         "tuneop_tuningjob_preemptions": float(status.get("preemptions") or 0),
         "tuneop_tuningjob_failures": float(status.get("failures") or 0),
         "tuneop_tuningjob_trial_ooms": float(status.get("trialOOMs") or 0),

@@ -19,6 +19,10 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_JOB = "tuneop.io/tuningjob"
 LABEL_WORKER_INDEX = "tuneop.io/worker-index"
 LABEL_ATTEMPT = "tuneop.io/attempt"
+LABEL_GROUP = "tuneop.io/group"
+"""With parallel trials: the pod group a pod belongs to (`ORACLE_GROUP` or `trial_group(g)`);
+its `LABEL_ATTEMPT` is that group's own attempt."""
+ORACLE_GROUP = "oracle"
 MANAGED_BY = "tuneop"
 
 TF_WORKER_PORT = 2222
@@ -58,6 +62,20 @@ def service_name(job: str) -> str:
 
 def pod_name(job: str, index: int) -> str:
     return f"{job}-worker-{index}"
+
+
+def trial_group(group: int) -> str:
+    """Name of trial group `group` (status.groups[].name, LABEL_GROUP)."""
+    return f"t{group}"
+
+
+def oracle_pod_name(job: str) -> str:
+    return f"{job}-oracle"
+
+
+def group_pod_name(job: str, group: int, index: int) -> str:
+    """Pod `index` of trial group `group` (the job name is at most 45 characters)."""
+    return f"{job}-{trial_group(group)}-worker-{index}"
 
 
 def job_labels(job: str) -> dict[str, str]:

@@ -138,12 +138,15 @@ def read(raw: Any, source: str = "status.progress") -> ProgressView:
     return ProgressView(values, tuple(ignored))
 
 
-def from_configmap(configmap: Obj | None, name: str) -> ProgressView | None:
-    """The record in the job's progress ConfigMap `name`; None while it holds none (not
-    created yet, or reset for a new pod group and not yet reported to)."""
+def from_configmap(
+    configmap: Obj | None, name: str, tuner_id: str | None = None
+) -> ProgressView | None:
+    """The record of `tuner_id` (None: the sequential trainer's) in the job's progress
+    ConfigMap `name`; None while it holds none (not created yet, or reset for a new
+    pod group and not yet reported to)."""
     source = f"configmaps/{name}"
     try:
-        raw = contract.progress_from_configmap(configmap)
+        raw = contract.progress_from_configmap(configmap, tuner_id)
     except ValueError:
-        return ProgressView({}, (f"{source}:{contract.PROGRESS_KEY}",))
+        return ProgressView({}, (f"{source}:{contract.progress_key(tuner_id)}",))
     return None if raw is None else read(raw, source)

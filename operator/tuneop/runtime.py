@@ -29,8 +29,8 @@ CHILD_CONFLICT = "ChildConflict"
 """Reason (condition Running, Warning Event) while a child's name is taken by an object
 the job does not own."""
 POD_REJECTED = "PodRejected"
-"""Reason (condition Running, Warning Event) while the API server refuses the job's
-trainer pods (e.g. a spec.template value it judges invalid, a quota, PodSecurity)."""
+"""Reason while the API server refuses the job's pods (a ResourceQuota, Pod Security or
+another admission check), with its message."""
 
 
 class Runtime:
@@ -83,9 +83,17 @@ class Runtime:
         nodes = {node: self.kube.get_node(node) for node in nodes_to_read(job, pods)}
         reported = self.kube.get_configmap(namespace, names.progress_configmap_name(name))
         configmaps: dict[str, Obj | None] = {}
-        script_configmap = JobSpec.from_dict(job.get("spec") or {}).script_configmap
-        if script_configmap:
-            configmaps[script_configmap] = self.kube.get_configmap(namespace, script_configmap)
+        spec = JobSpec.from_dict(job.get("spec") or {})
+        if spec.script_configmap:
+            configmaps[spec.script_configmap] = self.kube.get_configmap(
+                namespace, spec.script_configmap
+            )
+        claim = None
+        if spec.parallel and spec.checkpoint.existing_claim:
+            claim = self.kube.get(
+                f"{kube_mod.collection('PersistentVolumeClaim', namespace)}/"
+                f"{spec.checkpoint.existing_claim}"
+            )
         decision = decide(
             job,
             pods,
@@ -94,6 +102,7 @@ class Runtime:
             last_seen=self.last_seen((namespace, name)),
             configmaps=configmaps,
             progress_configmap=reported,
+            claim=claim,
         )
         self._log_ignored((namespace, name), decision.ignored, logger)
         try:
@@ -106,30 +115,30 @@ class Runtime:
                 logger=logger,
             )
         except kube_mod.ChildConflict as err:
-            self._report_conflict(job, err, logger)
+            self._report_blocked(job, CHILD_CONFLICT, str(err), logger)
             return None
         except kube_mod.PodRejected as err:
-            self._report_conflict(job, err, logger, reason=POD_REJECTED)
+            self._report_blocked(job, POD_REJECTED, str(err), logger)
             return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         if not decision.finished or decision.delete_job:
             return None
         return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
 
-    def _report_conflict(
+    def _report_blocked(
         self,
         job: Obj,
-        err: Exception,
+        reason: str,
+        message: str,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
-        reason: str = CHILD_CONFLICT,
     ) -> None:
-        """A child's name is taken by an object the job does not own (or the API server
-        refuses its pods, reason PodRejected): say so in status (condition
-        Running=False, that reason) and once as a Warning Event."""
+        """The decision could not be applied (a child's name taken by an object the job
+        does not own: ChildConflict; a pod refused by quota or admission: PodRejected):
+        say so in status (condition Running=False with that reason) and once as a
+        Warning Event. The next pass tries again."""
         meta, old = job["metadata"], job.get("status") or {}
         conditions = list(old.get("conditions") or [])
         running = st.get_condition(conditions, st.COND_RUNNING) or {}
-        message = str(err)
         logger.warning("%s", message)
         if running.get("reason") == reason and running.get("message") == message:
             return

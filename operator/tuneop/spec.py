@@ -20,8 +20,15 @@ from kubernetes.utils.quantity import parse_quantity
 
 from . import podtemplate
 
-RESERVED_ENV_PREFIXES = ("TUNEOP_",)
+RESERVED_ENV_PREFIXES = ("TUNEOP_", "KERASTUNER_")
 RESERVED_ENV_NAMES = (contract.ENV_TF_CONFIG,)
+
+
+DEFAULT_ORACLE_RESOURCES: dict[str, Any] = {"requests": {"cpu": "250m", "memory": "1Gi"}}
+"""The oracle pod's resources when `spec.oracle.resources` is unset: it serves gRPC and
+writes small JSON files, but imports TensorFlow and runs the script up to `search()`."""
+PARALLEL_ACCESS_MODE = "ReadWriteMany"
+"""Trial groups may land on different nodes and all share the checkpoint claim."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +122,9 @@ class JobSpec:
     priority_class_name: str = ""
     env: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     stall_timeout_seconds: int = 900
+    pending_timeout_seconds: int = 600
+    stall_policy: str = "Ignore"
+    """Ignore | Restart | Fail: what a Stalled pod group gets besides the condition."""
     suspend: bool = False
     ttl_seconds_after_finished: int | None = None
     termination_grace_period_seconds: int = 60
@@ -122,6 +132,12 @@ class JobSpec:
     """Script mode; None in spec mode (hypermodel + data + tuner)."""
     template: dict[str, Any] = dataclasses.field(default_factory=dict)
     """`spec.template`: the partial PodTemplateSpec laid over the pods (podtemplate)."""
+    parallel_trials: int = 1
+    """Trials at once; above 1 an oracle pod and this many trial groups (keras-tuner's
+    distributed tuning)."""
+    oracle_resources: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: dict(DEFAULT_ORACLE_RESOURCES)
+    )
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any]) -> JobSpec:
@@ -129,6 +145,9 @@ class JobSpec:
         ckpt = spec.get("checkpoint") or {}
         fp = spec.get("failurePolicy") or {}
         d_dist, d_ckpt, d_fp = Distribution(), Checkpoint(), FailurePolicy()
+        parallel = int(spec.get("parallelTrials", 1))
+        default_modes = (PARALLEL_ACCESS_MODE,) if parallel > 1 else d_ckpt.access_modes
+        oracle = spec.get("oracle") or {}
         return cls(
             raw=spec,
             image=str(spec.get("image", "")),
@@ -144,7 +163,7 @@ class JobSpec:
                 existing_claim=ckpt.get("existingClaim") or "",
                 size=str(ckpt.get("size") or d_ckpt.size),
                 storage_class_name=ckpt.get("storageClassName") or "",
-                access_modes=tuple(ckpt.get("accessModes") or d_ckpt.access_modes),
+                access_modes=tuple(ckpt.get("accessModes") or default_modes),
                 reclaim_policy=ckpt.get("reclaimPolicy", d_ckpt.reclaim_policy),
                 interval_steps=int(ckpt.get("intervalSteps", d_ckpt.interval_steps)),
                 interval_seconds=int(ckpt.get("intervalSeconds", d_ckpt.interval_seconds)),
@@ -164,12 +183,21 @@ class JobSpec:
             priority_class_name=spec.get("priorityClassName") or "",
             env=list(spec.get("env") or []),
             stall_timeout_seconds=int(spec.get("stallTimeoutSeconds", 900)),
+            pending_timeout_seconds=int(spec.get("pendingTimeoutSeconds", 600)),
+            stall_policy=str(spec.get("stallPolicy") or "Ignore"),
             suspend=bool(spec.get("suspend", False)),
             ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
             termination_grace_period_seconds=int(spec.get("terminationGracePeriodSeconds", 60)),
             script=Script.from_dict(spec["script"]) if spec.get("script") else None,
             template=dict(spec.get("template") or {}),
+            parallel_trials=parallel,
+            oracle_resources=dict(oracle.get("resources") or DEFAULT_ORACLE_RESOURCES),
         )
+
+    @property
+    def parallel(self) -> bool:
+        """Several trials at once: an oracle pod and `parallel_trials` trial groups."""
+        return self.parallel_trials > 1
 
     @property
     def multi_worker(self) -> bool:
@@ -241,6 +269,23 @@ def validate(spec: JobSpec) -> list[SpecError]:
             )
         )
     errors += [SpecError(f, m) for f, m in podtemplate.check(spec.raw.get("template"))]
+    modes = spec.checkpoint.access_modes
+    if spec.parallel and not spec.checkpoint.existing_claim and PARALLEL_ACCESS_MODE not in modes:
+        errors.append(
+            SpecError(
+                "spec.checkpoint.accessModes",
+                f"parallelTrials > 1 needs {PARALLEL_ACCESS_MODE} (trial groups on different "
+                "nodes share the claim); leave accessModes unset for the default",
+            )
+        )
+    if "ReadWriteOncePod" in modes and (spec.parallel or spec.multi_worker):
+        errors.append(
+            SpecError(
+                "spec.checkpoint.accessModes",
+                "ReadWriteOncePod allows one pod only: not with distribution.workers > 1 "
+                "or parallelTrials > 1",
+            )
+        )
     fp = spec.failure_policy
     if fp.max_backoff_seconds < fp.backoff_seconds:
         errors.append(
@@ -289,4 +334,22 @@ def check_script_configmap(spec: JobSpec, configmap: dict[str, Any]) -> SpecErro
         "spec.script.configMap.key",
         f"unset, and ConfigMap {name!r} has {len(keys)} keys ({have}) but no "
         f"{contract.DEFAULT_SCRIPT_KEY!r}: set spec.script.configMap.key to the entry script",
+    )
+
+
+def check_existing_claim(spec: JobSpec, claim: dict[str, Any]) -> SpecError | None:
+    """Whether `spec.checkpoint.existingClaim` (as read from the API) can be shared by
+    every pod of the job: with parallel trials it must be ReadWriteMany (trial groups
+    may land on different nodes). None = fine, or not applicable."""
+    if not spec.parallel or not spec.checkpoint.existing_claim:
+        return None
+    claim_spec = claim.get("spec") if isinstance(claim.get("spec"), dict) else {}
+    modes = [str(m) for m in (claim_spec or {}).get("accessModes") or []]
+    if PARALLEL_ACCESS_MODE in modes:
+        return None
+    return SpecError(
+        "spec.checkpoint.existingClaim",
+        f"claim {spec.checkpoint.existing_claim!r} has access modes {modes or 'none'}; "
+        f"parallelTrials > 1 needs {PARALLEL_ACCESS_MODE} (trial groups on different nodes "
+        "share it): use a ReadWriteMany claim, or leave existingClaim unset",
     )

@@ -123,7 +123,12 @@ def test_disallowed_image_is_rejected_naming_the_field(policy: Kubectl) -> None:
 def test_too_many_gpus_are_rejected_naming_the_fields(policy: Kubectl) -> None:
     distribution = {"strategy": "Auto", "workers": 2, "gpusPerWorker": 4}
     stderr = rejected(policy, job("many-gpus", distribution=distribution))
-    assert "spec.distribution.workers x spec.distribution.gpusPerWorker = 8 GPUs" in stderr
+    fields = "spec.parallelTrials x spec.distribution.workers x spec.distribution.gpusPerWorker"
+    assert f"{fields} = 8 GPUs" in stderr, stderr
+    # every trial group of a parallel job gets them
+    distribution = {"strategy": "Auto", "workers": 1, "gpusPerWorker": 2}
+    stderr = rejected(policy, job("parallel-gpus", distribution=distribution, parallelTrials=3))
+    assert "= 6 GPUs" in stderr
     assert "more than the 4 allowed per TuningJob" in stderr, stderr
     # GPUs asked for through spec.resources instead are refused too.
     resources = {"limits": {"nvidia.com/gpu": 8}}

@@ -25,6 +25,8 @@ AGREED = {
     "tuneop_tuningjob_trial_ooms_total",
     "tuneop_tuningjob_restores_total",
     "tuneop_tuningjob_stalled",
+    "tuneop_tuningjob_parallel_trials",
+    "tuneop_tuningjob_running_trials",
     "tuneop_tuningjob_phase",
 }
 # Operator-wide series (no labels).
@@ -229,3 +231,16 @@ def test_the_trainer_names_are_what_the_trainer_exports():
         for sample in family.samples
     }
     assert exported >= TRAINER, TRAINER - exported
+
+
+def test_running_trials_of_a_parallel_job():
+    from tuneop.metrics import snapshot
+
+    states = {"oracle": "Running", "t0": "Running", "t1": "Restarting", "t2": "Running"}
+    groups = [{"name": name, "state": state} for name, state in states.items()]
+    values = snapshot({"parallelTrials": 3}, {"phase": "Running", "groups": groups})
+    assert values["tuneop_tuningjob_running_trials"] == 2
+    assert values["tuneop_tuningjob_parallel_trials"] == 3
+    sequential = snapshot({}, {"phase": "Running"})
+    assert sequential["tuneop_tuningjob_running_trials"] == 1
+    assert sequential["tuneop_tuningjob_parallel_trials"] == 1

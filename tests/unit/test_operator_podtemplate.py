@@ -557,3 +557,25 @@ def test_a_pod_the_api_server_refuses_is_reported_on_the_job_not_retried_silentl
     (status,) = [what for call, what in fake.calls if call == "status"]
     assert POD_REJECTED in status and "spec.volumes[2]: bad" in status
     assert ("event", POD_REJECTED) in fake.calls
+
+
+def test_a_parallel_jobs_oracle_pod_gets_the_template_but_not_its_gpu_parts():
+    from tuneop.groups import pod_groups
+
+    job_spec = {**JOB["spec"], "parallelTrials": 2, "template": DATA,
+                "distribution": {"gpuResource": "amd.com/gpu"}}  # fmt: skip
+    spec = JobSpec.from_dict(job_spec)
+    assert validate(spec) == []
+    oracle, trial, _ = pod_groups("emg", spec)
+    job = {**JOB, "spec": job_spec}
+    pod = builders.build_pod(job, spec, 0, 0, group=oracle)
+    meta, pod_spec = pod["metadata"], pod["spec"]
+    assert meta["labels"]["team"] == "vision" and meta["labels"][names.LABEL_GROUP] == "oracle"
+    assert pod_spec["imagePullSecrets"] == [{"name": "registry"}]
+    assert pod_spec["securityContext"]["runAsUser"] == 1000660000
+    assert any(v["name"] == "data" for v in pod_spec["volumes"])
+    assert "runtimeClassName" not in pod_spec and "topologySpreadConstraints" not in pod_spec
+    assert pod_spec["hostname"] == names.oracle_pod_name("emg")  # still the operator's
+    worker = builders.build_pod(job, spec, 0, 0, group=trial)
+    assert worker["spec"]["runtimeClassName"] == "nvidia"
+    assert worker["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 1}

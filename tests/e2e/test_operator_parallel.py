@@ -1,0 +1,174 @@
+"""Parallel trials end to end: `spec.parallelTrials: 2` on the local cluster, the real
+operator, an oracle pod and two trial groups of real trainer processes using keras-tuner's
+own distributed tuning over the job's headless Service.
+
+What is checked from outside: which pods exist and keep their uid, the status and
+Events, and the search on the claim (results.json and keras-tuner's trial files): six
+distinct trials, each recorded once, none lost."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tuneop_contract as contract
+
+from tests.e2e.conftest import Env
+from tests.e2e.harness import sample, script_sample, trainer_progress
+from tests.localcluster import disruption
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
+
+TRIALS = 6
+# the sample's synthetic data: 512 samples, validation 0.25, batch 32 -> 12 steps an epoch
+STEPS_PER_EPOCH = 12
+INTERVAL_STEPS = 3
+ORACLE = "search-oracle"
+T0, T1 = "search-t0-worker-0", "search-t1-worker-0"
+
+
+def submit(e2e: Env, namespace: str, **spec: Any) -> dict[str, Any]:
+    job = sample(
+        "search",
+        namespace,
+        parallelTrials=2,
+        tuner={
+            "algorithm": "RandomSearch",
+            "objective": {"name": "val_accuracy", "direction": "max"},
+            "maxTrials": TRIALS,
+            "maxEpochs": 2,
+            "seed": 7,
+            "batchSize": 32,
+        },
+        checkpoint={"size": "1Gi", "intervalSteps": INTERVAL_STEPS, "intervalSeconds": 30},
+        resources={},
+        terminationGracePeriodSeconds=30,
+        **spec,
+    )
+    e2e.kubectl.apply(job)
+    return job
+
+
+def claim_dir(e2e: Env, namespace: str, job: str = "search") -> Path:
+    pvc = e2e.kubectl.json("get", "pvc", f"{job}-ckpt", "-n", namespace)
+    pv = e2e.kubectl.json("get", "pv", pvc["spec"]["volumeName"])
+    return Path(pv["spec"]["hostPath"]["path"])
+
+
+def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """keras-tuner's trial records (one per trial) and the oracle's state."""
+    (project,) = [p for p in (root / contract.TUNER_DIR).iterdir() if (p / "oracle.json").exists()]
+    trials = [json.loads(f.read_text()) for f in sorted(project.glob("trial_*/trial.json"))]
+    return trials, json.loads((project / "oracle.json").read_text())
+
+
+def check_search(e2e: Env, namespace: str) -> dict[str, Any]:
+    """Six distinct trials, each COMPLETED, each ended once; results.json agrees."""
+    root = claim_dir(e2e, namespace)
+    trials, oracle = search_on_claim(root)
+    ids = [t["trial_id"] for t in trials]
+    assert len(ids) == TRIALS == len(set(ids)), ids
+    statuses = {t["trial_id"]: t["status"] for t in trials}
+    assert set(statuses.values()) == {"COMPLETED"}, statuses
+    assert sorted(oracle["end_order"]) == sorted(ids), oracle["end_order"]  # each once
+    assert oracle["ongoing_trials"] == {} and oracle["retry_queue"] == []
+    values = [json.dumps(t["hyperparameters"]["values"], sort_keys=True) for t in trials]
+    assert len(set(values)) == TRIALS  # never the same hyperparameters twice
+    results = json.loads((root / contract.RESULTS_FILE).read_text())
+    assert sorted(str(t["trialId"]) for t in results["trials"]) == sorted(ids)
+    assert (root / contract.BEST_MODEL_FILE).exists()
+    return results
+
+
+def wait_group_mid_epoch(
+    e2e: Env, namespace: str, pod: str, timeout: float = 300
+) -> dict[str, Any]:
+    """Until `pod`'s trainer is past its first periodic checkpoint inside an epoch."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        progress = trainer_progress(e2e.kubectl, namespace, pod)
+        if (
+            progress is not None
+            and progress.get("phase") == contract.PHASE_RUNNING
+            and progress.get("trial_id")
+            and INTERVAL_STEPS + 1 <= (progress.get("step") or 0) <= STEPS_PER_EPOCH - 3
+        ):
+            return progress
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out waiting for {pod} mid-epoch\n{e2e.diagnose(namespace)}")
+
+
+def uid(e2e: Env, namespace: str, pod: str) -> str:
+    return str(e2e.kubectl.json("get", "pod", pod, "-n", namespace)["metadata"]["uid"])
+
+
+def test_two_trial_groups_one_evicted_mid_trial_resumes_alone(e2e: Env):
+    ns = e2e.namespace("parallel")
+    submit(e2e, ns)
+    e2e.wait_phase(ns, "Running", timeout=120)
+    pods = {p["metadata"]["name"] for p in e2e.kubectl.pods(ns, "search")}
+    assert pods == {ORACLE, T0, T1}, pods
+    oracle_pod = e2e.kubectl.json("get", "pod", ORACLE, "-n", ns)
+    assert "nvidia.com/gpu" not in json.dumps(oracle_pod["spec"]["containers"][0]["resources"])
+    before = {ORACLE: uid(e2e, ns, ORACLE), T0: uid(e2e, ns, T0)}
+    at = wait_group_mid_epoch(e2e, ns, T1)
+    disruption.evict_pod(e2e.cluster.api, ns, T1)
+    status = e2e.wait_status(ns, lambda s: s.get("preemptions", 0) >= 1, 120, "the preemption")
+    groups = {g["name"]: g for g in status["groups"]}
+    assert groups["t1"]["preemptions"] == 1 and groups["t1"]["attempt"] == 1
+    restored = e2e.wait_status(ns, lambda s: s.get("restores", 0) >= 1, 240, "the restore")
+    groups = {g["name"]: g for g in restored["groups"]}
+    assert groups["t1"]["restores"] == 1 and groups["t0"]["attempt"] == 0
+    events = e2e.kubectl.events(ns, "search")
+    restore = [e["message"] for e in events if e["reason"] == "Restored"]
+    assert restore and "trial group t1" in restore[0] and f"trial {at['trial_id']}" in restore[0]
+    assert "at step" in restore[0], restore  # mid-epoch: resumed at its step, not from scratch
+    final = e2e.wait_phase(ns, "Succeeded", timeout=600)
+    assert {ORACLE: uid(e2e, ns, ORACLE), T0: uid(e2e, ns, T0)} == before  # untouched
+    assert final["preemptions"] == 1 and final["failures"] == 0
+    assert final["trials"] == f"{TRIALS}/{TRIALS}"
+    results = check_search(e2e, ns)
+    assert final["bestTrial"]["id"] == str(results["best"]["trialId"])
+
+
+def test_the_oracle_deleted_mid_search_is_recreated_and_nothing_is_lost(e2e: Env):
+    ns = e2e.namespace("oracle")
+    submit(e2e, ns)
+    e2e.wait_phase(ns, "Running", timeout=120)
+    wait_group_mid_epoch(e2e, ns, T0)
+    trial_uids = {T0: uid(e2e, ns, T0), T1: uid(e2e, ns, T1)}
+    disruption.delete_pod(e2e.cluster.api, ns, ORACLE, grace_seconds=0)
+    status = e2e.wait_status(ns, lambda s: s.get("preemptions", 0) >= 1, 120, "the oracle's loss")
+    assert {g["name"]: g for g in status["groups"]}["oracle"]["attempt"] == 1
+    final = e2e.wait_phase(ns, "Succeeded", timeout=600)
+    assert final["failures"] == 0 and final["preemptions"] == 1
+    assert {T0: uid(e2e, ns, T0), T1: uid(e2e, ns, T1)} == trial_uids  # they waited, not failed
+    check_search(e2e, ns)
+
+
+def test_script_mode_with_two_trial_groups(e2e: Env):
+    ns = e2e.namespace("pscript")
+    e2e.kubectl(
+        "create", "configmap", "emg-search", "-n", ns,
+        f"--from-file={Path(__file__).resolve().parents[2] / 'manifests/samples/emg_search.py'}",
+    )  # fmt: skip
+    job = script_sample(
+        "search",
+        ns,
+        parallelTrials=2,
+        checkpoint={"size": "1Gi", "intervalSteps": INTERVAL_STEPS, "intervalSeconds": 30},
+        resources={},
+        terminationGracePeriodSeconds=30,
+    )
+    e2e.kubectl.apply(job)
+    final = e2e.wait_phase(ns, "Succeeded", timeout=600)
+    assert final["failures"] == 0
+    done = final["trialsCompleted"]
+    assert done == final["trialsTotal"] and done >= 2, final
+    # the script's code after search() ran once, in trial group t0
+    logs = {p: e2e.kubectl("logs", "-n", ns, p, check=False).stdout for p in (T0, T1, ORACLE)}
+    assert "best hyperparameters:" in logs[T0], logs[T0][-3000:]
+    assert "best hyperparameters:" not in logs[T1] + logs[ORACLE]

@@ -1,0 +1,82 @@
+"""Stuck jobs are visible on the real control plane: the scheduler's Unschedulable, a
+container that cannot be configured, a ResourceQuota refusing the pods. No trainer
+trains here: each case ends before one would matter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import Env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def test_an_unschedulable_job_says_why_then_stalls_and_fails_by_policy(e2e: Env):
+    ns = e2e.namespace("unsched")
+    # the local node has 4 GPUs
+    e2e.submit(ns, distribution={"gpusPerWorker": 8}, pendingTimeoutSeconds=10, stallPolicy="Fail")
+    status = e2e.wait_status(
+        ns,
+        # (first the claim may not be bound yet: the scheduler says so too)
+        lambda s: (
+            condition(s, "Running").get("reason") == "Unschedulable"
+            and "nvidia.com/gpu" in condition(s, "Running").get("message", "")
+        ),
+        60,
+        "condition Running reason Unschedulable naming the GPUs",
+    )
+    assert status["phase"] == "Pending"
+    final = e2e.wait_phase(ns, "Failed", timeout=90)
+    assert condition(final, "Failed")["reason"] == "Stalled"
+    assert (
+        "Unschedulable for" in final["message"] and "pendingTimeoutSeconds=10" in final["message"]
+    )
+    assert "Stalled" in e2e.reasons(ns)
+    assert final["failures"] == 0 and final["preemptions"] == 0
+
+
+def test_a_container_that_cannot_be_configured_is_named(e2e: Env):
+    ns = e2e.namespace("config")
+    env = [{"name": "DATA", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k"}}}]
+    e2e.submit(ns, env=env, pendingTimeoutSeconds=10)
+    status = e2e.wait_status(
+        ns,
+        lambda s: condition(s, "Stalled").get("reason") == "CreateContainerConfigError",
+        90,
+        "Stalled reason CreateContainerConfigError",
+    )
+    assert condition(status, "Running")["reason"] == "CreateContainerConfigError"
+    assert "absent" in condition(status, "Stalled")["message"], status
+    e2e.kubectl("delete", "tj", "search", "-n", ns, "--wait=false")
+
+
+def test_pods_refused_by_a_quota_are_reported_and_start_once_it_allows(e2e: Env):
+    ns = e2e.namespace("quota")
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-gpus", "namespace": ns},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
+    }
+    e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(quota))
+    e2e.submit(ns)
+    status = e2e.wait_status(
+        ns,
+        lambda s: condition(s, "Running").get("reason") == "PodRejected",
+        60,
+        "condition Running reason PodRejected",
+    )
+    assert "exceeded quota" in condition(status, "Running")["message"], status
+    assert "PodRejected" in e2e.reasons(ns)
+    assert not e2e.kubectl.pods(ns, "search")
+    e2e.kubectl("delete", "resourcequota", "no-gpus", "-n", ns)
+    e2e.wait_status(ns, lambda s: s.get("attemptStarted") is True, 60, "the pod group created")
+    assert [p["metadata"]["name"] for p in e2e.kubectl.pods(ns, "search")] == ["search-worker-0"]
+    e2e.kubectl("delete", "tj", "search", "-n", ns, "--wait=false")

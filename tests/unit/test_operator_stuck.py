@@ -1,0 +1,153 @@
+"""Every way a job can be stuck is visible: the pending reason in condition Running,
+Stalled once it lasts (pendingTimeoutSeconds), the stall policy, the phase during a
+replacement, a pod the API server refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tuneop import kube
+from tuneop import status as st
+from tuneop.classify import Outcome, classify, pending_reason
+from tuneop.reconcile import Decision
+
+from tests.unit.test_operator_apply import JOB, RecordingKube
+from tests.unit.test_operator_reconcile import World, start
+
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+}
+
+
+def waiting(reason: str, message: str = "", init: bool = False) -> dict[str, Any]:
+    key = "initContainerStatuses" if init else "containerStatuses"
+    state = {"waiting": {"reason": reason, "message": message}}
+    return {"phase": "Pending", key: [{"name": "trainer", "state": state}]}
+
+
+def test_pending_reasons_name_what_blocks_the_pod():
+    pod = {"metadata": {"name": "p"}, "status": {"phase": "Pending", "conditions": [UNSCHEDULABLE]}}
+    assert pending_reason(pod) == ("Unschedulable", UNSCHEDULABLE["message"])
+    pod["status"] = waiting("ImagePullBackOff", 'Back-off pulling image "x"')
+    reason, message = pending_reason(pod)
+    assert reason == "ImagePullBackOff" and 'pulling image "x"' in message
+    pod["status"] = waiting("CreateContainerConfigError", "configmap k not found", init=True)
+    assert pending_reason(pod)[0] == "CreateContainerConfigError"
+    pod["status"] = waiting("ContainerCreating")
+    assert pending_reason(pod)[0] == "Pending"  # normal start-up, nothing to report
+
+
+def test_a_pod_terminating_on_an_unreachable_node_says_what_to_do():
+    pod = {
+        "metadata": {"name": "p", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running"},
+    }
+    node = {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
+    c = classify(pod, node=node, node_known=True)
+    assert c.outcome == Outcome.TERMINATING and c.reason == "TerminatingOnUnreachableNode"
+    assert "node.kubernetes.io/out-of-service" in c.message
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert classify(pod, node=ready, node_known=True).reason == "DeletedExternally"
+
+
+def unschedulable(w: World) -> None:
+    for pod in w.pods.values():
+        pod["status"] = {"phase": "Pending", "conditions": [UNSCHEDULABLE]}
+
+
+def test_an_unschedulable_group_is_named_then_stalled():
+    w = World(pendingTimeoutSeconds=60)
+    w.step()
+    unschedulable(w)
+    w.step()
+    running = w.condition(st.COND_RUNNING)
+    assert (
+        running["reason"] == "Unschedulable" and "Insufficient nvidia.com/gpu" in running["message"]
+    )
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+    w.step(61)
+    stalled = w.condition(st.COND_STALLED)
+    assert stalled["status"] == "True" and stalled["reason"] == "Unschedulable"
+    assert "pendingTimeoutSeconds=60" in stalled["message"]
+    assert w.reasons().count("Stalled") == 1
+    w.step()
+    assert w.reasons().count("Stalled") == 1  # once per stall
+    w.run_pods()
+    w.step()
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+
+
+@pytest.mark.parametrize("policy", ["Restart", "Fail"])
+def test_the_stall_policy(policy: str):
+    w = World(pendingTimeoutSeconds=60, stallPolicy=policy)
+    w.step()
+    for pod in w.pods.values():
+        pod["status"] = waiting("ImagePullBackOff", "no such image")
+    w.step(61)
+    if policy == "Fail":
+        assert w.status["phase"] == st.PHASE_FAILED
+        assert w.condition(st.COND_FAILED)["reason"] == "Stalled"
+        return
+    assert w.status["restarts"] == 1 and w.status["stallRestarts"] == 1
+    assert w.status["failures"] == 0 and w.status["preemptions"] == 0
+    assert w.status["attempt"] == 1 and w.reasons()[-1] == "StallRestart"
+    w.gc_deleted()
+    d: Decision = w.step()
+    assert d.create_pods == [0] and d.create_attempt == 1
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+
+
+def test_a_running_trainer_without_progress_is_restarted_by_the_policy():
+    w = World(stallTimeoutSeconds=60, stallPolicy="Restart")
+    start(w)
+    w.progress(trial_id="0001", step=3)
+    w.step(61)
+    assert w.condition(st.COND_STALLED)["reason"] == "NoProgress"
+    assert w.status["stallRestarts"] == 1 and w.status["failures"] == 0
+
+
+def test_the_phase_is_pending_while_the_group_is_replaced():
+    w = World()
+    start(w)
+    w.vanish("j-worker-0")
+    w.step()
+    assert w.status["phase"] == st.PHASE_PENDING and w.status["preemptions"] == 1
+    w.step()
+    unschedulable(w)
+    w.step()
+    assert w.status["phase"] == st.PHASE_PENDING
+    w.run_pods()
+    w.step()
+    assert w.status["phase"] == st.PHASE_RUNNING
+
+
+def test_backoff_is_a_condition():
+    w = World()
+    start(w)
+    w.terminate("j-worker-0", 1, "boom")
+    w.step()
+    w.gc_deleted()
+    w.step()
+    running = w.condition(st.COND_RUNNING)
+    assert running["reason"] == "Backoff" and "retrying at" in running["message"]
+
+
+class QuotaKube(RecordingKube):
+    def create(self, obj: dict[str, Any]) -> bool:
+        if obj["kind"] == "Pod":
+            body = '{"message": "pods \\"j-worker-0\\" is forbidden: exceeded quota: gpus"}'
+            raise kube.ApiError(403, body, "POST", "/api/v1/namespaces/ns/pods")
+        return super().create(obj)
+
+
+def test_a_pod_refused_by_quota_is_reported_and_nothing_else_applied():
+    fake = QuotaKube()
+    decision = Decision(status={"attemptStarted": True}, create_pods=[0], create_attempt=0)
+    with pytest.raises(kube.PodRejected, match="exceeded quota: gpus"):
+        kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    assert not [c for c in fake.calls if c[0] == "patch_status"]
