@@ -579,3 +579,25 @@ def test_a_parallel_jobs_oracle_pod_gets_the_template_but_not_its_gpu_parts():
     worker = builders.build_pod(job, spec, 0, 0, group=trial)
     assert worker["spec"]["runtimeClassName"] == "nvidia"
     assert worker["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 1}
+
+
+def test_a_failed_init_container_is_a_failure_that_names_it():
+    from tuneop import classify
+
+    pod = {
+        "metadata": {"name": "emg-worker-0", "labels": {}},
+        "spec": {"nodeName": "n"},
+        "status": {
+            "phase": "Failed",
+            "initContainerStatuses": [
+                {"name": "ok", "state": {"terminated": {"exitCode": 0}}},
+                {"name": "fetch", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+            ],
+            "containerStatuses": [
+                {"name": "trainer", "state": {"waiting": {"reason": "PodInitializing"}}}
+            ],
+        },
+    }
+    result = classify.classify(pod, node={"metadata": {"name": "n"}}, node_known=True)
+    assert result.outcome == classify.Outcome.FAILED
+    assert result.message == "init container fetch exited with code 1: Error"
