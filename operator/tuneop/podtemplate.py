@@ -45,6 +45,9 @@ Error = tuple[str, str]
 """(field, message): `spec.SpecError`'s two parts."""
 
 FIELD = "spec.template"
+RESERVED_ENV_PREFIXES = ("TUNEOP_", "KERASTUNER_")
+"""As spec.RESERVED_ENV_PREFIXES: variables the operator sets (an envFrom prefix may not
+be one of them)."""
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 OPERATOR_LABELS = frozenset(
@@ -426,9 +429,10 @@ def _check_trainer(container: Obj, field: str, volumes: set[str]) -> list[Error]
         errors.append((f"{field}.envFrom", "must be a list of {configMapRef|secretRef, prefix}"))
     for i, source in enumerate(env_from if isinstance(env_from, list) else []):
         prefix = str(source.get("prefix") or "") if isinstance(source, dict) else ""
-        if prefix.startswith("TUNEOP_"):
+        reserved = next((p for p in RESERVED_ENV_PREFIXES if prefix.startswith(p)), None)
+        if reserved:
             errors.append(
-                (f"{field}.envFrom[{i}].prefix", "TUNEOP_ is reserved (set by the operator)")
+                (f"{field}.envFrom[{i}].prefix", f"{reserved} is reserved (set by the operator)")
             )
     errors += _check_mounts(container, field, volumes)
     errors += _check_container_security(

@@ -130,8 +130,6 @@ class JobSpec:
     termination_grace_period_seconds: int = 60
     script: Script | None = None
     """Script mode; None in spec mode (hypermodel + data + tuner)."""
-    template: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """`spec.template`: the partial PodTemplateSpec laid over the pods (podtemplate)."""
     parallel_trials: int = 1
     """Trials at once; above 1 an oracle pod and this many trial groups (keras-tuner's
     distributed tuning)."""
@@ -189,7 +187,6 @@ class JobSpec:
             ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
             termination_grace_period_seconds=int(spec.get("terminationGracePeriodSeconds", 60)),
             script=Script.from_dict(spec["script"]) if spec.get("script") else None,
-            template=dict(spec.get("template") or {}),
             parallel_trials=parallel,
             oracle_resources=dict(oracle.get("resources") or DEFAULT_ORACLE_RESOURCES),
         )
@@ -268,6 +265,7 @@ def validate(spec: JobSpec) -> list[SpecError]:
                 "Mirrored runs in one pod; workers > 1 needs MultiWorkerMirrored or Auto",
             )
         )
+    # spec.template (checked on the raw spec: it is laid over the pods as given)
     errors += [SpecError(f, m) for f, m in podtemplate.check(spec.raw.get("template"))]
     modes = spec.checkpoint.access_modes
     if spec.parallel and not spec.checkpoint.existing_claim and PARALLEL_ACCESS_MODE not in modes:
