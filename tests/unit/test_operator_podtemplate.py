@@ -601,3 +601,9 @@ def test_a_failed_init_container_is_a_failure_that_names_it():
     result = classify.classify(pod, node={"metadata": {"name": "n"}}, node_known=True)
     assert result.outcome == classify.Outcome.FAILED
     assert result.message == "init container fetch exited with code 1: Error"
+
+
+def test_reserved_env_prefixes_are_the_specs():
+    from tuneop import spec as spec_module
+
+    assert podtemplate.RESERVED_ENV_PREFIXES == spec_module.RESERVED_ENV_PREFIXES
