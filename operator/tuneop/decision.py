@@ -17,6 +17,7 @@ from .classify import (
     Classification,
     classify,
 )
+from .goodput import Ledger
 from .progress import ProgressView
 from .progress import from_configmap as progress_from_configmap
 from .progress import read as read_progress
@@ -67,6 +68,9 @@ class Decision:
     no need to reconcile it every few seconds."""
     ignored: tuple[str, ...] = ()
     """Fields of status.progress dropped as invalid (the executor logs them)."""
+    recoveries: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    """(disruption reason, seconds from the loss to the next training step) measured in
+    this pass, for the operator's recovery-time histogram."""
 
     def merged_status(self, job: Obj) -> Obj:
         """The job's status after this decision's patch (for metrics and logs)."""
@@ -120,6 +124,9 @@ class Builder:
         self.decision = Decision()
         self.generation = int_of(job["metadata"].get("generation")) or 1
         self.conditions: list[Obj] = list(self.old.get("conditions") or [])
+        self.ledger = Ledger(self)
+        self.live_pods: list[tuple[Obj, int]] = []
+        """Pods of started groups that hold GPUs after this pass (goodput's live share)."""
 
     def get(self, key: str, default: Any = None) -> Any:
         if key in self.decision.status:

@@ -113,6 +113,18 @@ class GroupResult:
     chief: Classification | None = None
 
 
+def gpus_per_pod(spec: JobSpec, slot: Slot) -> int:
+    return spec.distribution.gpus_per_worker if slot.group.gpus else 0
+
+
+def last_checkpoint(b: Builder, slot: Slot) -> Any:
+    """The group's last checkpoint time, not before the group started (a group that
+    never checkpointed loses everything since its start)."""
+    reported = b.get("lastCheckpointTime") if slot.entry is None else slot.get("lastCheckpointTime")
+    times = [t for t in (st.parse_time(reported), st.parse_time(slot.get("startTime"))) if t]
+    return st.rfc3339(max(times)) if times else None
+
+
 def current_pods(slot: Slot, pods: list[Obj]) -> dict[str, Obj]:
     """The group's pods of its current attempt, by name."""
     attempt = str(slot.attempt)
@@ -182,6 +194,17 @@ def classify_group(
     return outcomes
 
 
+def held_pods(slot: Slot, current: Mapping[str, Obj], last_seen: Mapping[str, Obj]) -> list[Obj]:
+    """The group's pods, with the last version seen of those that vanished (they held
+    their GPUs until then)."""
+    gone = [
+        last_seen[n]
+        for n in slot.group.pod_names
+        if n not in current and n in last_seen and attempt_of(last_seen[n]) == str(slot.attempt)
+    ]
+    return [*current.values(), *gone]
+
+
 def run_group(
     b: Builder,
     spec: JobSpec,
@@ -189,21 +212,27 @@ def run_group(
     current: Mapping[str, Obj],
     outcomes: Mapping[str, Classification],
     progress: ProgressView,
+    held: list[Obj] | None = None,
 ) -> GroupResult:
-    """What a started group's pods say, and the counting that follows."""
+    """What a started group's pods say, and the counting that follows. `held`: the
+    group's pods for its GPU time (default: `current`)."""
     group = list(current.values())
+    held = group if held is None else held
     kinds = {c.outcome for c in outcomes.values()}
     chief = outcomes[slot.group.pod_names[0]]
     fp = spec.failure_policy
     attempt = slot.attempt
+    gpus = gpus_per_pod(spec, slot)
 
     if chief.outcome == Outcome.COMPLETED and not kinds & {Outcome.FAILED, Outcome.INVALID_SPEC}:
+        b.ledger.close(held, gpus)
         return GroupResult("completed", chief=chief)
 
     if Outcome.INVALID_SPEC in kinds:
         bad = next(
             f"{n}: {c.message}" for n, c in outcomes.items() if c.outcome == Outcome.INVALID_SPEC
         )
+        b.ledger.close(held, gpus)
         return GroupResult("invalid", message=f"trainer rejected the spec: {bad}")
 
     if preemption_wins(outcomes):
@@ -215,6 +244,11 @@ def run_group(
         preemptions = b.count("preemptions")
         slot.count("preemptions")
         delete_alive(b, group)
+        b.ledger.close(held, gpus)
+        reason = next(c.reason for c in outcomes.values() if c.outcome == Outcome.PREEMPTED)
+        b.ledger.disrupted(
+            slot.group.name, last_checkpoint(b, slot), reason, gpus * len(slot.group.pod_names)
+        )
         if preemptions > fp.max_preemptions:
             finish(
                 b,
@@ -247,7 +281,7 @@ def run_group(
         )
 
     if Outcome.FAILED in kinds and trial_out_of_memory(b, outcomes, progress):
-        return record_trial_oom(b, outcomes, progress, spec, group, slot)
+        return record_trial_oom(b, outcomes, progress, spec, group, slot, held)
 
     if Outcome.FAILED in kinds:
         what = "; ".join(
@@ -258,6 +292,7 @@ def run_group(
         failures = b.count("failures")
         slot.count("failures")
         delete_alive(b, group)
+        b.ledger.close(held, gpus)
         if failures > fp.max_failures:
             finish(
                 b,
@@ -299,8 +334,10 @@ def run_group(
             "a trainer pod is being deleted; waiting for its checkpoint",
         )
 
+    b.live_pods.extend((p, gpus) for p in group)  # the group goes on holding its GPUs
     if all(c.outcome in (Outcome.RUNNING, Outcome.COMPLETED) for c in outcomes.values()):
         report_restore(b, slot, progress)
+        b.ledger.progressed(slot.group.name, progress)
         return GroupResult("running")
 
     pending = [(n, c) for n, c in outcomes.items() if c.outcome == Outcome.PENDING]
@@ -333,6 +370,7 @@ def record_trial_oom(
     spec: JobSpec,
     group: list[Obj],
     slot: Slot,
+    held: list[Obj],
 ) -> GroupResult:
     """Record the running trial in status.oomTrials (the next pods get it in
     TUNEOP_FAILED_TRIALS and mark it FAILED in the oracle), count it in trialOOMs, and
@@ -348,6 +386,7 @@ def record_trial_oom(
     ooms = b.count("trialOOMs")
     b.put("oomTrials", [*builders.oom_trials({"oomTrials": b.get("oomTrials")}), trial])
     delete_alive(b, group)
+    b.ledger.close(held, gpus_per_pod(spec, slot))
     limits = (spec.resources.get("limits") or {}).get("memory")
     memory = f" (limit {limits})" if limits else ""
     advice = (
@@ -489,11 +528,16 @@ def apply_stall_policy(
     condition = st.get_condition(b.conditions, st.COND_STALLED) or {}
     message = str(condition.get("message") or stuck.reason)
     if spec.stall_policy == "Fail":
+        delete_alive(b, list(pods.values()))
+        b.ledger.close(pods.values(), gpus_per_pod(spec, slot))
+        b.live_pods = [(p, g) for p, g in b.live_pods if p not in pods.values()]
         finish(b, succeeded=False, reason="Stalled", message=f"stalled: {message}")
         return GroupResult("ended")
     if spec.stall_policy != "Restart":
         return None
     delete_alive(b, list(pods.values()))
+    b.ledger.close(pods.values(), gpus_per_pod(spec, slot))
+    b.live_pods = [(p, g) for p, g in b.live_pods if p not in pods.values()]
     b.event(
         "Warning",
         STALL_RESTART,

@@ -30,7 +30,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from . import status as st
@@ -53,13 +58,23 @@ GAUGES = {
     "tuneop_tuningjob_stalled": "1 while the job has condition Stalled=True.",
     "tuneop_tuningjob_parallel_trials": "spec.parallelTrials: trials the job runs at once.",
     "tuneop_tuningjob_running_trials": "Trial groups training now (trainer pods Running).",
+    "tuneop_tuningjob_goodput_percent": (
+        "Share of the job's GPU time not lost to preemption (status.goodput.percent)."
+    ),
 }
 COUNTERS = {
     "tuneop_tuningjob_preemptions": "Trainer pod groups lost to disruption.",
     "tuneop_tuningjob_failures": "Trainer failures (failure budget).",
     "tuneop_tuningjob_trial_ooms": "Trials that ran out of memory, recorded FAILED.",
     "tuneop_tuningjob_restores": "Times a recreated trainer resumed from a checkpoint.",
+    "tuneop_tuningjob_allocated_gpu_seconds": "GPU-seconds the job's trainer pods held.",
+    "tuneop_tuningjob_lost_gpu_seconds": (
+        "GPU-seconds lost to preemption: work redone since the last checkpoint plus the "
+        "time until training resumed."
+    ),
 }
+RECOVERY_BUCKETS = (5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+"""Seconds from a pod's loss to its replacement's next training step."""
 STALE_AFTER_SECONDS = 300.0
 """A job not observed for this long is not exported: five times the longest error
 backoff of the reconcile loop (60 s), so a job whose passes fail for a while keeps its
@@ -93,6 +108,15 @@ def _running_trials(status: Obj) -> float:
     return 1.0 if status.get("phase") == st.PHASE_RUNNING else 0.0
 
 
+def _goodput(status: Obj, key: str) -> float | None:
+    value = (
+        (status.get("goodput") or {}).get(key) if isinstance(status.get("goodput"), dict) else None
+    )
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def _parallel_trials(spec: Obj) -> float:
     raw = spec.get("parallelTrials", 1)
     return float(raw) if isinstance(raw, int) and not isinstance(raw, bool) else 1.0
@@ -123,6 +147,9 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         ),
         "tuneop_tuningjob_parallel_trials": _parallel_trials(spec),
         "tuneop_tuningjob_running_trials": _running_trials(status),
+        "tuneop_tuningjob_goodput_percent": _goodput(status, "percent"),
+        "tuneop_tuningjob_allocated_gpu_seconds": _goodput(status, "allocatedGpuSeconds") or 0.0,
+        "tuneop_tuningjob_lost_gpu_seconds": _goodput(status, "lostGpuSeconds") or 0.0,
         "tuneop_tuningjob_preemptions": float(status.get("preemptions") or 0),
         "tuneop_tuningjob_failures": float(status.get("failures") or 0),
         "tuneop_tuningjob_trial_ooms": float(status.get("trialOOMs") or 0),
@@ -144,6 +171,8 @@ class JobMetrics(Collector):
         self._leader = True
         self._passes = 0
         self._errors = 0
+        self._recoveries: dict[str, list[float]] = {}
+        """reason -> per-bucket counts (RECOVERY_BUCKETS, then +Inf), then the sum."""
 
     def observe(self, namespace: str, name: str, spec: Obj, status: Obj) -> None:
         """A pass of the job's reconcile loop finished: export its numbers."""
@@ -155,6 +184,16 @@ class JobMetrics(Collector):
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._jobs.pop((namespace, name), None)
+
+    def recovered(self, reason: str, seconds: float) -> None:
+        """A preempted pod group trained again `seconds` after its loss (`reason`)."""
+        with self._lock:
+            counts = self._recoveries.setdefault(reason, [0.0] * (len(RECOVERY_BUCKETS) + 2))
+            for i, bound in enumerate(RECOVERY_BUCKETS):
+                if seconds <= bound:
+                    counts[i] += 1
+            counts[len(RECOVERY_BUCKETS)] += 1
+            counts[-1] += seconds
 
     def reconcile_failed(self) -> None:
         """A reconcile pass failed (it will be retried after a backoff)."""
@@ -196,6 +235,19 @@ class JobMetrics(Collector):
             "Reconcile passes that failed (retried after a backoff).",
             value=float(errors),
         )
+        with self._lock:
+            recoveries = {k: list(v) for k, v in self._recoveries.items()}
+        histogram = HistogramMetricFamily(
+            "tuneop_recovery_seconds",
+            "Seconds from a trainer pod's loss to its replacement's next training step, by "
+            "disruption reason.",
+            labels=["reason"],
+        )
+        for reason, counts in sorted(recoveries.items()):
+            buckets = [(str(b), counts[i]) for i, b in enumerate(RECOVERY_BUCKETS)]
+            buckets.append(("+Inf", counts[len(RECOVERY_BUCKETS)]))
+            histogram.add_metric([reason], buckets, sum_value=counts[-1])
+        yield histogram
         jobs = self._exported()
         for metric_name, help_text in GAUGES.items():
             gauge = GaugeMetricFamily(metric_name, help_text, labels=LABELS)

@@ -47,6 +47,7 @@ from .group_step import (
     backoff_wait,
     classify_group,
     current_pods,
+    held_pods,
     judge_stall,
     run_group,
     running_stuck,
@@ -125,7 +126,7 @@ def decide(
     if spec.parallel:
         from .reconcile_parallel import decide_parallel  # it builds on this module
 
-        return decide_parallel(
+        decision = decide_parallel(
             b,
             spec,
             pods,
@@ -135,7 +136,12 @@ def decide(
             progress_configmap=progress_configmap,
             claim=claim,
         )
-    return _decide_sequential(b, spec, pods, nodes, last_seen, configmaps, progress_configmap)
+    else:
+        decision = _decide_sequential(
+            b, spec, pods, nodes, last_seen, configmaps, progress_configmap
+        )
+    decision.recoveries = b.ledger.finish(b.live_pods)
+    return decision
 
 
 def _decide_sequential(
@@ -169,13 +175,17 @@ def _decide_sequential(
             return b.decision
         current = {}
 
+    gpus = spec.distribution.gpus_per_worker
     if errors:
         message = INVALID_SPEC_PREFIX + "; ".join(str(e) for e in errors)
         delete_alive(b, list(current.values()))
+        b.ledger.close(current.values(), gpus)
         finish(b, succeeded=False, reason="InvalidSpec", message=message)
         return b.decision
 
     if spec.suspend:
+        if slot.started:
+            b.ledger.close(current.values(), gpus)
         suspend(b, [slot], pods)
         return b.decision
     resume_if_suspended(b)
@@ -218,7 +228,8 @@ def _decide_sequential(
         return b.decision
 
     outcomes = classify_group(slot, current, nodes, last_seen)
-    result = run_group(b, spec, slot, current, outcomes, progress)
+    held = held_pods(slot, current, last_seen)
+    result = run_group(b, spec, slot, current, outcomes, progress, held)
     if result.kind == "completed" and result.chief is not None:
         delete_alive(b, list(current.values()), keep_ended=True)
         apply_final(b, result.chief)

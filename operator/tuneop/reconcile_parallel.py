@@ -51,6 +51,8 @@ from .group_step import (
     backoff_wait,
     classify_group,
     current_pods,
+    gpus_per_pod,
+    held_pods,
     judge_stall,
     run_group,
     running_stuck,
@@ -171,9 +173,11 @@ def decide_parallel(
     if errors:
         message = INVALID_SPEC_PREFIX + "; ".join(str(e) for e in errors)
         delete_alive(b, every_current)
+        _close_all(b, spec, slots, current)
         finish(b, succeeded=False, reason="InvalidSpec", message=message)
         return done()
     if spec.suspend:
+        _close_all(b, spec, [s for s in slots if s.started], current)
         suspend(b, slots, pods)
         for slot in slots:
             slot.put("state", "Succeeded" if slot.get("completed") else "Suspended")
@@ -197,7 +201,8 @@ def decide_parallel(
             continue
         group_pods = current[slot.group.name]
         outcomes = classify_group(slot, group_pods, nodes, last_seen)
-        result = run_group(b, spec, slot, group_pods, outcomes, progress[slot.group.name])
+        held = held_pods(slot, group_pods, last_seen)
+        result = run_group(b, spec, slot, group_pods, outcomes, progress[slot.group.name], held)
         if result.kind == "ended":  # a budget is spent: the job failed
             delete_alive(b, every_current)
             return done()
@@ -246,6 +251,14 @@ def decide_parallel(
 
     _summarize(b, slots, results)
     return done()
+
+
+def _close_all(
+    b: Builder, spec: JobSpec, slots: list[Slot], current: Mapping[str, Mapping[str, Obj]]
+) -> None:
+    """The groups' pods are stopped by the operator (suspend, an invalid spec)."""
+    for slot in slots:
+        b.ledger.close(current[slot.group.name].values(), gpus_per_pod(spec, slot))
 
 
 def _start(

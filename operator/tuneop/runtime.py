@@ -121,6 +121,8 @@ class Runtime:
             self._report_blocked(job, POD_REJECTED, str(err), logger)
             return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
+        for reason, seconds in decision.recoveries:
+            metrics.JOBS.recovered(reason, seconds)
         if not decision.finished or decision.delete_job:
             return None
         return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)

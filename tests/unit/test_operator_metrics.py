@@ -27,6 +27,9 @@ AGREED = {
     "tuneop_tuningjob_stalled",
     "tuneop_tuningjob_parallel_trials",
     "tuneop_tuningjob_running_trials",
+    "tuneop_tuningjob_goodput_percent",
+    "tuneop_tuningjob_allocated_gpu_seconds_total",
+    "tuneop_tuningjob_lost_gpu_seconds_total",
     "tuneop_tuningjob_phase",
 }
 # Operator-wide series (no labels).
@@ -67,6 +70,7 @@ def test_series_names_labels_and_values():
         "restores": 2,
         "completionTime": "2026-01-01T00:00:20Z",
         "conditions": [{"type": "Stalled", "status": "True"}],
+        "goodput": {"allocatedGpuSeconds": 50.0, "lostGpuSeconds": 5.0, "percent": 90.0},
     }
     jobs.observe("ml", "emg", {"stallTimeoutSeconds": 600}, status)
     samples = _group_from(jobs)
@@ -244,3 +248,19 @@ def test_running_trials_of_a_parallel_job():
     sequential = snapshot({}, {"phase": "Running"})
     assert sequential["tuneop_tuningjob_running_trials"] == 1
     assert sequential["tuneop_tuningjob_parallel_trials"] == 1
+
+
+def test_goodput_series_and_the_recovery_histogram():
+    jobs = JobMetrics()
+    goodput = {"allocatedGpuSeconds": 100.0, "lostGpuSeconds": 4.0, "percent": 96.0}
+    jobs.observe("ns", "j", {}, {"phase": "Running", "goodput": goodput})
+    jobs.recovered("EvictionByEvictionAPI", 12.5)
+    jobs.recovered("EvictionByEvictionAPI", 45.0)
+    samples = _group_from(jobs)
+    assert samples["tuneop_tuningjob_goodput_percent"][0].value == 96.0
+    assert samples["tuneop_tuningjob_lost_gpu_seconds_total"][0].value == 4.0
+    buckets = {s.labels["le"]: s.value for s in samples["tuneop_recovery_seconds_bucket"]}
+    assert buckets["10.0"] == 0 and buckets["20.0"] == 1 and buckets["60.0"] == 2
+    assert buckets["+Inf"] == 2
+    assert samples["tuneop_recovery_seconds_sum"][0].value == 57.5
+    assert samples["tuneop_recovery_seconds_count"][0].labels["reason"] == "EvictionByEvictionAPI"

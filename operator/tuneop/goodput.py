@@ -1,0 +1,154 @@
+"""GPU time: what a job was given, what preemption cost it, how long recovery took.
+
+All from what the operator sees (pods' own timestamps and the trainer's progress
+record), in `status.goodput`, written in the same status patch as the decisions they
+follow (so each ended pod group is added once):
+
+- `allocatedGpuSeconds`: Σ over trainer pods of GPUs x (the pod's `status.startTime`,
+  when the kubelet accepted it and the device plugin handed it its GPUs, to the end of
+  its trainer container, or now while it runs). Pods that never started count nothing.
+- `lostGpuSeconds`: Σ over preemptions of the group's GPUs x (the first training step of
+  the replacement - the group's last checkpoint before the loss): the work since that
+  checkpoint, which is redone, plus the time until training resumed (termination,
+  rescheduling, start-up, restore). A SIGTERM-ed trainer checkpoints on the way out, so
+  its redone part is near zero; a SIGKILL-ed one loses up to the checkpoint interval.
+- `percent`: 100 x (1 - lost / allocated): the share of GPU time not lost to preemption.
+  What any run pays anyway (the first start-up, checkpoint writes, validation) is not
+  counted as lost; `make bench` measures those.
+- `recoveries`, `lastRecoverySeconds`: pod lost → next training step, per preemption;
+  each is also observed in the operator's `tuneop_recovery_seconds` histogram by reason.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from . import status as st
+from .progress import ProgressView
+
+Obj = dict[str, Any]
+
+FIELDS = ("allocatedGpuSeconds", "lostGpuSeconds")
+
+
+def pod_gpu_seconds(pod: Obj, gpus: int, now: dt.datetime) -> float:
+    """GPUs x the seconds the pod has held them."""
+    if gpus <= 0:
+        return 0.0
+    status = pod.get("status") or {}
+    start = st.parse_time(status.get("startTime"))
+    if start is None:
+        return 0.0
+    end = now
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        finished = st.parse_time(terminated.get("finishedAt"))
+        if finished is not None:
+            end = min(end, finished)
+    return max(0.0, (end - start).total_seconds()) * gpus
+
+
+def group_gpu_seconds(pods: Iterable[Obj], gpus: int, now: dt.datetime) -> float:
+    return sum(pod_gpu_seconds(p, gpus, now) for p in pods)
+
+
+def trained_since_restore(progress: ProgressView) -> bool:
+    """The record shows a training step of this trainer: past the step it resumed at,
+    or (no restore) past step 0 of a trial."""
+    if progress.empty or progress.text("phase") != "Running":
+        return False
+    step, epoch = progress.count("step") or 0, progress.count("epoch") or 0
+    resumed = progress.count("resumedFromStep")
+    if resumed is None:
+        return step > 0
+    return (epoch, step) != (progress.count("resumedFromEpoch") or 0, resumed)
+
+
+def percent(allocated: float, lost: float) -> float | None:
+    if allocated <= 0:
+        return None
+    return round(100.0 * max(0.0, 1.0 - lost / allocated), 1)
+
+
+REFRESH_SECONDS = 60.0
+"""The running pods' share is written at most this often (a status patch per pass per
+job would load the API server for nothing)."""
+
+
+class Ledger:
+    """status.goodput of one pass: ended groups added, disruptions noted, recoveries
+    measured; `finish` writes it into the decision's status patch when it changed."""
+
+    def __init__(self, b: Any) -> None:
+        self.b = b
+        old = b.get("goodput")
+        self.values: Obj = (
+            {k: v for k, v in old.items() if v is not None} if isinstance(old, dict) else {}
+        )
+        self.pending: Obj = dict(self.values.get("pending") or {})
+        self.changed = False
+        self.recoveries: list[tuple[str, float]] = []
+
+    def _add(self, key: str, amount: float) -> None:
+        if amount:
+            self.values[key] = round(float(self.values.get(key) or 0.0) + amount, 3)
+            self.changed = True
+
+    def close(self, pods: Iterable[Obj], gpus_per_pod: int) -> None:
+        """A pod group ended (preempted, failed, completed, replaced): its GPU time."""
+        self._add("endedGpuSeconds", group_gpu_seconds(pods, gpus_per_pod, self.b.now))
+
+    def disrupted(self, group: str, last_checkpoint: Any, reason: str, gpus: int) -> None:
+        """A preemption of `group`: its work since `last_checkpoint` will be redone."""
+        if gpus <= 0:
+            return
+        since = st.parse_time(last_checkpoint) or self.b.now
+        self.pending[group or "trainer"] = {
+            "since": st.rfc3339(min(since, self.b.now)),
+            "at": st.rfc3339(self.b.now),
+            "reason": reason,
+            "gpus": gpus,
+        }
+        self.changed = True
+
+    def progressed(self, group: str, progress: ProgressView) -> None:
+        """The replacement trained a step: the loss is over."""
+        pending = self.pending.get(group or "trainer")
+        if not isinstance(pending, dict) or not trained_since_restore(progress):
+            return
+        when = st.parse_time(progress.text("lastProgressTime"))
+        at = st.parse_time(pending.get("at"))
+        if when is None or at is None or when < at:
+            return  # the lost group's last record, not the replacement's
+        since = st.parse_time(pending.get("since")) or when
+        gpus = int(pending.get("gpus") or 0)
+        self._add("lostGpuSeconds", max(0.0, (when - since).total_seconds()) * gpus)
+        seconds = max(0.0, (when - at).total_seconds())
+        self.values["recoveries"] = int(self.values.get("recoveries") or 0) + 1
+        self.values["lastRecoverySeconds"] = round(seconds, 1)
+        self.recoveries.append((str(pending.get("reason") or "Preempted"), seconds))
+        self.pending.pop(group or "trainer")
+        self.changed = True
+
+    def finish(self, live_pods: Iterable[tuple[Obj, int]]) -> list[tuple[str, float]]:
+        """Write status.goodput (closed part + the running pods' share) if anything
+        changed or REFRESH_SECONDS passed; returns the recoveries to observe."""
+        updated = st.parse_time(self.values.get("updated"))
+        stale = updated is None or (self.b.now - updated).total_seconds() >= REFRESH_SECONDS
+        live = sum(pod_gpu_seconds(pod, gpus, self.b.now) for pod, gpus in live_pods)
+        if not (self.changed or (stale and live > 0)):
+            return self.recoveries
+        ended = float(self.values.get("endedGpuSeconds") or 0.0)
+        lost = float(self.values.get("lostGpuSeconds") or 0.0)
+        allocated = ended + live
+        self.values["allocatedGpuSeconds"] = round(allocated, 1)
+        share = percent(allocated, lost)
+        if share is not None:
+            self.values["percent"] = share
+        self.values["updated"] = st.rfc3339(self.b.now)
+        # a merge patch: a key is removed by sending null
+        self.values["pending"] = self.pending or None
+        self.b.put("goodput", self.values)
+        return self.recoveries
