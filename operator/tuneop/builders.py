@@ -12,13 +12,14 @@ from typing import Any
 import tuneop_contract as contract
 import yaml
 
-from . import names
+from . import names, podtemplate
 from .groups import PodGroup, sequential_group
 from .spec import JobSpec
 
 Obj = dict[str, Any]
 
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = podtemplate.DEFAULT_GPU_RESOURCE
+"""The default of spec.distribution.gpuResource."""
 
 
 def owner_reference(job: Obj) -> Obj:
@@ -254,7 +255,7 @@ def build_resources(spec: JobSpec, group: PodGroup | None = None) -> Obj:
     limits = dict(spec.resources.get("limits") or {})
     gpus = spec.distribution.gpus_per_worker
     if gpus > 0:
-        limits[GPU_RESOURCE] = gpus
+        limits[spec.distribution.gpu_resource] = gpus
     out: Obj = {}
     if requests:
         out["requests"] = requests
@@ -276,7 +277,8 @@ def build_pod(
     """Trainer pod `index` of pod group `attempt`: restricted pod security, fsGroup for
     the volume, GPU limits + toleration, the grace period the trainer needs to write its
     checkpoint, restartPolicy Never (the operator decides about restarts), an in-memory
-    /dev/shm of `distribution.shmSize` for GPU pods. In script
+    /dev/shm of `distribution.shmSize` for GPU pods, then `spec.template` laid over it
+    (podtemplate.apply). In script
     mode with `spec.script.configMap` the user's ConfigMap is mounted too; the command
     is the same in both modes (the trainer reads `spec.script` from the spec file).
     `group` (default: the sequential one) names the pod; the oracle of a parallel job
@@ -319,7 +321,11 @@ def build_pod(
         container["ports"].append({"name": "tf-worker", "containerPort": names.TF_WORKER_PORT})
     if group.oracle:
         container["ports"].append({"name": "oracle", "containerPort": contract.DEFAULT_ORACLE_PORT})
-    gpu_toleration = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+    gpu_toleration = {
+        "key": spec.distribution.gpu_resource,
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
     tolerations: list[Obj] = [
         *([gpu_toleration] if group.gpus else []),
         *[dict(t) for t in spec.tolerations],
@@ -382,12 +388,13 @@ def build_pod(
     }
     if group.name:
         labels[names.LABEL_GROUP] = group.name
-    return {
+    pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _meta(job, pod_name, extra=labels),
         "spec": pod_spec,
     }
+    return podtemplate.apply(pod, spec.raw)  # spec.template, over what the operator owns
 
 
 def build_children(job: Obj, spec: JobSpec) -> list[Obj]:

@@ -252,12 +252,27 @@ def _classify_failed(pod: Obj, term: Obj | None, deleting: bool, message: str) -
         return Classification(
             Outcome.FAILED, reason, f"{text}; {message}" if message else text, exit_code, True
         )
+    init = failed_init_container(pod) if term is None else None
+    if init:  # the trainer never ran: say which init container (spec.template) failed
+        return Classification(Outcome.FAILED, reason, message or init, exit_code)
     return Classification(
         Outcome.FAILED,
         reason,
         message or f"trainer exited with code {exit_code}",
         exit_code,
     )
+
+
+def failed_init_container(pod: Obj) -> str:
+    """ "init container <name> exited with code N[: message]" for the first init
+    container (spec.template.spec.initContainers) that ended non-zero, else ""."""
+    for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        term = (status.get("state") or {}).get("terminated") or {}
+        if term and term.get("exitCode") not in (None, 0):
+            text = f"init container {status.get('name')} exited with code {term['exitCode']}"
+            detail = str(term.get("message") or term.get("reason") or "").strip()
+            return f"{text}: {detail}" if detail else text
+    return ""
 
 
 def classify_missing(last_seen: Obj | None) -> Classification:

@@ -6,11 +6,16 @@ two never collide.)"""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import random
+import re
 from collections.abc import Mapping
+from typing import Any
 
 import tuneop_contract as contract
+
+from .podtemplate import Defaults
 
 PREFIX = "TUNEOP_OPERATOR_"
 
@@ -40,6 +45,10 @@ class Config:
     error_backoff_max_seconds: float = 60.0
     """After consecutive failed passes the next waits reconcile_seconds·2^(n-1), at most
     this long."""
+    trainer_defaults: Defaults = dataclasses.field(default_factory=Defaults)
+    """Cluster-wide trainer defaults (TRAINER_IMAGE, TRAINER_IMAGE_PULL_SECRETS,
+    TRAINER_TOLERATIONS, TRAINER_PRIORITY_CLASS_NAME), each filling a job's field the
+    job leaves unset (podtemplate.with_defaults)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
@@ -97,4 +106,53 @@ class Config:
             error_backoff_max_seconds=number(
                 "ERROR_BACKOFF_MAX_SECONDS", cls.error_backoff_max_seconds, 1, 3600
             ),
+            trainer_defaults=trainer_defaults(get),
         )
+
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
+
+
+def trainer_defaults(get: Any) -> Defaults:
+    """The TUNEOP_OPERATOR_TRAINER_* defaults, each checked as the API server would
+    check the job field it fills (a bad one stops the operator, naming the variable)."""
+    image = get("TRAINER_IMAGE") or ""
+    if any(c.isspace() for c in image):
+        raise ConfigError(f"{PREFIX}TRAINER_IMAGE={image!r}: an image reference has no spaces")
+    secrets = tuple(
+        s.strip() for s in (get("TRAINER_IMAGE_PULL_SECRETS") or "").split(",") if s.strip()
+    )
+    priority = get("TRAINER_PRIORITY_CLASS_NAME") or ""
+    for name, value in [*(("TRAINER_IMAGE_PULL_SECRETS", s) for s in secrets),
+                        ("TRAINER_PRIORITY_CLASS_NAME", priority)]:  # fmt: skip
+        if value and (len(value) > 253 or not DNS_SUBDOMAIN.match(value)):
+            raise ConfigError(f"{PREFIX}{name}: {value!r} is not a valid object name")
+    raw = get("TRAINER_TOLERATIONS")
+    tolerations: list[dict[str, Any]] = []
+    if raw is not None:
+        try:
+            tolerations = json.loads(raw)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}TRAINER_TOLERATIONS: not JSON: {raw!r}") from None
+        if not isinstance(tolerations, list) or not all(
+            isinstance(t, dict) and set(t) <= TOLERATION_KEYS for t in tolerations
+        ):
+            raise ConfigError(
+                f"{PREFIX}TRAINER_TOLERATIONS: must be a JSON list of Tolerations "
+                f"(keys {', '.join(sorted(TOLERATION_KEYS))}): {raw!r}"
+            )
+        for t in tolerations:
+            if t.get("operator", "Equal") not in ("Exists", "Equal") or t.get("effect", "") not in (
+                "",
+                "NoSchedule",
+                "PreferNoSchedule",
+                "NoExecute",
+            ):
+                raise ConfigError(f"{PREFIX}TRAINER_TOLERATIONS: invalid operator or effect in {t}")
+    return Defaults(
+        image=image,
+        image_pull_secrets=secrets,
+        tolerations=tuple(tolerations),
+        priority_class_name=priority,
+    )

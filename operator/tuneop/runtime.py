@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from . import kube as kube_mod
-from . import metrics, names
+from . import metrics, names, podtemplate
 from . import status as st
 from .config import Config
 from .reconcile import Event, decide, nodes_to_read
@@ -77,6 +77,8 @@ class Runtime:
         job = self.kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None
+        # what the job leaves unset comes from the cluster-wide trainer defaults
+        job = podtemplate.with_defaults(job, self.config.trainer_defaults)
         pods = self.kube.list_pods(namespace, name)
         nodes = {node: self.kube.get_node(node) for node in nodes_to_read(job, pods)}
         reported = self.kube.get_configmap(namespace, names.progress_configmap_name(name))

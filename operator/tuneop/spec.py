@@ -18,6 +18,8 @@ from typing import Any
 import tuneop_contract as contract
 from kubernetes.utils.quantity import parse_quantity
 
+from . import podtemplate
+
 RESERVED_ENV_PREFIXES = ("TUNEOP_", "KERASTUNER_")
 RESERVED_ENV_NAMES = (contract.ENV_TF_CONFIG,)
 
@@ -44,6 +46,8 @@ class Distribution:
     workers: int = 1
     gpus_per_worker: int = 1
     shm_size: str = "1Gi"  # in-memory /dev/shm of GPU pods; "0": none
+    gpu_resource: str = podtemplate.DEFAULT_GPU_RESOURCE
+    """The extended resource GPUs are counted in (limit and toleration key)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +155,7 @@ class JobSpec:
                 workers=int(dist.get("workers", d_dist.workers)),
                 gpus_per_worker=int(dist.get("gpusPerWorker", d_dist.gpus_per_worker)),
                 shm_size=str(dist.get("shmSize") or d_dist.shm_size),
+                gpu_resource=str(dist.get("gpuResource") or d_dist.gpu_resource),
             ),
             checkpoint=Checkpoint(
                 existing_claim=ckpt.get("existingClaim") or "",
@@ -212,7 +217,13 @@ def validate(spec: JobSpec) -> list[SpecError]:
     """Checks the schema cannot express; each error names the offending field."""
     errors: list[SpecError] = []
     if not spec.image.strip():
-        errors.append(SpecError("spec.image", "must not be empty"))
+        errors.append(
+            SpecError(
+                "spec.image",
+                "unset, and the operator has no default trainer image "
+                "(chart value trainer.image, TUNEOP_OPERATOR_TRAINER_IMAGE)",
+            )
+        )
     for i, var in enumerate(spec.env):
         name = str(var.get("name", ""))
         if name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES):
@@ -224,7 +235,7 @@ def validate(spec: JobSpec) -> list[SpecError]:
     for section_name, section in (("requests", requests), ("limits", limits)):
         for key, value in section.items():
             field = f"spec.resources.{section_name}.{key}"
-            if key == "nvidia.com/gpu":
+            if key in (spec.distribution.gpu_resource, podtemplate.DEFAULT_GPU_RESOURCE):
                 errors.append(SpecError(field, "set spec.distribution.gpusPerWorker instead"))
             elif _quantity(value) is None:
                 errors.append(SpecError(field, f"{value!r} is not a valid quantity"))
@@ -254,6 +265,8 @@ def validate(spec: JobSpec) -> list[SpecError]:
                 "Mirrored runs in one pod; workers > 1 needs MultiWorkerMirrored or Auto",
             )
         )
+    # spec.template (checked on the raw spec: it is laid over the pods as given)
+    errors += [SpecError(f, m) for f, m in podtemplate.check(spec.raw.get("template"))]
     modes = spec.checkpoint.access_modes
     if spec.parallel and not spec.checkpoint.existing_claim and PARALLEL_ACCESS_MODE not in modes:
         errors.append(

@@ -363,6 +363,11 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
             "operator.peeringName=team-a",
             "operator.requestTimeoutSeconds=12",
             "operator.errorBackoffMaxSeconds=300",
+            "trainer.image=registry.example.com/ml/trainer:1",
+            "trainer.imagePullSecrets={ml-registry,mirror}",
+            "trainer.tolerations[0].key=pool",
+            "trainer.tolerations[0].operator=Exists",
+            "trainer.priorityClassName=tuning-low",
         )
     )["Deployment"]
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
@@ -378,6 +383,11 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     assert (config.metrics_port, config.health_port) == (9100, 9101)
     assert config.peering_name == "team-a"
     assert (config.request_timeout_seconds, config.error_backoff_max_seconds) == (12, 300)
+    trainer = config.trainer_defaults
+    assert trainer.image == "registry.example.com/ml/trainer:1"
+    assert trainer.image_pull_secrets == ("ml-registry", "mirror")
+    assert trainer.tolerations == ({"key": "pool", "operator": "Exists"},)
+    assert trainer.priority_class_name == "tuning-low"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": 9100, "health": 9101}
 
@@ -393,6 +403,7 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     assert (default.metrics_port, default.health_port) == (8080, 8081)
     assert default.request_timeout_seconds == Config.request_timeout_seconds  # one default
     assert default.error_backoff_max_seconds == Config.error_backoff_max_seconds
+    assert default.trainer_defaults == Config().trainer_defaults  # none
 
 
 def test_namespaced_mode_creates_a_kopf_peering_per_watched_namespace(helm: str) -> None:
@@ -534,7 +545,7 @@ def test_admission_limits_reach_the_params_configmap_not_the_expressions(helm: s
         assert limit not in expressions
     # Every validation says which field and what is allowed.
     fields = ["spec.image", "spec.priorityClassName", "spec.distribution", "spec.resources"]
-    fields.append("spec.tolerations")
+    fields += ["spec.tolerations", "spec.template.spec.initContainers"]
     for validation, field in zip(spec["validations"], fields, strict=True):
         assert field in validation["messageExpression"], validation
         assert validation["reason"] == "Forbidden"
