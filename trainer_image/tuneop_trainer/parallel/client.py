@@ -110,11 +110,15 @@ def _client_class() -> type:
                     return None
                 remaining = deadline - time.monotonic()
                 try:
-                    return method(
+                    response = method(
                         request,
                         wait_for_ready=True,
                         timeout=max(1.0, min(ATTEMPT_SECONDS, remaining)),
                     )
+                    if attempt:
+                        waited = self._wait - (deadline - time.monotonic())
+                        log.info("oracle %s: answered after %.1fs away", name, waited)
+                    return response
                 except grpc.RpcError as exc:
                     code = exc.code()
                     if code not in retry_codes:
