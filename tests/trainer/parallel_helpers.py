@@ -74,6 +74,7 @@ class Search:
         extra_env: dict[str, str] | None = None,
     ) -> None:
         self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
         self.ckpt = tmp / "ckpt"
         self.groups = groups
         self.port = free_port()
