@@ -17,10 +17,10 @@ from parallel_helpers import ORACLE, Search, epoch_lines, mid_epoch_checkpoint
 from trainer_helpers import comparable, results
 from tuneop_contract import (
     BEST_MODEL_FILE,
+    EXIT_COMPLETED,
     PHASE_COMPLETED,
     PROGRESS_FILE,
     TUNER_DIR,
-    EXIT_COMPLETED,
 )
 
 pytestmark = pytest.mark.slow
@@ -80,9 +80,7 @@ def test_two_groups_run_every_trial_once(undisturbed: Search) -> None:
     assert (project / "search_done.json").exists()
 
 
-def test_group_killed_mid_trial_resumes_its_own_trial(
-    tmp_path: Any, undisturbed: Search
-) -> None:
+def test_group_killed_mid_trial_resumes_its_own_trial(tmp_path: Any, undisturbed: Search) -> None:
     search = Search(tmp_path)
     search.start_all()
 
@@ -114,9 +112,7 @@ def test_group_killed_mid_trial_resumes_its_own_trial(
     assert res["best"] == results(undisturbed.ckpt)["best"]
 
 
-def test_oracle_killed_mid_search_restarts_without_loss(
-    tmp_path: Any, undisturbed: Search
-) -> None:
+def test_oracle_killed_mid_search_restarts_without_loss(tmp_path: Any, undisturbed: Search) -> None:
     search = Search(tmp_path)
     search.start_all()
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from typing import Any
 
 from keras_tuner.src.engine import oracle as oracle_module
 from keras_tuner.src.engine import trial as trial_module
-from tuneop_contract import now_rfc3339, write_atomic
+from tuneop_contract import ENV_FAILED_TRIALS, now_rfc3339, parse_failed_trials, write_atomic
 
 from .. import failed_trials, preemption
 from . import roles
@@ -120,6 +121,11 @@ def install(on_change: Callable[[Any], None] | None = None) -> None:
             log.info("trial %s: end already recorded; repeated request ignored", trial_id)
             return
         failed_trials._known_to_display(self, trial_id)
+        if trial.status == trial_module.TrialStatus.FAILED and not trial.message:
+            # keras-tuner's proto has no message: a group's FAILED end of a trial the
+            # operator named (TUNEOP_FAILED_TRIALS is on every pod) gets its reason here
+            reason = parse_failed_trials(os.environ.get(ENV_FAILED_TRIALS)).get(trial_id)
+            trial.message = failed_trials.message(reason) if reason else None
         original_end(self, trial)
         self.save()  # keras-tuner pops the ongoing entry after its own save
         on_change = _state["on_change"]
