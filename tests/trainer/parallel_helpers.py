@@ -18,6 +18,7 @@ from trainer_helpers import env
 from tuneop_contract import (
     ENV_ORACLE_IP,
     ENV_ORACLE_PORT,
+    ENV_TF_CONFIG,
     ENV_TRIAL_GROUPS,
     ENV_TUNER_ID,
     ORACLE_TUNER_ID,
@@ -91,7 +92,12 @@ class Search:
     def log(self, tuner_id: str) -> Path:
         return self.tmp / f"{tuner_id}.log"
 
-    def start(self, tuner_id: str, extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, tuner_id: str, extra: dict[str, str] | None = None, name: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start one process of `tuner_id` (`name`: its process and log name when a
+        group has several, e.g. "tuner0-w1")."""
+        name = name or tuner_id
         e = env(devices=1)
         e.update(
             {
@@ -109,19 +115,32 @@ class Search:
         else:
             cmd += ["exec", "--dir", str(self.ckpt), "--spec", str(self.spec)]
             cmd += ["--deterministic", str(self.script)]
-        log = self.log(tuner_id)
+        log = self.log(name)
         with log.open("ab") as handle:
-            handle.write(f"--- start {self.starts.get(tuner_id, 0)}\n".encode())
-        self.starts[tuner_id] = self.starts.get(tuner_id, 0) + 1
+            handle.write(f"--- start {self.starts.get(name, 0)}\n".encode())
+        self.starts[name] = self.starts.get(name, 0) + 1
         proc = subprocess.Popen(
             cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=e, cwd=self.tmp
         )
-        self.procs[tuner_id] = proc
+        self.procs[name] = proc
         return proc
 
-    def start_all(self) -> None:
+    def start_all(self, skip: tuple[str, ...] = ()) -> None:
         for tuner_id in self.tuner_ids():
-            self.start(tuner_id)
+            if tuner_id not in skip:
+                self.start(tuner_id)
+
+    def start_multiworker(self, tuner_id: str, workers: int = 2) -> list[str]:
+        """A MultiWorkerMirrored trial group: `workers` processes sharing `tuner_id`,
+        TF_CONFIG on loopback; returns their names."""
+        addresses = [f"127.0.0.1:{free_port()}" for _ in range(workers)]
+        names = []
+        for index in range(workers):
+            config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}}
+            name = f"{tuner_id}-w{index}"
+            self.start(tuner_id, {ENV_TF_CONFIG: json.dumps(config)}, name=name)
+            names.append(name)
+        return names
 
     def wait(self, timeout: float = 240) -> dict[str, int]:
         deadline = time.monotonic() + timeout
