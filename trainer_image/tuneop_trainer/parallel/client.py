@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 ATTEMPT_SECONDS = 60.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0
 IDLE_SECONDS = 0.5
+SLOW_SECONDS = 1.0  # a call that took longer is logged with its time
 
 _installed = [False]
 
@@ -103,7 +104,8 @@ def _client_class() -> type:
         # -- the retry ----------------------------------------------------------
         def _call(self, name: str, request: Any, stop_if_done: bool = False) -> Any:
             method: Callable[..., Any] = getattr(self.stub, name)
-            deadline = time.monotonic() + self._wait
+            start = time.monotonic()
+            deadline = start + self._wait
             attempt = 0
             while True:
                 if stop_if_done and self._search_done():
@@ -115,9 +117,9 @@ def _client_class() -> type:
                         wait_for_ready=True,
                         timeout=max(1.0, min(ATTEMPT_SECONDS, remaining)),
                     )
-                    if attempt:
-                        waited = self._wait - (deadline - time.monotonic())
-                        log.info("oracle %s: answered after %.1fs away", name, waited)
+                    waited = time.monotonic() - start
+                    if attempt or waited > SLOW_SECONDS:  # the oracle was away
+                        log.info("oracle %s: answered after %.3fs", name, waited)
                     return response
                 except grpc.RpcError as exc:
                     code = exc.code()
