@@ -5,6 +5,7 @@ tuner0, with the same outcome as the same script run sequentially."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -38,8 +39,9 @@ def test_script_with_two_groups_runs_post_search_code_once_in_tuner0(tmp_path: P
     # every trial ran its fit once, in one group
     fits = Counter(p.parent.name for p in (search.ckpt / "trials").glob("*/fit-0") if p.is_dir())
     assert sorted(fits) == ["0", "1", "2", "3"] and set(fits.values()) == {1}
-    state = (search.ckpt / TUNER_DIR / "untitled_project" / "oracle.json").read_text()
-    assert '"run_times": {"0": 1, "1": 1, "2": 1, "3": 1}' in state
+    state = json.loads((search.ckpt / TUNER_DIR / "untitled_project" / "oracle.json").read_text())
+    assert state["run_times"] == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert sorted(state["end_order"]) == ["0", "1", "2", "3"]
 
     # the same script, sequentially: same trials, same final fit
     seq = tmp_path / "sequential"

@@ -31,7 +31,7 @@ from . import roles
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.5
+POLL_SECONDS = 0.2
 LOG_EVERY_SECONDS = 60.0
 
 _installed = [False]

@@ -21,7 +21,8 @@ what changes here (installed only in the oracle process):
   hands out STOPPED).
 - `oracle_chief.start_server` is replaced by `serve`: it binds 0.0.0.0 (keras-tuner binds
   KERASTUNER_ORACLE_IP, a name of the pod, not an address of it), runs enough gRPC
-  threads for every trial group, polls every 0.5 s instead of sleeping 20 s, ends when
+  threads for every trial group, checks at every trial end and STOPPED handed out (and
+  every 0.5 s) instead of sleeping 20 s, ends when
   keras-tuner's own rule says the search is over (a STOPPED was handed out, no trial
   ongoing or waiting for a retry, no tuner id left), writes the search-done marker and
   the oracle's progress, and raises `RoleDone` so nothing after `search()` runs here
@@ -36,7 +37,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
@@ -55,6 +55,7 @@ RUNNING = trial_module.TrialStatus.RUNNING
 STOPPED = trial_module.TrialStatus.STOPPED
 
 _state: dict[str, Any] = {"installed": False, "on_change": None}
+_changed = threading.Event()  # a STOPPED handed out or a trial ended: check at once
 
 
 def install(on_change: Callable[[Any], None] | None = None) -> None:
@@ -98,6 +99,7 @@ def install(on_change: Callable[[Any], None] | None = None) -> None:
         trial = original_create(self, tuner_id)
         if trial.status == STOPPED:
             self._tuneop_stopped = True
+            _changed.set()
         self.save()
         return trial
 
@@ -128,6 +130,7 @@ def install(on_change: Callable[[Any], None] | None = None) -> None:
             trial.message = failed_trials.message(reason) if reason else None
         original_end(self, trial)
         self.save()  # keras-tuner pops the ongoing entry after its own save
+        _changed.set()
         on_change = _state["on_change"]
         if on_change is not None:
             on_change(self)
@@ -240,7 +243,8 @@ def serve(oracle: Any) -> None:
             if preemption.requested():
                 log.warning("oracle: SIGTERM; stop serving (its state is on the volume)")
                 raise preemption.Preempted()
-            time.sleep(POLL_SECONDS)
+            _changed.wait(POLL_SECONDS)
+            _changed.clear()
         _finish(oracle)
         log.info("search over: %d trials, none running; oracle exits", len(oracle.trials))
         on_change = _state["on_change"]
