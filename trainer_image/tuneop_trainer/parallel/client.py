@@ -15,7 +15,7 @@ group would also notice a recreated oracle late. Here:
   recreates it and it resumes its trial from its checkpoint. Every call is safe to
   repeat: `create_trial` returns the tuner id's ongoing trial, `end_trial` and
   `update_trial` are idempotent on our oracle (oracle.py).
-- the channel reconnects every 0.25-1 s, so a recreated oracle is seen within seconds.
+- the channel reconnects every 0.25-0.5 s, so a recreated oracle is seen within seconds.
 - with the search-done marker on the volume, `create_trial` answers STOPPED without
   contacting the oracle (a group restarted after the oracle exited, or one whose
   oracle went away for good once the search was over).
@@ -96,7 +96,7 @@ def _client_class() -> type:
                 options=[
                     ("grpc.initial_reconnect_backoff_ms", 250),
                     ("grpc.min_reconnect_backoff_ms", 250),
-                    ("grpc.max_reconnect_backoff_ms", 1000),
+                    ("grpc.max_reconnect_backoff_ms", 500),
                 ],
             )
             self.stub = protos.get_service_grpc().OracleStub(channel)
