@@ -7,14 +7,16 @@ oracle pod dies fails with UNAVAILABLE and the trial group with it, and a call m
 it is away waits up to an hour. gRPC's default reconnect backoff grows to 120 s, so a
 group would also notice a recreated oracle late. Here:
 
-- every call is retried on UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED and RESOURCE_EXHAUSTED
-  (what an oracle going away or coming back looks like) with a backoff from 0.5 s to 5 s,
-  one log line per retry, each attempt bounded by 60 s; when the oracle has been
-  unreachable for TUNEOP_ORACLE_WAIT_SECONDS (default 600) the group raises
-  `OracleUnreachable`, a `Preempted`: exit 75, the group is not at fault, the operator
-  recreates it and it resumes its trial from its checkpoint. Every call is safe to
-  repeat: `create_trial` returns the tuner id's ongoing trial, `end_trial` and
-  `update_trial` are idempotent on our oracle (oracle.py).
+- every call is retried on UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED and
+  RESOURCE_EXHAUSTED (what an oracle going away or coming back looks like), one log line
+  per retry, with a backoff from 0.5 s to 5 s after a failed call (none after an attempt
+  that timed out waiting for the oracle); each attempt is bounded by 10 s, so a SIGTERM
+  while waiting ends in exit 75 within the grace period (a slow call cut short is simply
+  asked again). When the oracle has been unreachable for TUNEOP_ORACLE_WAIT_SECONDS
+  (default 600) the group raises `OracleUnreachable`, a `Preempted`: exit 75, the group
+  is not at fault, the operator recreates it and it resumes its trial from its
+  checkpoint. Every call is safe to repeat: `create_trial` returns the tuner id's ongoing
+  trial, `end_trial` and `update_trial` are idempotent on our oracle (oracle.py).
 - the channel reconnects every 0.25-0.5 s, so a recreated oracle is seen within seconds.
 - with the search-done marker on the volume, `create_trial` answers STOPPED without
   contacting the oracle (a group restarted after the oracle exited, or one whose
@@ -46,7 +48,7 @@ from . import roles
 
 log = logging.getLogger(__name__)
 
-ATTEMPT_SECONDS = 60.0
+ATTEMPT_SECONDS = 10.0  # short: a SIGTERM is seen between attempts
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0
 IDLE_SECONDS = 0.5
 SLOW_SECONDS = 1.0  # a call that took longer is logged with its time
@@ -110,6 +112,8 @@ def _client_class() -> type:
             while True:
                 if stop_if_done and self._search_done():
                     return None
+                if preemption.requested():
+                    raise preemption.Preempted()
                 remaining = deadline - time.monotonic()
                 try:
                     response = method(
@@ -132,10 +136,10 @@ def _client_class() -> type:
                         )
                         log.error(message)
                         raise OracleUnreachable(message) from exc
-                    if preemption.requested():
-                        raise preemption.Preempted() from exc
                     attempt += 1
                     delay = min(BACKOFF_FIRST * 2 ** (attempt - 1), BACKOFF_MAX)
+                    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        delay = 0.0  # the attempt itself waited for the oracle
                     log.warning("oracle %s: %s; retry %d in %.1fs", name, code.name, attempt, delay)
                     time.sleep(delay)
 
