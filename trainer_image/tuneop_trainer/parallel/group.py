@@ -5,11 +5,10 @@ After each trial (MultiWorkerMirrored group): a cross-worker barrier once the ch
 without the barrier a faster non-chief worker could ask `create_trial` before the
 chief's end landed and be handed the ended trial again (the tuner id's ongoing one).
 
-Once the oracle hands out STOPPED:
-
-keras-tuner's `search()` simply returns on every worker, and the script's post-search
-code (`get_best_models`, a final `fit`) would then run in every trial group, against an
-`OracleClient` that has no trials, and race for the same files. Here:
+Once the oracle hands out STOPPED, keras-tuner's `search()` simply returns on every
+worker, and the script's post-search code (`get_best_models`, a final `fit`) would then
+run in every trial group, against an `OracleClient` that has no trials, and race for the
+same files. Here:
 
 - every group but tuner0 raises `RoleDone` (exit 0): its part is over;
 - tuner0 waits until the search is over - the oracle's search-done marker on the
