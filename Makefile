@@ -97,8 +97,12 @@ test-trainer: venv ## Trainer tests: real TF on 2 logical CPUs, kills and resume
 bench-trainer: venv ## Trainer benchmark: work lost per preemption vs keras-tuner → bench/results/trainer.json
 	$(PY) bench/trainer/bench_trainer.py $(BENCH_TRAINER_ARGS)
 
+.PHONY: bench-parallel
+bench-parallel: venv ## Parallel trials: 1 vs 2 trial groups, cost of losing a group or the oracle → bench/results/parallel.json
+	$(PY) bench/trainer/bench_parallel.py $(BENCH_PARALLEL_ARGS)
+
 .PHONY: bench
-bench: bench-trainer ## All benchmarks (tables on stdout, JSON under bench/results/)
+bench: bench-trainer bench-parallel ## All benchmarks (tables on stdout, JSON under bench/results/)
 
 # --- the operator (issue 4): kubebuilder-style entry points against $KUBECONFIG -------
 KUBECTL = $(eval KUBECTL := $(or $(shell command -v kubectl),$(shell hack/cluster-tools/build.sh | tail -n1)/kubectl))$(KUBECTL)

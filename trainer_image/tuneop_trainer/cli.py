@@ -34,7 +34,6 @@ from tuneop_contract import (
     PHASE_PREEMPTED,
     PHASE_RUNNING,
     TERMINATION_MESSAGE_PATH,
-    read_progress,
     write_termination_message,
 )
 
@@ -131,6 +130,9 @@ def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
     for path in spec.python_path:
         if path not in sys.path:
             sys.path.insert(0, path)
+    from .parallel import roles
+
+    role = roles.current()
     write = strategy_mod.is_chief()
     if write:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -145,8 +147,8 @@ def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
     from . import data as data_mod
     from .progress import Reporter
 
-    reporter = Reporter(checkpoint_dir, write=write)
-    previous = read_progress(checkpoint_dir) if write else None
+    reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
+    previous = reporter.previous() if write else None
     reporter.update(
         force=False,
         objective=spec.tuner.objective,
@@ -163,7 +165,7 @@ def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
             if spec.tuner.dtype_policy:  # kept across clear_session by ktpatch
                 keras.config.set_dtype_policy(spec.tuner.dtype_policy)
             dataset = data_mod.load(spec.data)
-            _check_fingerprint(spec, dataset, checkpoint_dir, write)
+            _check_fingerprint(spec, dataset, checkpoint_dir, write, role)
             hypermodel = resolve_hypermodel(spec.hypermodel, dataset)
             return _search(spec, strategy, dataset, hypermodel, checkpoint_dir, reporter, write)
         except SpecError as exc:
@@ -173,8 +175,9 @@ def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
         reporter.close()
 
 
-def _check_fingerprint(spec: TrainerSpec, dataset: Any, root: Path, write: bool) -> None:
-    """A resume must see the same data, hypermodel and search as the first run."""
+def _check_fingerprint(spec: TrainerSpec, dataset: Any, root: Path, write: bool, role: Any) -> None:
+    """A resume must see the same data, hypermodel and search as the first run. With
+    parallel trials the oracle records it and the trial groups compare with it."""
     import dataclasses
 
     from . import fingerprint
@@ -185,7 +188,8 @@ def _check_fingerprint(spec: TrainerSpec, dataset: Any, root: Path, write: bool)
         "tuner": dataclasses.asdict(spec.tuner),
     }
     fields = {"data": "spec.data", "hypermodel": "spec.hypermodel", "tuner": "spec.tuner"}
-    fingerprint.check_or_record(root, record, fields, write)
+    wait = role.oracle_wait_seconds if role.is_group else 0.0
+    fingerprint.check_or_record(root, record, fields, write and not role.is_group, wait)
 
 
 def _search(
@@ -197,23 +201,24 @@ def _search(
     reporter: Any,
     write: bool,
 ) -> int:
-    from . import results, tuners
+    from . import parallel, results, tuners
 
+    role = parallel.current()
+    parallel.install(
+        role, lambda oracle: reporter.update(force=True, **results.search_progress(oracle))
+    )
     ctx = tuners.Context(spec, strategy, dataset, checkpoint_dir, reporter, write=write)
     try:
         tuner = tuners.create(ctx, hypermodel)
-        done = [t for t in tuner.oracle.trials.values() if t.status == "COMPLETED"]
-        best = tuner.oracle.get_best_trials(1)
-        reporter.update(
-            force=True,
-            phase=PHASE_RUNNING,
-            trials_completed=len(done),
-            trials_total=results.planned_trials(tuner.oracle),
-            best_trial_id=str(best[0].trial_id) if best else None,
-            best_score=float(best[0].score) if best and best[0].score is not None else None,
-            message="",
-        )
-        tuner.search()
+        fields = results.search_progress(tuner.oracle)
+        reporter.update(force=True, phase=PHASE_RUNNING, message="", **fields)
+        try:
+            tuner.search()
+        except parallel.RoleDone:
+            # the oracle after serving, or a trial group other than tuner0 after STOPPED
+            reporter.update(force=True, phase=PHASE_COMPLETED, message="")
+            log.info("%s: its part of the search is done", role.tuner_id)
+            return EXIT_COMPLETED
         out = results.export(tuner, checkpoint_dir, write)
     except preemption.Preempted:
         reporter.update(force=True, phase=PHASE_PREEMPTED, message="preempted; resume me")
@@ -239,7 +244,8 @@ def _search(
             pure,
             ctx.steps,
         )
-    reporter.update(force=True, phase=PHASE_COMPLETED, message="")
+    fields = results.search_progress(tuner.oracle)
+    reporter.update(force=True, phase=PHASE_COMPLETED, message="", **fields)
     results.write_final_summary(out, reporter.progress.trials_total, TERMINATION_MESSAGE_PATH)
     return EXIT_COMPLETED
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,17 @@ def digest_arrays(*arrays: Any) -> str:
 
 
 def check_or_record(
-    root: Path, record: dict[str, Any], fields: dict[str, str], write: bool
+    root: Path, record: dict[str, Any], fields: dict[str, str], write: bool, wait: float = 0.0
 ) -> None:
     """Compare `record` with the one in `root` (write it if there is none).
     `fields` maps each record key to (the field named in the error) and says what it
-    is, e.g. {"data": "spec.data"}; the first difference raises SpecError."""
+    is, e.g. {"data": "spec.data"}; the first difference raises SpecError. A process that
+    does not write (a parallel search's trial group: the oracle records it) waits up to
+    `wait` seconds for the record to appear, then goes on without one."""
     path = root / RECORD_FILE
+    deadline = time.monotonic() + wait
+    while not write and not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
     if not path.exists():
         if write:
             write_atomic(path, json.dumps(record, sort_keys=True).encode())

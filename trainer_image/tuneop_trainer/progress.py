@@ -8,10 +8,13 @@ it three ways:
   `/metrics` (Prometheus text format) and `/progress` (the record as JSON);
 - when TUNEOP_JOB_NAMESPACE and TUNEOP_PROGRESS_CONFIGMAP are set and the in-cluster
   ServiceAccount is mounted, a JSON merge patch of the job's progress ConfigMap (the
-  record under tuneop_contract.PROGRESS_KEY; the operator copies it into the TuningJob's
+  record under `tuneop_contract.progress_key(tuner id)`; the operator copies it into the TuningJob's
   `status.progress`), sent from a background thread (throttled to one per ~3 s, plus
   trial ends and exit); API errors are logged, never raised. The pod's token may patch
   that one ConfigMap and nothing else: it cannot touch the TuningJob.
+
+With parallel trials each reporter (the oracle, each trial group) has its own tuner id,
+so its own file (`progress.<tuner id>.json`) and its own ConfigMap key: one writer each.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from tuneop_contract import (
     Progress,
     now_rfc3339,
     progress_configmap_patch,
-    write_progress,
+    progress_key,
+    write_atomic,
 )
 
 log = logging.getLogger(__name__)
@@ -86,9 +90,17 @@ class Metrics:
 
 
 class Reporter:
-    def __init__(self, checkpoint_dir: Path, write: bool = True, min_interval: float = 2.0) -> None:
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        write: bool = True,
+        min_interval: float = 2.0,
+        tuner_id: str | None = None,
+    ) -> None:
         self.dir = checkpoint_dir
         self.write = write  # only the chief writes the volume
+        self.tuner_id = tuner_id  # parallel trials: whose record this is
+        self.path = checkpoint_dir / progress_key(tuner_id)
         self.min_interval = min_interval
         self.progress = Progress()
         self.metrics = Metrics()
@@ -96,7 +108,14 @@ class Reporter:
         self._last_write = 0.0
         self._server: ThreadingHTTPServer | None = None
         # One reporter per job: only the chief reports progress (and writes files).
-        self._patcher: _ProgressPatcher | None = _ProgressPatcher.from_env() if write else None
+        self._patcher = _ProgressPatcher.from_env(tuner_id) if write else None
+
+    def previous(self) -> Progress | None:
+        """The record an earlier process of this reporter left on the volume."""
+        try:
+            return Progress.from_json(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
 
     # -- updates ----------------------------------------------------------------
     def update(self, force: bool = False, **fields: Any) -> None:
@@ -126,9 +145,9 @@ class Reporter:
     def _publish(self, snapshot: Progress, force: bool) -> None:
         if self.write:
             try:
-                write_progress(self.dir, snapshot)
+                write_atomic(self.path, snapshot.to_json().encode())
             except OSError as exc:
-                log.warning("cannot write progress.json: %s", exc)
+                log.warning("cannot write %s: %s", self.path.name, exc)
         if self._patcher is not None:
             self._patcher.submit(snapshot, force)
         if snapshot.best_score is not None:
@@ -187,8 +206,11 @@ class Reporter:
 class _ProgressPatcher:
     """Merge-patches the job's progress ConfigMap from a daemon thread."""
 
-    def __init__(self, url: str, token_path: Path, ca_path: Path) -> None:
+    def __init__(
+        self, url: str, token_path: Path, ca_path: Path, tuner_id: str | None = None
+    ) -> None:
         self.url = url
+        self.tuner_id = tuner_id
         self.token_path = token_path
         self.context = ssl.create_default_context(cafile=str(ca_path))
         self._pending: Progress | None = None
@@ -198,7 +220,7 @@ class _ProgressPatcher:
         threading.Thread(target=self._loop, daemon=True).start()
 
     @classmethod
-    def from_env(cls) -> _ProgressPatcher | None:
+    def from_env(cls, tuner_id: str | None = None) -> _ProgressPatcher | None:
         configmap = os.environ.get(ENV_PROGRESS_CONFIGMAP)
         namespace = os.environ.get(ENV_JOB_NAMESPACE)
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
@@ -209,7 +231,7 @@ class _ProgressPatcher:
         if ":" in host:
             host = f"[{host}]"
         url = f"https://{host}:{port}/api/v1/namespaces/{namespace}/configmaps/{configmap}"
-        return cls(url, token, ca)
+        return cls(url, token, ca, tuner_id)
 
     def submit(self, progress: Progress, force: bool) -> None:
         with self._cond:
@@ -239,7 +261,7 @@ class _ProgressPatcher:
             self._patch(progress)
 
     def _patch(self, progress: Progress) -> None:
-        body = json.dumps(progress_configmap_patch(progress)).encode()
+        body = json.dumps(progress_configmap_patch(progress, self.tuner_id)).encode()
         try:
             request = urllib.request.Request(
                 self.url,

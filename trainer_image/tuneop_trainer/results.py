@@ -96,6 +96,32 @@ def write_final_summary(results: dict[str, Any], trials_total: int | None, path:
     write_termination_message(summary.to_message(), path)
 
 
+def search_progress(oracle: Any) -> dict[str, Any]:
+    """Progress fields from an oracle with trials: trials completed and planned, the
+    best so far. Empty for a trial group's client (it has no trials; with parallel
+    trials the oracle's own record carries them)."""
+    from .parallel import config_oracle, local_oracle
+
+    planned = planned_trials(config_oracle(oracle))
+    local = local_oracle(oracle)
+    if local is None:
+        return {"trials_total": planned}
+    done = sum(1 for t in local.trials.values() if t.status == "COMPLETED")
+    fields: dict[str, Any] = {"trials_completed": done, "trials_total": planned}
+    best = local.get_best_trials(1)
+    if best and best[0].score is not None:
+        fields.update(
+            best_trial_id=str(best[0].trial_id),
+            best_score=float(best[0].score),
+            best_hyperparameters={
+                k: v
+                for k, v in best[0].hyperparameters.values.items()
+                if not k.startswith("tuner/")
+            },
+        )
+    return fields
+
+
 def planned_trials(oracle: Any) -> int | None:
     """How many trials the oracle will run: `max_trials`, or for Hyperband the size of
     its brackets (keras-tuner 1.4.8 HyperbandOracle: _get_num_brackets / _get_size) per

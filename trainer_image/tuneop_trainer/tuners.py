@@ -28,6 +28,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,18 @@ from typing import Any
 import keras
 import keras_tuner
 import numpy as np
-from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
+from tuneop_contract import ENV_TUNER_ID, TRIALS_DIR, TUNER_DIR, write_atomic
 
-from . import early_stopping, failed_trials, ktpatch, multiworker, preemption, scope, seeds
+from . import (
+    early_stopping,
+    failed_trials,
+    ktpatch,
+    multiworker,
+    parallel,
+    preemption,
+    scope,
+    seeds,
+)
 from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
 from .data import Dataset, epoch_order
 from .progress import Reporter
@@ -77,15 +87,18 @@ class ResumableMixin:
         self.ctx = context
         ktpatch.set_writer(context.write)
         project = Path(kwargs["directory"]) / kwargs["project_name"]
-        fresh = not (project / "tuner0.json").exists()
+        fresh = not (project / tuner_file()).exists()
         super().__init__(*args, **kwargs)
         if fresh and context.write:
             # keras-tuner writes tuner0.json only at trial end; without it a restart
             # during the first trial would start a new search.
             self.save()  # type: ignore[attr-defined]
         # trials the operator names as out of memory are ended, not retried (every worker
-        # alike; only the chief writes)
-        failed_trials.apply(self.oracle)  # type: ignore[attr-defined]
+        # alike; only the chief writes). A parallel search's trial group has no trials:
+        # the oracle applies them, and the group's client ends one it is handed.
+        local = parallel.local_oracle(self.oracle)  # type: ignore[attr-defined]
+        if local is not None:
+            failed_trials.apply(local)
         # Every worker has now loaded the same state; none writes before all have.
         multiworker.barrier(context.strategy)
 
@@ -293,17 +306,16 @@ class ResumableMixin:
 
     def on_trial_end(self, trial: Any) -> None:
         super().on_trial_end(trial)  # type: ignore[misc]
-        oracle = self.oracle  # type: ignore[attr-defined]
-        best = oracle.get_best_trials(1)
-        done = sum(1 for t in oracle.trials.values() if t.status == "COMPLETED")
-        fields: dict[str, Any] = {"trials_completed": done}
-        if best and best[0].score is not None:
-            fields.update(
-                best_trial_id=str(best[0].trial_id),
-                best_score=float(best[0].score),
-                best_hyperparameters=_public_hp(best[0].hyperparameters.values),
-            )
-        self.ctx.reporter.update(force=True, **fields)
+        from .results import search_progress
+
+        # a trial group's client has no trials: then only the planned count
+        self.ctx.reporter.update(force=True, **search_progress(self.oracle))  # type: ignore[attr-defined]
+
+
+def tuner_file() -> str:
+    """keras-tuner's tuner file name in the project: `<tuner id>.json` (it reloads a
+    project only if that file exists; the oracle's is `chief.json`)."""
+    return f"{os.environ.get(ENV_TUNER_ID) or 'tuner0'}.json"
 
 
 class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
@@ -368,10 +380,6 @@ def _history(history: dict[str, list[float]], initial_epoch: int) -> Any:
     h.history = {k: list(v) for k, v in history.items()}
     h.epoch = list(range(initial_epoch, initial_epoch + len(next(iter(history.values()), []))))
     return h
-
-
-def _public_hp(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if not k.startswith("tuner/")}
 
 
 class Hyperband(ResumableMixin, keras_tuner.Hyperband):  # type: ignore[misc]

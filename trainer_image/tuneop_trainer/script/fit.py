@@ -132,9 +132,17 @@ _tf_iterations: dict[str, list[Any]] = {}
 TFDATA_RECORD = "tfdata.json"
 
 
+def _tfdata_path(root: Any) -> Any:
+    """`tfdata.json`; with parallel trials one per trial group (`tfdata.<tuner id>.json`):
+    the count is of this process lineage's iterations, and each file has one writer."""
+    from ..parallel import current
+
+    return root / current().own_file(TFDATA_RECORD)
+
+
 def _recorded_iterations(root: Any, key: str) -> int:
     try:
-        return int(json.loads((root / TFDATA_RECORD).read_text()).get(key, 0))
+        return int(json.loads(_tfdata_path(root).read_text()).get(key, 0))
     except (OSError, ValueError):
         return 0
 
@@ -142,7 +150,7 @@ def _recorded_iterations(root: Any, key: str) -> int:
 def _record_iterations(root: Any, key: str, count: int) -> None:
     from tuneop_contract import write_atomic
 
-    path = root / TFDATA_RECORD
+    path = _tfdata_path(root)
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -28,11 +28,10 @@ from tuneop_contract import (
     PHASE_PREEMPTED,
     PHASE_RUNNING,
     RESULTS_FILE,
-    read_progress,
     write_atomic,
 )
 
-from .. import fingerprint, ktpatch, preemption
+from .. import fingerprint, ktpatch, parallel, preemption
 from ..spec import CheckpointSpec, SpecError
 
 log = logging.getLogger(__name__)
@@ -58,6 +57,7 @@ def run_script(
         return fail(EXIT_INVALID_SPEC, str(exc))
     from .. import strategy as strategy_mod
 
+    role = parallel.current()
     write = strategy_mod.is_chief()
     if write:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -72,8 +72,8 @@ def run_script(
     from ..progress import Reporter
     from . import fit, runtime, strategies, tuners
 
-    reporter = Reporter(checkpoint_dir, write=write)
-    previous = read_progress(checkpoint_dir) if write else None
+    reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
+    previous = reporter.previous() if write else None
     reporter.update(force=False, restores=previous.restores if previous else 0)
     reporter.serve()
     rt = runtime.Runtime(
@@ -86,7 +86,9 @@ def run_script(
     )
     try:
         try:
-            _check_record(checkpoint_dir, script, source, args, write)
+            # with parallel trials the oracle records it, the trial groups compare
+            wait = role.oracle_wait_seconds if role.is_group else 0.0
+            _check_record(checkpoint_dir, script, source, args, write and not role.is_group, wait)
         except SpecError as exc:
             reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
             return fail(EXIT_INVALID_SPEC, str(exc))
@@ -95,6 +97,9 @@ def run_script(
         ktpatch.set_writer(write)
         fit.install()
         tuners.install()
+        from ..results import search_progress
+
+        parallel.install(role, lambda o: reporter.update(force=True, **search_progress(o)))
         strategies.install(strategy, str(script))
         reporter.update(force=True, phase=PHASE_RUNNING, message="")
         # Python, NumPy and TensorFlow seeded before the script's first line: unseeded
@@ -109,7 +114,8 @@ def run_script(
             log.warning("exiting %d (preempted); checkpoint written", EXIT_PREEMPTED)
             return code
         results = None
-        if rt.tuners:
+        # with parallel trials the post-search code and the results are tuner0's
+        if rt.tuners and role.runs_post_search:
             tuners.report_search(rt.tuners[-1])
             results = _write_results(rt)
         if code != EXIT_COMPLETED:
@@ -145,13 +151,16 @@ def _read_script(script: Path, field: str) -> str:
         raise SpecError(field, f'cannot read "{script}": {exc}') from exc
 
 
-def _check_record(root: Path, script: Path, source: str, args: list[str], write: bool) -> None:
+def _check_record(
+    root: Path, script: Path, source: str, args: list[str], write: bool, wait: float = 0.0
+) -> None:
     """The search in `root` belongs to this script and these arguments."""
     record = {
         "script": hashlib.sha256(source.encode()).hexdigest(),
         "arguments": list(args),
     }
-    fingerprint.check_or_record(root, record, {"script": str(script), "arguments": "ARGS"}, write)
+    fields = {"script": str(script), "arguments": "ARGS"}
+    fingerprint.check_or_record(root, record, fields, write, wait)
 
 
 def _execute(
@@ -174,6 +183,8 @@ def _execute(
         runpy.run_path(str(script), run_name="__main__")
     except preemption.Preempted:
         return EXIT_PREEMPTED, ""
+    except parallel.RoleDone:  # the oracle, or a trial group other than tuner0
+        return EXIT_COMPLETED, ""
     except SystemExit as exc:
         if exc.code is None or exc.code == 0:
             return EXIT_COMPLETED, ""

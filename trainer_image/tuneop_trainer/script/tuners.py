@@ -30,8 +30,8 @@ from keras_tuner.src.engine import base_tuner, tuner_utils
 from keras_tuner.src.engine import tuner as tuner_module
 from tuneop_contract import TUNER_DIR
 
-from .. import failed_trials, preemption, scope, seeds
-from ..results import planned_trials
+from .. import failed_trials, parallel, preemption, scope, seeds
+from ..results import planned_trials, search_progress
 from . import runtime
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,9 @@ def _patch_base_init() -> None:
             )
         if overwrite:
             log.info("tuner %r: overwrite=True is ignored (a resume must reload)", project_name)
-        fresh = not (target / project_name / "tuner0.json").exists()
+        from ..tuners import tuner_file
+
+        fresh = not (target / project_name / tuner_file()).exists()
         original(
             self,
             oracle,
@@ -101,7 +103,9 @@ def _patch_base_init() -> None:
             _wrap_build(self)
         if fresh and rt.write:
             self.save()
-        failed_trials.apply(self.oracle)  # out of memory before: ended, not retried
+        local = parallel.local_oracle(self.oracle)  # a trial group's client: the oracle's
+        if local is not None:
+            failed_trials.apply(local)  # out of memory before: ended, not retried
         rt.tuners.append(self)
         from .. import multiworker
 
@@ -132,7 +136,8 @@ def _wrap_build(tuner: Any) -> None:
     @functools.wraps(original)
     def build(hp: Any, *args: Any, **kwargs: Any) -> Any:
         rt = _rt()
-        keras.utils.set_random_seed(rt.next_build_seed(int(tuner.oracle.seed or 0)))
+        seed = parallel.config_oracle(tuner.oracle).seed
+        keras.utils.set_random_seed(rt.next_build_seed(int(seed or 0)))
         with rt.strategy.scope():
             model = original(hp, *args, **kwargs)
         if isinstance(model, keras.Model) and getattr(model, "optimizer", None) is not None:
@@ -148,7 +153,7 @@ def _wrap_build(tuner: Any) -> None:
 
 
 def _trial_seed(tuner: Any, trial_id: str) -> int:
-    text = f"{tuner.oracle.seed}/trial/{trial_id}"
+    text = f"{parallel.config_oracle(tuner.oracle).seed}/trial/{trial_id}"
     return seeds.derive(text)
 
 
@@ -167,7 +172,7 @@ def _patch_trial_run() -> None:
             execution=0,
             epoch=0,
             step=0,
-            trials_total=planned_trials(self.oracle),
+            trials_total=planned_trials(parallel.config_oracle(self.oracle)),
         )
         keras.utils.set_random_seed(_trial_seed(self, str(trial.trial_id)))
         try:
@@ -190,26 +195,14 @@ def _patch_trial_end() -> None:
 
 
 def report_search(tuner: Any, force: bool = True) -> None:
-    """Trials completed and the best so far, from the oracle (restart-safe)."""
+    """Trials completed and the best so far, from the oracle (restart-safe); a parallel
+    search's trial group has only the planned count (the oracle reports the rest)."""
     oracle = tuner.oracle
-    done = sum(1 for t in oracle.trials.values() if t.status == "COMPLETED")
     fields: dict[str, Any] = {
-        "trials_completed": done,
-        "trials_total": planned_trials(oracle),
         "objective": _objective_name(oracle),
         "direction": _objective_direction(oracle),
+        **search_progress(oracle),
     }
-    best = oracle.get_best_trials(1)
-    if best and best[0].score is not None:
-        fields.update(
-            best_trial_id=str(best[0].trial_id),
-            best_score=float(best[0].score),
-            best_hyperparameters={
-                k: v
-                for k, v in best[0].hyperparameters.values.items()
-                if not k.startswith("tuner/")
-            },
-        )
     _rt().reporter.update(force=force, **fields)
 
 
