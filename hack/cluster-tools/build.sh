@@ -132,6 +132,7 @@ build_kueue() {
   cp "$moddir/config/components/webhook/kustomization.yaml" "$ktmp/webhooks-kustomization.yaml"
   cp "$moddir/config/components/rbac/role.yaml" "$ktmp/rbac-manager-role.yaml"
   cp "$moddir/config/components/rbac/metrics_auth_role.yaml" "$ktmp/rbac-metrics-auth-role.yaml"
+  cp "$moddir/config/components/rbac/manager_secrets_role.yaml" "$ktmp/rbac-manager-secrets-role.yaml"
   cp "$moddir/config/components/manager/controller_manager_config.yaml" "$ktmp/upstream-config.yaml"
   chmod -R u+w "$ktmp" && chmod 755 "$ktmp"  # module cache files are read-only
   grep KUEUE "$here/versions.env" >"$ktmp/versions.env"

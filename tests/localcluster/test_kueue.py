@@ -1,0 +1,299 @@
+"""Kueue's plain-pod integration on the local cluster: real Kueue, real scheduler, node agent.
+
+A ClusterQueue with 4 ``nvidia.com/gpu`` (the one node's), a LocalQueue, and pods labelled
+``kueue.x-k8s.io/queue-name``: gated at creation, admitted by Kueue (gate removed), run by
+the node agent; a second 4-GPU pod waits gated until the first finishes; a pod group of
+two is admitted only once both pods exist, and then both at once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.localcluster import kueue as kq
+from tests.localcluster.cluster import LocalCluster
+from tests.localcluster.kueue import Kueue
+
+Obj = dict[str, Any]
+GPU = "nvidia.com/gpu"
+
+
+# --- pure parts ----------------------------------------------------------------------
+
+MANIFESTS = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: mutating-webhook-configuration}
+webhooks:
+- name: mpod.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate--v1-pod}}
+  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+- name: mdeployment.kb.io
+  clientConfig:
+    service: {name: webhook-service, namespace: system, path: /mutate-apps-v1-deployment}
+  rules: [{apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}]
+- name: mworkload.kb.io
+  clientConfig:
+    service: {name: webhook-service, namespace: system,
+              path: /mutate-kueue-x-k8s-io-v1beta2-workload}
+  rules: [{apiGroups: [kueue.x-k8s.io], apiVersions: [v1beta2], operations: [CREATE],
+           resources: [workloads]}]
+"""
+KUSTOMIZATION = """
+patches:
+- patch: |-
+    kind: MutatingWebhookConfiguration
+    webhooks:
+    - name: mpod.kb.io
+      namespaceSelector: {matchExpressions: [{key: k, operator: NotIn, values: [kube-system]}]}
+"""
+
+
+def test_webhook_configurations_use_urls_and_keep_served_hooks() -> None:
+    (config,) = kq.webhook_configurations(MANIFESTS, KUSTOMIZATION, "https://127.0.0.1:9", b"CA")
+    assert config["metadata"] == {"name": "kueue-mutating-webhook-configuration"}
+    hooks = {h["name"]: h for h in config["webhooks"]}
+    assert sorted(hooks) == ["mpod.kb.io", "mworkload.kb.io"]  # no Deployment webhook
+    assert hooks["mpod.kb.io"]["clientConfig"] == {
+        "url": "https://127.0.0.1:9/mutate--v1-pod",
+        "caBundle": "Q0E=",
+    }
+    assert hooks["mpod.kb.io"]["namespaceSelector"]["matchExpressions"][0]["key"] == "k"
+    assert "namespaceSelector" not in hooks["mworkload.kb.io"]
+
+
+def test_manager_config_turns_off_cert_management_and_leader_election() -> None:
+    config = kq.manager_config(1, 2, 3, Path("/certs"))
+    assert config["internalCertManagement"] == {"enable": False}
+    assert config["leaderElection"] == {"leaderElect": False}
+    assert config["webhook"] == {"host": "127.0.0.1", "port": 1, "certDir": "/certs"}
+    assert config["health"]["healthProbeBindAddress"] == "127.0.0.1:2"
+    assert "pod" in config["integrations"]["frameworks"]
+
+
+# --- on the local cluster ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def queue(cluster: LocalCluster, kueue: Kueue) -> str:
+    """A namespace with LocalQueue ``lq`` → ClusterQueue with the node's 4 GPUs."""
+    ns = cluster.create_namespace(f"kq-{uuid.uuid4().hex[:6]}")
+    cq = f"cq-{ns}"
+    cluster.apply(
+        {"apiVersion": kq.API, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
+        {
+            "apiVersion": kq.API,
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", GPU],
+                        "flavors": [
+                            {
+                                "name": "default-flavor",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "16"},
+                                    {"name": "memory", "nominalQuota": "64Gi"},
+                                    {"name": GPU, "nominalQuota": 4},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": kq.API,
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq", "namespace": ns},
+            "spec": {"clusterQueue": cq},
+        },
+    )
+    cluster.wait_for(
+        lambda: _condition(_get(cluster, "localqueues", ns, "lq"), "Active") == "True",
+        60,
+        "LocalQueue lq active",
+    )
+    return ns
+
+
+def _get(cluster: LocalCluster, plural: str, ns: str, name: str) -> Obj | None:
+    result = cluster.kubectl("get", f"{plural}.kueue.x-k8s.io", "-n", ns, name, "-o", "json",
+                             check=False)  # fmt: skip
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def _condition(obj: Obj | None, type_: str) -> str | None:
+    for cond in (obj or {}).get("status", {}).get("conditions", []):
+        if cond["type"] == type_:
+            return str(cond["status"])
+    return None
+
+
+def _workloads(cluster: LocalCluster, ns: str) -> list[Obj]:
+    out = cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-n", ns, "-o", "json").stdout
+    return list(json.loads(out)["items"])
+
+
+def _gpu_pod(
+    name: str, stop_file: Path, gpus: int = 4, group: str | None = None, total: int = 0
+) -> Obj:
+    """A queued pod holding ``gpus`` GPUs until ``stop_file`` exists, then exiting 0."""
+    labels = {kq.QUEUE_NAME_LABEL: "lq"}
+    annotations = {}
+    if group:
+        labels[kq.POD_GROUP_NAME_LABEL] = group
+        annotations[kq.POD_GROUP_TOTAL_COUNT_ANNOTATION] = str(total)
+    wait = f"import os,time\nwhile not os.path.exists({str(stop_file)!r}): time.sleep(0.1)"
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "tuneop/trainer:test",
+                    "command": ["python", "-c", wait],
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "64Mi", GPU: str(gpus)},
+                        "limits": {GPU: str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _gates(pod: client.V1Pod | None) -> list[str]:
+    return [g.name for g in (pod.spec.scheduling_gates or [])] if pod else []
+
+
+def _admitted_and_running(cluster: LocalCluster, ns: str, name: str) -> bool:
+    pod = cluster.pod(ns, name)
+    return bool(pod and not _gates(pod) and pod.status.phase == "Running")
+
+
+def _hold(cluster: LocalCluster, seconds: float, check: Any, what: str) -> None:
+    """``check()`` stays true for ``seconds`` (polled every 0.2 s)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert check(), what
+        time.sleep(0.2)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_queued_pod_is_gated_then_admitted_and_runs(
+    cluster: LocalCluster, queue: str, tmp_path: Path
+) -> None:
+    ns = queue
+    start = time.monotonic()
+    created = cluster.core.create_namespaced_pod(ns, _gpu_pod("one", tmp_path / "stop"))
+    assert kq.ADMISSION_GATE in _gates(created), "the webhook gates a queued pod at creation"
+    assert kq.MANAGED_FINALIZER in (created.metadata.finalizers or [])
+    assert created.metadata.labels.get("kueue.x-k8s.io/managed") == "true"
+    cluster.wait_for(lambda: not _gates(cluster.pod(ns, "one")), 60, "gate removed")
+    ungated = time.monotonic() - start
+    cluster.wait_for(lambda: _admitted_and_running(cluster, ns, "one"), 60, "one running")
+    running = time.monotonic() - start
+    (wl,) = _workloads(cluster, ns)
+    assert _condition(wl, "Admitted") == "True"
+    print(f"kueue admission: create → ungated {ungated:.2f}s, → running {running:.2f}s")
+
+    (tmp_path / "stop").touch()
+    cluster.wait_for_pod_phase(ns, "one", "Succeeded", timeout=60)
+    cluster.wait_for(
+        lambda: _condition(_workloads(cluster, ns)[0], "Finished") == "True", 60, "finished"
+    )
+    cluster.wait_for(
+        lambda: not (cluster.pod(ns, "one").metadata.finalizers or []), 60, "finalizer removed"
+    )
+    cluster.core.delete_namespaced_pod("one", ns)
+    cluster.wait_for_pod_gone(ns, "one")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_second_pod_waits_gated_until_the_first_finishes(
+    cluster: LocalCluster, queue: str, tmp_path: Path
+) -> None:
+    ns = queue
+    cluster.core.create_namespaced_pod(ns, _gpu_pod("first", tmp_path / "stop-first"))
+    cluster.wait_for(lambda: _admitted_and_running(cluster, ns, "first"), 60, "first running")
+    cluster.core.create_namespaced_pod(ns, _gpu_pod("second", tmp_path / "stop-second"))
+
+    def second_waits() -> bool:
+        pod = cluster.pod(ns, "second")
+        wl = [w for w in _workloads(cluster, ns) if _owned_by(w, "second")]
+        return (
+            kq.ADMISSION_GATE in _gates(pod)
+            and pod is not None
+            and pod.status.phase == "Pending"
+            and all(_condition(w, "QuotaReserved") != "True" for w in wl)
+        )
+
+    _hold(cluster, 5.0, second_waits, "second pod admitted while the first holds the GPUs")
+    (second_wl,) = [w for w in _workloads(cluster, ns) if _owned_by(w, "second")]
+    assert _condition(second_wl, "Admitted") != "True"
+
+    (tmp_path / "stop-first").touch()
+    finished = time.monotonic()
+    cluster.wait_for(lambda: _admitted_and_running(cluster, ns, "second"), 60, "second running")
+    print(f"kueue: first Succeeded → second running {time.monotonic() - finished:.2f}s")
+    (tmp_path / "stop-second").touch()
+    cluster.wait_for_pod_phase(ns, "second", "Succeeded", timeout=60)
+    _cleanup(cluster, ns, "first", "second")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_pod_group_is_admitted_whole(cluster: LocalCluster, queue: str, tmp_path: Path) -> None:
+    ns = queue
+    stop = tmp_path / "stop"
+    cluster.core.create_namespaced_pod(ns, _gpu_pod("g-0", stop, gpus=2, group="g", total=2))
+
+    def g0_alone_waits() -> bool:
+        pod = cluster.pod(ns, "g-0")
+        group = [w for w in _workloads(cluster, ns) if _owned_by(w, "g-0")]
+        return kq.ADMISSION_GATE in _gates(pod) and not any(
+            _condition(w, "QuotaReserved") == "True" for w in group
+        )
+
+    _hold(cluster, 5.0, g0_alone_waits, "one pod of a group of two was admitted")
+    start = time.monotonic()
+    cluster.core.create_namespaced_pod(ns, _gpu_pod("g-1", stop, gpus=2, group="g", total=2))
+    cluster.wait_for(
+        lambda: all(_admitted_and_running(cluster, ns, n) for n in ("g-0", "g-1")),
+        60,
+        "both pods of the group running",
+    )
+    print(f"kueue: group complete → both running {time.monotonic() - start:.2f}s")
+    (wl,) = [w for w in _workloads(cluster, ns) if _owned_by(w, "g-0")]
+    assert _owned_by(wl, "g-1"), "one Workload for the whole group"
+    assert _condition(wl, "Admitted") == "True"
+    assert sum(ps["count"] for ps in wl["spec"]["podSets"]) == 2
+    stop.touch()
+    for name in ("g-0", "g-1"):
+        cluster.wait_for_pod_phase(ns, name, "Succeeded", timeout=60)
+    _cleanup(cluster, ns, "g-0", "g-1")
+
+
+def _owned_by(workload: Obj, pod: str) -> bool:
+    return any(ref["name"] == pod for ref in workload["metadata"].get("ownerReferences", []))
+
+
+def _cleanup(cluster: LocalCluster, ns: str, *pods: str) -> None:
+    for name in pods:
+        cluster.core.delete_namespaced_pod(name, ns)
+    for name in pods:
+        cluster.wait_for_pod_gone(ns, name)
