@@ -23,6 +23,7 @@ from tests.localcluster.kueue import Kueue
 
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
+LOW, HIGH = "kq-low", "kq-high"
 
 
 # --- pure parts ----------------------------------------------------------------------
@@ -87,6 +88,15 @@ def queue(cluster: LocalCluster, kueue: Kueue) -> str:
     ns = cluster.create_namespace(f"kq-{uuid.uuid4().hex[:6]}")
     cq = f"cq-{ns}"
     cluster.apply(
+        *(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            }
+            for name, value in ((LOW, 100), (HIGH, 1000))
+        ),
         {"apiVersion": kq.API, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
         {
             "apiVersion": kq.API,
@@ -94,6 +104,9 @@ def queue(cluster: LocalCluster, kueue: Kueue) -> str:
             "metadata": {"name": cq},
             "spec": {
                 "namespaceSelector": {},
+                # Only strictly lower priorities are preempted: pods without a priority
+                # class (0) never preempt one another.
+                "preemption": {"withinClusterQueue": "LowerPriority"},
                 "resourceGroups": [
                     {
                         "coveredResources": ["cpu", "memory", GPU],
@@ -133,10 +146,15 @@ def _get(cluster: LocalCluster, plural: str, ns: str, name: str) -> Obj | None:
 
 
 def _condition(obj: Obj | None, type_: str) -> str | None:
-    for cond in (obj or {}).get("status", {}).get("conditions", []):
-        if cond["type"] == type_:
-            return str(cond["status"])
-    return None
+    return _conditions(obj).get(type_, (None, None))[0]
+
+
+def _conditions(obj: Obj | None) -> dict[str, tuple[str, str]]:
+    """``{type: (status, reason)}`` of a Kueue object's status."""
+    return {
+        c["type"]: (str(c["status"]), str(c.get("reason", "")))
+        for c in (obj or {}).get("status", {}).get("conditions", [])
+    }
 
 
 def _workloads(cluster: LocalCluster, ns: str) -> list[Obj]:
@@ -145,8 +163,9 @@ def _workloads(cluster: LocalCluster, ns: str) -> list[Obj]:
 
 
 def _gpu_pod(
-    name: str, stop_file: Path, gpus: int = 4, group: str | None = None, total: int = 0
-) -> Obj:
+    name: str, stop_file: Path, gpus: int = 4, group: str | None = None, total: int = 0,
+    priority_class: str | None = None,
+) -> Obj:  # fmt: skip
     """A queued pod holding ``gpus`` GPUs until ``stop_file`` exists, then exiting 0."""
     labels = {kq.QUEUE_NAME_LABEL: "lq"}
     annotations = {}
@@ -157,6 +176,7 @@ def _gpu_pod(
     return {
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
         "spec": {
+            **({"priorityClassName": priority_class} if priority_class else {}),
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 2,
             "containers": [
@@ -297,3 +317,151 @@ def _cleanup(cluster: LocalCluster, ns: str, *pods: str) -> None:
         cluster.core.delete_namespaced_pod(name, ns)
     for name in pods:
         cluster.wait_for_pod_gone(ns, name)
+
+
+# --- pod groups: what the operator has to live with (replacement, preemption, ending) ---
+
+
+def _group_workload(cluster: LocalCluster, ns: str, group: str) -> Obj | None:
+    # A pod group's Workload is named after the group (kueue.x-k8s.io/workload annotation).
+    return _get(cluster, "workloads", ns, group)
+
+
+def _start_group(
+    cluster: LocalCluster, ns: str, group: str, names: list[str], stop: Path, **kw: Any
+) -> None:
+    for name in names:
+        cluster.core.create_namespaced_pod(
+            ns, _gpu_pod(name, stop, gpus=4 // len(names), group=group, total=len(names), **kw)
+        )
+    cluster.wait_for(
+        lambda: all(_admitted_and_running(cluster, ns, n) for n in names), 60, f"{group} running"
+    )
+
+
+def _terminating_with_finalizer(cluster: LocalCluster, ns: str, name: str) -> bool:
+    pod = cluster.pod(ns, name)
+    return bool(
+        pod
+        and pod.metadata.deletion_timestamp
+        and pod.status.phase == "Failed"
+        and kq.MANAGED_FINALIZER in (pod.metadata.finalizers or [])
+    )
+
+
+def _end_group(cluster: LocalCluster, ns: str, group: str) -> None:
+    """Deleting the group's Workload makes Kueue delete and finalize all its pods."""
+    cluster.kubectl("delete", "workloads.kueue.x-k8s.io", "-n", ns, group, "--wait=false")
+    cluster.wait_for(
+        lambda: not [
+            p for p in cluster.core.list_namespaced_pod(ns).items
+            if (p.metadata.labels or {}).get(kq.POD_GROUP_NAME_LABEL) == group
+        ],
+        60,
+        f"pods of {group} gone",
+    )  # fmt: skip
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_failed_pod_of_an_admitted_group_waits_for_a_replacement_under_a_new_name(
+    cluster: LocalCluster, queue: str, tmp_path: Path
+) -> None:
+    ns, stop = queue, tmp_path / "stop"
+    _start_group(cluster, ns, "rg", ["rg-0", "rg-1"], stop)
+    cluster.core.delete_namespaced_pod("rg-1", ns)  # e.g. its node went away
+
+    # Kueue keeps the Failed pod (finalizer) and the quota until a replacement comes.
+    cluster.wait_for(lambda: _terminating_with_finalizer(cluster, ns, "rg-1"), 30, "rg-1 held")
+    conds = _conditions(_group_workload(cluster, ns, "rg"))
+    assert conds["Admitted"][0] == "True"
+    assert conds["WaitingForReplacementPods"] == ("True", "PodsFailed")
+    assert _admitted_and_running(cluster, ns, "rg-0"), "the rest of the group keeps running"
+    with pytest.raises(client.ApiException) as err:  # the old name is still taken
+        cluster.core.create_namespaced_pod(ns, _gpu_pod("rg-1", stop, 2, "rg", 2))
+    assert err.value.status == 409
+
+    start = time.monotonic()
+    cluster.core.create_namespaced_pod(ns, _gpu_pod("rg-1-b", stop, 2, "rg", 2))
+    cluster.wait_for(lambda: _admitted_and_running(cluster, ns, "rg-1-b"), 60, "replacement")
+    print(f"kueue: replacement in an admitted group → running {time.monotonic() - start:.2f}s")
+    cluster.wait_for_pod_gone(ns, "rg-1")  # finalized once replaced
+    assert _conditions(_group_workload(cluster, ns, "rg"))["WaitingForReplacementPods"][0] == (
+        "False"
+    )
+    _end_group(cluster, ns, "rg")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_preempted_group_is_evicted_whole_and_readmitted_for_replacements(
+    cluster: LocalCluster, queue: str, tmp_path: Path
+) -> None:
+    ns, stop = queue, tmp_path / "stop"
+    _start_group(cluster, ns, "pg", ["pg-0", "pg-1"], stop, priority_class=LOW)
+    cluster.core.create_namespaced_pod(ns, _gpu_pod("urgent", tmp_path / "stop-u", 4,
+                                                    priority_class=HIGH))  # fmt: skip
+
+    for name in ("pg-0", "pg-1"):
+        cluster.wait_for(lambda n=name: _terminating_with_finalizer(cluster, ns, n), 30, name)
+        pod = cluster.pod(ns, name)
+        assert pod is not None
+        (target,) = [c for c in pod.status.conditions if c.type == "TerminationTarget"]
+        assert (target.status, target.reason) == ("True", "WorkloadEvictedDueToPreempted")
+    conds = _conditions(_group_workload(cluster, ns, "pg"))
+    assert conds["Evicted"] == ("True", "Preempted")
+    assert conds["Preempted"] == ("True", "InClusterQueue")
+    assert conds["Requeued"] == ("True", "Preempted")
+    assert conds["QuotaReserved"][0] == "False"
+    cluster.wait_for(lambda: _admitted_and_running(cluster, ns, "urgent"), 60, "urgent runs")
+
+    # When the quota is free again the group's Workload is admitted again, with no pod
+    # alive: it holds the quota for replacements, which are ungated at once.
+    (tmp_path / "stop-u").touch()
+    cluster.wait_for(
+        lambda: _condition(_group_workload(cluster, ns, "pg"), "Admitted") == "True",
+        60,
+        "group re-admitted",
+    )
+    assert _terminating_with_finalizer(cluster, ns, "pg-0"), "old pods stay until replaced"
+    start = time.monotonic()
+    for name in ("pg-0-b", "pg-1-b"):
+        cluster.core.create_namespaced_pod(ns, _gpu_pod(name, stop, 2, "pg", 2, LOW))
+    cluster.wait_for(
+        lambda: all(_admitted_and_running(cluster, ns, n) for n in ("pg-0-b", "pg-1-b")),
+        60,
+        "replacements running",
+    )
+    print(f"kueue: replacements of a re-admitted group → running {time.monotonic() - start:.2f}s")
+    for name in ("pg-0", "pg-1"):
+        cluster.wait_for_pod_gone(ns, name)
+    _end_group(cluster, ns, "pg")
+    cluster.core.delete_namespaced_pod("urgent", ns)
+    cluster.wait_for_pod_gone(ns, "urgent")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_deleting_a_groups_pods_holds_quota_until_the_group_is_declared_over(
+    cluster: LocalCluster, queue: str, tmp_path: Path
+) -> None:
+    ns, stop = queue, tmp_path / "stop"
+    _start_group(cluster, ns, "eg", ["eg-0", "eg-1"], stop)
+    cluster.core.delete_collection_namespaced_pod(
+        ns, label_selector=f"{kq.POD_GROUP_NAME_LABEL}=eg"
+    )
+
+    def held() -> bool:
+        return (
+            all(_terminating_with_finalizer(cluster, ns, n) for n in ("eg-0", "eg-1"))
+            and _condition(_group_workload(cluster, ns, "eg"), "QuotaReserved") == "True"
+        )
+
+    cluster.wait_for(held, 30, "the deleted pods Failed and held")
+    _hold(cluster, 5.0, held, "pods of a deleted group released (expected: held, quota kept)")
+    # Declaring the group failed: Kueue finishes the Workload and drops the finalizers.
+    start = time.monotonic()
+    cluster.kubectl("annotate", "pod", "-n", ns, "eg-0", "kueue.x-k8s.io/retriable-in-group=false")
+    for name in ("eg-0", "eg-1"):
+        cluster.wait_for_pod_gone(ns, name)
+    print(f"kueue: retriable-in-group=false → group's pods gone {time.monotonic() - start:.2f}s")
