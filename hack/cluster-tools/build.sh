@@ -121,10 +121,11 @@ build_kueue() {
   trap 'rm -rf "$ktmp"' EXIT
   kstart=$SECONDS
   log "building kueue $KUEUE_VERSION"
+  local v=sigs.k8s.io/kueue/pkg/version
   GOBIN="$ktmp" go install -p "$par" \
-    -ldflags="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.GitCommit=module-proxy-$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    -ldflags="-s -w -X $v.GitVersion=$KUEUE_VERSION -X $v.GitCommit=module-proxy-$KUEUE_VERSION -X $v.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
     "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
-  moddir=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  moddir=$(cd "$ktmp" && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [[ -d "$moddir/config/components" ]] || { log "kueue module dir not found ($moddir)"; exit 1; }
   mkdir -p "$ktmp/crds"
   cp "$moddir"/config/components/crd/bases/*.yaml "$ktmp/crds/"
@@ -138,6 +139,7 @@ build_kueue() {
   grep KUEUE "$here/versions.env" >"$ktmp/versions.env"
   mv -T "$ktmp" "$kueue_out" 2>/dev/null || [[ -x "$kueue_out/kueue" ]]  # lost a race: fine
   log "kueue done in $((SECONDS - kstart))s: $kueue_out ($(du -sh "$kueue_out" | cut -f1))"
+  rm -rf "$ktmp"
   trap - EXIT
 }
 

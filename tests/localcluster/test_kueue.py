@@ -1,9 +1,28 @@
 """Kueue's plain-pod integration on the local cluster: real Kueue, real scheduler, node agent.
 
-A ClusterQueue with 4 ``nvidia.com/gpu`` (the one node's), a LocalQueue, and pods labelled
-``kueue.x-k8s.io/queue-name``: gated at creation, admitted by Kueue (gate removed), run by
-the node agent; a second 4-GPU pod waits gated until the first finishes; a pod group of
-two is admitted only once both pods exist, and then both at once.
+A ClusterQueue with 4 ``nvidia.com/gpu`` (the one node's; only strictly lower priorities
+are preempted), a LocalQueue, and pods labelled ``kueue.x-k8s.io/queue-name``:
+
+- gated at creation (``kueue.x-k8s.io/admission``, finalizer and label
+  ``kueue.x-k8s.io/managed``), admitted by Kueue (gate removed), run by the node agent;
+  a second 4-GPU pod waits gated until the first finishes;
+- a pod group (label ``kueue.x-k8s.io/pod-group-name`` + annotation
+  ``kueue.x-k8s.io/pod-group-total-count``) gets one Workload named after the group,
+  admitted only once all its pods exist, and then all at once.
+
+What an operator running trainer pods as a pod group has to live with (checked here):
+
+- a pod of an admitted group that fails or is deleted stays Terminating, phase Failed,
+  with Kueue's finalizer, and the Workload keeps its quota (WaitingForReplacementPods
+  True/PodsFailed) until a replacement pod joins the group; the replacement needs a new
+  name (the old one is still taken) and is ungated at once; then the old pod is released;
+- preemption evicts the whole group: every pod gets condition TerminationTarget
+  (reason WorkloadEvictedDueToPreempted) and is deleted, but kept (finalizer); the
+  Workload is Evicted/Preempted/Requeued and, when quota is free again, re-admitted with
+  no pod alive: it then holds the quota for replacement pods, again under new names;
+- deleting a group's pods does not end it: they stay held and the quota stays reserved
+  until the group is declared over (annotation ``kueue.x-k8s.io/retriable-in-group:
+  "false"`` on a pod) or its Workload is deleted.
 """
 
 from __future__ import annotations
