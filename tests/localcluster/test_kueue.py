@@ -22,7 +22,9 @@ What an operator running trainer pods as a pod group has to live with (checked h
   no pod alive: it then holds the quota for replacement pods, again under new names;
 - deleting a group's pods does not end it: they stay held and the quota stays reserved
   until the group is declared over (annotation ``kueue.x-k8s.io/retriable-in-group:
-  "false"`` on a pod) or its Workload is deleted.
+  "false"`` on a pod) or its Workload is deleted;
+- a finished group's name is spent: new pods under it never run (those beyond the total
+  count are deleted, the rest stay gated on the Finished Workload).
 """
 
 from __future__ import annotations
@@ -484,3 +486,39 @@ def test_deleting_a_groups_pods_holds_quota_until_the_group_is_declared_over(
     for name in ("eg-0", "eg-1"):
         cluster.wait_for_pod_gone(ns, name)
     print(f"kueue: retriable-in-group=false → group's pods gone {time.monotonic() - start:.2f}s")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_finished_groups_name_is_not_reused(
+    cluster: LocalCluster, queue: str, tmp_path: Path
+) -> None:
+    ns, stop = queue, tmp_path / "stop"
+    _start_group(cluster, ns, "fg", ["fg-0", "fg-1"], stop)
+    stop.touch()
+    cluster.wait_for(
+        lambda: _condition(_group_workload(cluster, ns, "fg"), "Finished") == "True",
+        60,
+        "fg finished",
+    )
+    # New pods under the finished group's name never run: Kueue deletes pods beyond the
+    # group's total count (the finished ones still count) and the rest join the Finished
+    # Workload, gated for good.
+    again = tmp_path / "stop-again"
+    for name in ("fg-0-b", "fg-1-b"):
+        cluster.core.create_namespaced_pod(ns, _gpu_pod(name, again, 2, "fg", 2))
+
+    def never_run() -> bool:
+        pods = [cluster.pod(ns, n) for n in ("fg-0-b", "fg-1-b")]
+        return all(p is None or kq.ADMISSION_GATE in _gates(p) for p in pods)
+
+    _hold(cluster, 5.0, never_run, "a pod under a finished group's name ran")
+    left = {n: _gates(cluster.pod(ns, n)) for n in ("fg-0-b", "fg-1-b") if cluster.pod(ns, n)}
+    print(f"kueue: pods under a finished group's name after 5 s: {left}")
+    assert set(left) < {"fg-0-b", "fg-1-b"}, "the pod beyond the total count is deleted"
+    again.touch()
+    cluster.core.delete_collection_namespaced_pod(
+        ns, label_selector=f"{kq.POD_GROUP_NAME_LABEL}=fg"
+    )
+    for name in ("fg-0", "fg-1", "fg-0-b", "fg-1-b"):
+        cluster.wait_for_pod_gone(ns, name)
