@@ -238,8 +238,21 @@ def test_queued_pod_is_gated_then_admitted_and_runs(
     cluster: LocalCluster, queue: str, tmp_path: Path
 ) -> None:
     ns = queue
+    # Owned (controller) by an object Kueue has no integration for, as trainer pods are
+    # by their TuningJob: still a plain pod to Kueue.
+    owner = cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})
+    pod = _gpu_pod("one", tmp_path / "stop")
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "owner",
+            "uid": owner.metadata.uid,
+            "controller": True,
+        }
+    ]
     start = time.monotonic()
-    created = cluster.core.create_namespaced_pod(ns, _gpu_pod("one", tmp_path / "stop"))
+    created = cluster.core.create_namespaced_pod(ns, pod)
     assert kq.ADMISSION_GATE in _gates(created), "the webhook gates a queued pod at creation"
     assert kq.MANAGED_FINALIZER in (created.metadata.finalizers or [])
     assert created.metadata.labels.get("kueue.x-k8s.io/managed") == "true"
