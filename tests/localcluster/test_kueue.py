@@ -23,8 +23,8 @@ What an operator running trainer pods as a pod group has to live with (checked h
 - deleting a group's pods does not end it: they stay held and the quota stays reserved
   until the group is declared over (annotation ``kueue.x-k8s.io/retriable-in-group:
   "false"`` on a pod) or its Workload is deleted;
-- a finished group's name is spent: new pods under it never run (those beyond the total
-  count are deleted, the rest stay gated on the Finished Workload).
+- a finished group's name is spent: new pods under it never run (they stay gated on the
+  Finished Workload; Kueue deletes those beyond the total count).
 """
 
 from __future__ import annotations
@@ -514,9 +514,9 @@ def test_a_finished_groups_name_is_not_reused(
         60,
         "fg finished",
     )
-    # New pods under the finished group's name never run: Kueue deletes pods beyond the
-    # group's total count (the finished ones still count) and the rest join the Finished
-    # Workload, gated for good.
+    # New pods under the finished group's name never run: they join the Finished Workload
+    # and stay gated, and Kueue deletes those beyond the group's total count (the
+    # finished pods still count) - sometimes within the 5 s watched here, sometimes not.
     again = tmp_path / "stop-again"
     for name in ("fg-0-b", "fg-1-b"):
         cluster.core.create_namespaced_pod(ns, _gpu_pod(name, again, 2, "fg", 2))
@@ -528,7 +528,6 @@ def test_a_finished_groups_name_is_not_reused(
     _hold(cluster, 5.0, never_run, "a pod under a finished group's name ran")
     left = {n: _gates(cluster.pod(ns, n)) for n in ("fg-0-b", "fg-1-b") if cluster.pod(ns, n)}
     print(f"kueue: pods under a finished group's name after 5 s: {left}")
-    assert set(left) < {"fg-0-b", "fg-1-b"}, "the pod beyond the total count is deleted"
     again.touch()
     cluster.core.delete_collection_namespaced_pod(
         ns, label_selector=f"{kq.POD_GROUP_NAME_LABEL}=fg"
