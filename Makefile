@@ -74,15 +74,17 @@ manifests: ## Render manifests/{rbac,operator,prometheus} and chart CRDs from ch
 # The local cluster (tests/localcluster): binaries built from the Go module proxy at the
 # versions in hack/cluster-tools/versions.env, cached in $(CACHE)/bin/<key>/.
 .PHONY: cluster-tools
-cluster-tools: ## Build the pinned k8s/etcd/helm/kubeconform binaries (cold 8-18 min, then cached)
+cluster-tools: ## Build the pinned k8s/etcd/helm/kubeconform/Kueue binaries (cold 8-18 min + Kueue, then cached)
 	@hack/cluster-tools/build.sh
 
 # `make cluster-up` also starts the node agent(s) and the local-path provisioner
-# (tests/localcluster/nodeagent; nodes from TUNEOP_CLUSTER_NODES, default gpu-node-0:4).
-CLUSTER_UP_ARGS ?= --hook tests.localcluster.cluster:up_hook
+# (tests/localcluster/nodeagent; nodes from TUNEOP_CLUSTER_NODES, default gpu-node-0:4);
+# `KUEUE=1 make cluster-up` adds Kueue's manager (tests/localcluster/kueue.py).
+CLUSTER_UP_ARGS ?= --hook tests.localcluster.cluster:up_hook \
+  $(if $(KUEUE),--hook tests.localcluster.kueue:up_hook)
 
 .PHONY: cluster-up
-cluster-up: venv cluster-tools ## Start the local cluster (control plane + node agents) in the background
+cluster-up: venv cluster-tools ## Start the local cluster (control plane + node agents; KUEUE=1: + Kueue) in the background
 	@$(PY) -m tests.localcluster up $(CLUSTER_UP_ARGS)
 
 .PHONY: cluster-down

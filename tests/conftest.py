@@ -36,3 +36,6 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 
 # The `cluster` fixture: control plane + node agents + local-path volumes (nodeagent/).
 from tests.localcluster.cluster import cluster  # noqa: E402, F401
+
+# The `kueue` fixture: Kueue's manager on the control plane, started only when asked for.
+from tests.localcluster.kueue import kueue  # noqa: E402, F401

@@ -3,21 +3,30 @@
 # hack/cluster-tools/versions.env: kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubectl (k8s.io/kubernetes through a generated wrapper module that
 # replaces every staging module k8s.io/<name> with v0.X.Y), etcd (wrapper main around
-# etcdmain), helm and kubeconform.
+# etcdmain), helm and kubeconform; and Kueue's manager (sigs.k8s.io/kueue/cmd/kueue) with
+# the CRDs, webhook configurations and RBAC of the same module version.
 #
 # Output: $TUNEOP_CACHE/bin/<key>/ (default ~/.cache/tuneop/bin/<key>), where <key> is
-# "<kubernetes version>-<sha256 of versions.env, 10 hex>". The directory appears
-# atomically (built in a temp dir, then renamed), so its existence means "complete".
-# Prints the directory as the last line of stdout. Warm call: instant.
+# "<kubernetes version>-<sha256 of versions.env without the KUEUE lines, 10 hex>", and
+# $TUNEOP_CACHE/bin/kueue-<kueue version>-<sha256 of the KUEUE lines, 10 hex>/. Each
+# directory appears atomically (built in a temp dir, then renamed), so its existence
+# means "complete". Prints the Kubernetes directory as the last line of stdout. Warm
+# call: instant.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=/dev/null
 source "$here/versions.env"
 cache=${TUNEOP_CACHE:-$HOME/.cache/tuneop}
-key="${KUBERNETES_VERSION}-$(sha256sum "$here/versions.env" | cut -c1-10)"
+# Lines naming KUEUE are left out of the Kubernetes key (Kueue has a cache dir of its own),
+# so a Kueue bump rebuilds only Kueue.
+key="${KUBERNETES_VERSION}-$(grep -v KUEUE "$here/versions.env" | sha256sum | cut -c1-10)"
 out="$cache/bin/$key"
-if [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -x "$out/kubectl" ]]; then
+kueue_key="kueue-${KUEUE_VERSION}-$(grep KUEUE "$here/versions.env" | sha256sum | cut -c1-10)"
+kueue_out="$cache/bin/$kueue_key"
+k8s_done() { [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -x "$out/kubectl" ]]; }
+kueue_done() { [[ -x "$kueue_out/kueue" && -f "$kueue_out/webhooks.yaml" ]]; }
+if k8s_done && kueue_done; then
   echo "$out"
   exit 0
 fi
@@ -36,67 +45,104 @@ proxy=${GOPROXY%%,*}
 par=${CLUSTER_TOOLS_PARALLELISM:-2}
 
 mkdir -p "$cache/bin"
-tmp=$(mktemp -d "$cache/bin/.build-$key.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/bin" "$tmp/k8s" "$tmp/etcd"
 start=$SECONDS
 
-# --- k8s.io/kubernetes: wrapper module -------------------------------------------------
-kv=$KUBERNETES_VERSION
-stv="v0.${kv#v1.}"  # v1.35.4 -> v0.35.4
-curl -fsSL "$proxy/k8s.io/kubernetes/@v/$kv.mod" -o "$tmp/k8s/upstream.mod"
-staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "$tmp/k8s/upstream.mod")
-[[ -n "$staging" ]] || { log "no staging replaces found in k8s.io/kubernetes@$kv go.mod"; exit 1; }
-gover=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$tmp/k8s/upstream.mod")
-godebug=$(sed -n 's/^godebug \(.*\)$/godebug \1/p' "$tmp/k8s/upstream.mod")
-{
-  echo "module tuneop.local/k8s-wrapper"
-  echo
-  echo "go $gover"
-  [[ -n "$godebug" ]] && echo "$godebug"
-  echo
-  echo "require k8s.io/kubernetes $kv"
-  echo
-  echo "replace ("
-  for m in $staging; do echo "	$m => $m $stv"; done
-  echo ")"
-} >"$tmp/k8s/go.mod"
-log "k8s.io/kubernetes $kv with $(wc -w <<<"$staging") staging modules at $stv"
+build_kubernetes() {
+  tmp=$(mktemp -d "$cache/bin/.build-$key.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  mkdir -p "$tmp/bin" "$tmp/k8s" "$tmp/etcd"
 
-major=${kv#v}; major=${major%%.*}
-minor=${kv#v*.}; minor=${minor%%.*}
-date_=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-kldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  kldflags+=" -X $pkg.gitVersion=$kv -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-  kldflags+=" -X $pkg.gitCommit=module-proxy-$kv -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date_"
-done
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-  log "building $cmd ($((SECONDS - start))s)"
-  (cd "$tmp/k8s" && go build -p "$par" -ldflags="$kldflags" -o "$tmp/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
-done
+  # --- k8s.io/kubernetes: wrapper module -------------------------------------------------
+  kv=$KUBERNETES_VERSION
+  stv="v0.${kv#v1.}"  # v1.35.4 -> v0.35.4
+  curl -fsSL "$proxy/k8s.io/kubernetes/@v/$kv.mod" -o "$tmp/k8s/upstream.mod"
+  staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/.*#\1#p' "$tmp/k8s/upstream.mod")
+  [[ -n "$staging" ]] || { log "no staging replaces found in k8s.io/kubernetes@$kv go.mod"; exit 1; }
+  gover=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$tmp/k8s/upstream.mod")
+  godebug=$(sed -n 's/^godebug \(.*\)$/godebug \1/p' "$tmp/k8s/upstream.mod")
+  {
+    echo "module tuneop.local/k8s-wrapper"
+    echo
+    echo "go $gover"
+    [[ -n "$godebug" ]] && echo "$godebug"
+    echo
+    echo "require k8s.io/kubernetes $kv"
+    echo
+    echo "replace ("
+    for m in $staging; do echo "	$m => $m $stv"; done
+    echo ")"
+  } >"$tmp/k8s/go.mod"
+  log "k8s.io/kubernetes $kv with $(wc -w <<<"$staging") staging modules at $stv"
 
-# --- etcd: wrapper main around etcdmain ---------------------------------------------------
-cp "$here/etcd_main.go" "$tmp/etcd/main.go"
-printf 'module tuneop.local/etcd-wrapper\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
-  "$ETCD_VERSION" >"$tmp/etcd/go.mod"
-log "building etcd $ETCD_VERSION ($((SECONDS - start))s)"
-(cd "$tmp/etcd" && go mod tidy && go build -p "$par" \
-  -ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-proxy-$ETCD_VERSION" \
-  -o "$tmp/bin/etcd" .)
+  major=${kv#v}; major=${major%%.*}
+  minor=${kv#v*.}; minor=${minor%%.*}
+  date_=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  kldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kldflags+=" -X $pkg.gitVersion=$kv -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    kldflags+=" -X $pkg.gitCommit=module-proxy-$kv -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date_"
+  done
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    log "building $cmd ($((SECONDS - start))s)"
+    (cd "$tmp/k8s" && go build -p "$par" -ldflags="$kldflags" -o "$tmp/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+  done
 
-# --- helm and kubeconform: straight from their own modules --------------------------------
-log "building helm $HELM_VERSION ($((SECONDS - start))s)"
-GOFLAGS="-trimpath" GOBIN="$tmp/bin" go install -p "$par" \
-  -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
-  "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-log "building kubeconform $KUBECONFORM_VERSION ($((SECONDS - start))s)"
-GOFLAGS="-trimpath" GOBIN="$tmp/bin" go install -p "$par" \
-  -ldflags="-s -w -X main.version=$KUBECONFORM_VERSION" \
-  "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+  # --- etcd: wrapper main around etcdmain ---------------------------------------------------
+  cp "$here/etcd_main.go" "$tmp/etcd/main.go"
+  printf 'module tuneop.local/etcd-wrapper\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+    "$ETCD_VERSION" >"$tmp/etcd/go.mod"
+  log "building etcd $ETCD_VERSION ($((SECONDS - start))s)"
+  (cd "$tmp/etcd" && go mod tidy && go build -p "$par" \
+    -ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-proxy-$ETCD_VERSION" \
+    -o "$tmp/bin/etcd" .)
 
-cp "$here/versions.env" "$tmp/bin/versions.env"
-"$tmp/bin/kubectl" version --client >&2
-mv -T "$tmp/bin" "$out" 2>/dev/null || [[ -x "$out/kube-apiserver" ]]  # lost a race: fine
-log "done in $((SECONDS - start))s: $out ($(du -sh "$out" | cut -f1))"
+  # --- helm and kubeconform: straight from their own modules --------------------------------
+  log "building helm $HELM_VERSION ($((SECONDS - start))s)"
+  GOFLAGS="-trimpath" GOBIN="$tmp/bin" go install -p "$par" \
+    -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  log "building kubeconform $KUBECONFORM_VERSION ($((SECONDS - start))s)"
+  GOFLAGS="-trimpath" GOBIN="$tmp/bin" go install -p "$par" \
+    -ldflags="-s -w -X main.version=$KUBECONFORM_VERSION" \
+    "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+
+  cp "$here/versions.env" "$tmp/bin/versions.env"
+  "$tmp/bin/kubectl" version --client >&2
+  mv -T "$tmp/bin" "$out" 2>/dev/null || [[ -x "$out/kube-apiserver" ]]  # lost a race: fine
+  log "done in $((SECONDS - start))s: $out ($(du -sh "$out" | cut -f1))"
+  rm -rf "$tmp"
+  trap - EXIT
+}
+
+# --- Kueue: the manager straight from its module (its go.mod pins k8s.io/* v0.35.x, no
+# replaces), plus the CRDs, webhook configurations and RBAC of the same module version. ---
+build_kueue() {
+  ktmp=$(mktemp -d "$cache/bin/.build-$kueue_key.XXXXXX")
+  trap 'rm -rf "$ktmp"' EXIT
+  kstart=$SECONDS
+  log "building kueue $KUEUE_VERSION"
+  local v=sigs.k8s.io/kueue/pkg/version
+  GOBIN="$ktmp" go install -p "$par" \
+    -ldflags="-s -w -X $v.GitVersion=$KUEUE_VERSION -X $v.GitCommit=module-proxy-$KUEUE_VERSION -X $v.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  moddir=$(cd "$ktmp" && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -d "$moddir/config/components" ]] || { log "kueue module dir not found ($moddir)"; exit 1; }
+  mkdir -p "$ktmp/crds"
+  cp "$moddir"/config/components/crd/bases/*.yaml "$ktmp/crds/"
+  cp "$moddir/config/components/webhook/manifests.yaml" "$ktmp/webhooks.yaml"
+  cp "$moddir/config/components/webhook/kustomization.yaml" "$ktmp/webhooks-kustomization.yaml"
+  cp "$moddir/config/components/rbac/role.yaml" "$ktmp/rbac-manager-role.yaml"
+  cp "$moddir/config/components/rbac/metrics_auth_role.yaml" "$ktmp/rbac-metrics-auth-role.yaml"
+  cp "$moddir/config/components/rbac/manager_secrets_role.yaml" "$ktmp/rbac-manager-secrets-role.yaml"
+  cp "$moddir/config/components/manager/controller_manager_config.yaml" "$ktmp/upstream-config.yaml"
+  chmod -R u+w "$ktmp" && chmod 755 "$ktmp"  # module cache files are read-only
+  grep KUEUE "$here/versions.env" >"$ktmp/versions.env"
+  mv -T "$ktmp" "$kueue_out" 2>/dev/null || [[ -x "$kueue_out/kueue" ]]  # lost a race: fine
+  log "kueue done in $((SECONDS - kstart))s: $kueue_out ($(du -sh "$kueue_out" | cut -f1))"
+  rm -rf "$ktmp"
+  trap - EXIT
+}
+
+k8s_done || build_kubernetes
+kueue_done || build_kueue
 echo "$out"

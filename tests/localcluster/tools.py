@@ -1,8 +1,11 @@
 """Where the cluster binaries are: the versioned cache filled by hack/cluster-tools/build.sh.
 
-The cache key must match build.sh: ``<KUBERNETES_VERSION>-<sha256(versions.env)[:10]>``
-under ``$TUNEOP_CACHE/bin`` (default ``~/.cache/tuneop/bin``).  ``TUNEOP_CLUSTER_BIN_DIR``
-overrides the whole lookup (e.g. to try binaries built elsewhere).
+The cache keys must match build.sh, under ``$TUNEOP_CACHE/bin`` (default
+``~/.cache/tuneop/bin``): ``<KUBERNETES_VERSION>-<sha256(versions.env less the lines naming
+KUEUE)[:10]>`` for Kubernetes, etcd, helm and kubeconform, and
+``kueue-<KUEUE_VERSION>-<sha256(the lines naming KUEUE)[:10]>`` for Kueue (so a Kueue bump
+rebuilds only Kueue).  ``TUNEOP_CLUSTER_BIN_DIR`` / ``TUNEOP_KUEUE_DIR`` override the
+lookups (e.g. to try binaries built elsewhere).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ TOOLS_DIR = REPO_ROOT / "hack" / "cluster-tools"
 VERSIONS_FILE = TOOLS_DIR / "versions.env"
 BUILD_SCRIPT = TOOLS_DIR / "build.sh"
 BIN_DIR_ENV = "TUNEOP_CLUSTER_BIN_DIR"
+KUEUE_DIR_ENV = "TUNEOP_KUEUE_DIR"
+KUEUE_MARK = "KUEUE"
 BINARIES = (
     "etcd",
     "kube-apiserver",
@@ -43,9 +48,21 @@ def versions() -> dict[str, str]:
     return out
 
 
+def _digest(lines: list[str]) -> str:
+    """sha256 of ``lines`` as ``grep`` prints them (each ending in a newline), 10 hex."""
+    return hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()[:10]
+
+
 def version_key() -> str:
-    digest = hashlib.sha256(VERSIONS_FILE.read_bytes()).hexdigest()[:10]
+    lines = VERSIONS_FILE.read_text().splitlines()
+    digest = _digest([line for line in lines if KUEUE_MARK not in line])
     return f"{versions()['KUBERNETES_VERSION']}-{digest}"
+
+
+def kueue_key() -> str:
+    lines = VERSIONS_FILE.read_text().splitlines()
+    digest = _digest([line for line in lines if KUEUE_MARK in line])
+    return f"kueue-{versions()['KUEUE_VERSION']}-{digest}"
 
 
 def expected_bin_dir() -> Path:
@@ -79,3 +96,16 @@ def bin_dir(build: bool = False) -> Path:
     raise FileNotFoundError(
         f"cluster binaries missing in {path} ({', '.join(missing)}): run `make cluster-tools`"
     )
+
+
+def kueue_dir(build: bool = False) -> Path:
+    """Kueue's cache dir: ``kueue`` (the manager), ``crds/``, ``webhooks.yaml`` (its
+    webhook configurations), ``rbac-*.yaml``; with ``build=True`` built if missing."""
+    override = os.environ.get(KUEUE_DIR_ENV)
+    path = Path(override) if override else cache_dir() / "bin" / kueue_key()
+    if os.access(path / "kueue", os.X_OK) and (path / "webhooks.yaml").is_file():
+        return path
+    if build and not override:
+        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.DEVNULL)
+        return kueue_dir()
+    raise FileNotFoundError(f"Kueue missing in {path}: run `make cluster-tools`")
