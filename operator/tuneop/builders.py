@@ -12,7 +12,7 @@ from typing import Any
 import tuneop_contract as contract
 import yaml
 
-from . import names, podtemplate
+from . import names, podtemplate, queue
 from .groups import PodGroup, sequential_group
 from .spec import JobSpec
 
@@ -388,12 +388,18 @@ def build_pod(
     }
     if group.name:
         labels[names.LABEL_GROUP] = group.name
+    queue_labels, queue_annotations = queue.pod_metadata(
+        job, group.name, attempt, len(group.pod_names)
+    )
+    labels.update(queue_labels)
     pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _meta(job, pod_name, extra=labels),
         "spec": pod_spec,
     }
+    if queue_annotations:
+        pod["metadata"]["annotations"] = queue_annotations
     return podtemplate.apply(pod, spec.raw)  # spec.template, over what the operator owns
 
 

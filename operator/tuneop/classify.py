@@ -18,7 +18,7 @@ from typing import Any
 
 import tuneop_contract as contract
 
-from . import names
+from . import names, queue
 
 Obj = dict[str, Any]
 
@@ -116,10 +116,13 @@ class Classification:
 
 
 def disruption_reason(pod: Obj) -> str | None:
-    """The reason of a True `DisruptionTarget` condition, if any."""
+    """The reason of a True `DisruptionTarget` condition, if any; `EvictedByKueue` for a
+    pod Kueue evicted (it marks `TerminationTarget`, not DisruptionTarget)."""
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
             return str(cond.get("reason") or "DisruptionTarget")
+    if queue.eviction(pod) is not None:
+        return queue.EVICTED_BY_KUEUE
     return None
 
 
@@ -146,10 +149,12 @@ def node_lost(pod: Obj, node: Obj | None, node_known: bool) -> bool:
 
 
 def pending_reason(pod: Obj) -> tuple[str, str]:
-    """Why a pod has not started, with the component's own message: a container stuck
-    waiting (image pull, config error; init containers first), the scheduler's
-    Unschedulable, else the pod's reason or "Pending"."""
+    """Why a pod has not started, with the component's own message: Kueue has not
+    admitted it (Queued), a container stuck waiting (image pull, config error; init
+    containers first), the scheduler's Unschedulable, else the pod's reason or "Pending"."""
     status = pod.get("status") or {}
+    if queue.gated(pod):
+        return queue.QUEUED, queue.queued_message(pod, None)
     for key in ("initContainerStatuses", "containerStatuses"):
         for container in status.get(key) or []:
             waiting = (container.get("state") or {}).get("waiting") or {}
@@ -225,6 +230,9 @@ def _classify_failed(pod: Obj, term: Obj | None, deleting: bool, message: str) -
     disruption = disruption_reason(pod)
     exit_code = term.get("exitCode") if term else None
     reason = str((term or {}).get("reason") or "Error")
+    if disruption == queue.EVICTED_BY_KUEUE:
+        why = queue.eviction(pod) or ""
+        return Classification(Outcome.PREEMPTED, disruption, why, exit_code)
     if disruption:
         return Classification(Outcome.PREEMPTED, disruption, message, exit_code)
     if exit_code == contract.EXIT_PREEMPTED:

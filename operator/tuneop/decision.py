@@ -61,6 +61,8 @@ class Decision:
     """With ensure_children: empty the progress ConfigMap for the new pod group. Not for
     a parallel job's group, whose siblings keep reporting there under their own keys."""
     delete_pods: list[PodRef] = dataclasses.field(default_factory=list)
+    release_pods: list[PodRef] = dataclasses.field(default_factory=list)
+    """Pods whose Kueue pod group is over (annotated retriable-in-group=false first)."""
     delete_job: bool = False
     requeue_after: float | None = None
     finished: bool = False
@@ -126,6 +128,8 @@ class Builder:
         self.conditions: list[Obj] = list(self.old.get("conditions") or [])
         self.ledger = Ledger(self)
         self.live_pods: list[tuple[Obj, int]] = []
+        self.workloads: Mapping[str, Obj | None] = {}
+        """Kueue Workloads of queued pod groups, by name (their admission message)."""
         """Pods of started groups that hold GPUs after this pass (goodput's live share)."""
 
     def get(self, key: str, default: Any = None) -> Any:

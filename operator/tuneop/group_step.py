@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from . import builders
+from . import builders, queue
 from . import status as st
 from .classify import (
     STUCK_WAITING_REASONS,
@@ -23,7 +23,7 @@ from .classify import (
     classify,
     classify_missing,
 )
-from .decision import Builder, attempt_of, delete_alive, finish, int_of
+from .decision import Builder, PodRef, attempt_of, delete_alive, finish, int_of
 from .groups import PodGroup
 from .progress import ProgressView
 from .spec import JobSpec
@@ -239,10 +239,16 @@ def run_group(
         # disruption wins: other workers of a MultiWorkerMirrored group often crash
         # (exit 1) once a peer is gone, which is not their failure
         what = ", ".join(
-            f"{n}: {c.reason}" for n, c in outcomes.items() if c.outcome == Outcome.PREEMPTED
+            f"{n}: {c.reason}"
+            + (f" ({c.message})" if c.reason == queue.EVICTED_BY_KUEUE and c.message else "")
+            for n, c in outcomes.items()
+            if c.outcome == Outcome.PREEMPTED
         )
         preemptions = b.count("preemptions")
         slot.count("preemptions")
+        if any(c.reason == queue.EVICTED_BY_KUEUE for c in outcomes.values()):
+            b.count("queueEvictions")  # Kueue took the quota back (a preemption too)
+            slot.count("queueEvictions")
         delete_alive(b, group)
         b.ledger.close(held, gpus)
         reason = next(c.reason for c in outcomes.values() if c.outcome == Outcome.PREEMPTED)
@@ -346,6 +352,10 @@ def run_group(
         for n, c in pending
     )
     stuck = next((c.reason for _, c in pending if c.reason in STUCK), None)
+    if stuck is None and any(c.reason == queue.QUEUED for _, c in pending):
+        gated = next(p for p in group if queue.gated(p))
+        message = queue.queued_message(gated, b.workloads.get(queue.workload_name(gated) or ""))
+        return GroupResult("pending", queue.QUEUED, message)
     return GroupResult("pending", stuck or PODS_PENDING, text)
 
 
@@ -554,3 +564,24 @@ def apply_stall_policy(
         message,
         f"stalled ({stuck.reason}); recreating the {slot.label} pod group",
     )
+
+
+def release_held(b: Builder, pods: list[Obj], keep: set[str], stopping: bool) -> None:
+    """Declare over the Kueue pod groups the operator is done with: pods Kueue still
+    holds that are not in a running group (`keep`), are being deleted, or belong to a job
+    that stops (finished, suspended). Their Workload finishes and its quota is free."""
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name"))
+        if not queue.held(pod):
+            continue
+        if stopping or name not in keep or meta.get("deletionTimestamp"):
+            b.decision.release_pods.append(PodRef(name, meta.get("uid")))
+
+
+def queued_condition(b: Builder, message: str | None) -> None:
+    """Condition Queued: True with Kueue's message while a group waits for admission."""
+    if message is not None:
+        b.cond(st.COND_QUEUED, True, queue.QUEUED, message)
+    elif st.condition_is(b.conditions, st.COND_QUEUED):
+        b.cond(st.COND_QUEUED, False, "Admitted", "")

@@ -15,7 +15,7 @@ from typing import Any
 
 import kubernetes
 
-from . import builders, names
+from . import builders, names, queue
 from .decision import Decision, Event
 from .groups import group_named
 from .spec import JobSpec
@@ -196,6 +196,36 @@ class Kube:
             raise
         return True
 
+    def release_pod(self, namespace: str, name: str, uid: str | None) -> bool:
+        """Declare the pod's Kueue pod group over (queue.release_patch), only on that very
+        pod (uid in the patch: a successor under the same name is left alone). False if
+        it is gone."""
+        patch = queue.release_patch()
+        if uid:
+            patch["metadata"]["uid"] = uid
+        try:
+            self.request(
+                "PATCH",
+                f"{collection('Pod', namespace)}/{name}",
+                patch,
+                content_type=MERGE_PATCH,
+            )
+        except ApiError as err:
+            if err.status in (404, 409, 422):  # gone, or a successor (the uid differs)
+                return False
+            raise
+        return True
+
+    def get_workload(self, namespace: str, name: str) -> Obj | None:
+        """A Kueue Workload; None if absent or not readable (Kueue not installed, or no
+        right to read it: its message is only a nicety)."""
+        try:
+            return self.get(f"{queue.WORKLOAD_API}/namespaces/{namespace}/workloads/{name}")
+        except ApiError as err:
+            if err.status in (403, 404):
+                return None
+            raise
+
     def patch_status(
         self, namespace: str, name: str, status: Obj, *, resource_version: str | None = None
     ) -> Obj | None:
@@ -353,6 +383,9 @@ def apply(
     if decision.status:
         rv = meta.get("resourceVersion")
         kube.patch_status(namespace, name, decision.status, resource_version=rv)
+    for ref in decision.release_pods:
+        if kube.release_pod(namespace, ref.name, ref.uid):
+            logger.info("released pod %s from its Kueue pod group", ref.name)
     for ref in decision.delete_pods:
         if kube.delete("Pod", namespace, ref.name, uid=ref.uid):
             logger.info("deleted pod %s (uid %s)", ref.name, ref.uid)

@@ -24,12 +24,15 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     # Owner references with blockOwnerDeletion on the children: the API server's
     # OwnerReferencesPermissionEnforcement checks `update` on the owner's finalizers.
     {"apiGroups": [names.GROUP], "resources": [f"{names.PLURAL}/finalizers"], "verbs": ["update"]},
-    # Trainer pods: found by label, created by name, deleted on disruption/suspend.
+    # Trainer pods: found by label, created by name, deleted on disruption/suspend;
+    # patched only to declare a Kueue pod group over (one annotation).
     {
         "apiGroups": [""],
         "resources": ["pods"],
-        "verbs": ["get", "list", "watch", "create", "delete"],
+        "verbs": ["get", "list", "watch", "create", "delete", "patch"],
     },
+    # Kueue: the Workload of a queued pod group, for its admission message.
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get"]},
     # The other children of a job.
     {
         "apiGroups": [""],

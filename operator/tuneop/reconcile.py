@@ -49,12 +49,15 @@ from .group_step import (
     current_pods,
     held_pods,
     judge_stall,
+    queued_condition,
+    release_held,
     run_group,
     running_stuck,
     start_group,
     waiting_stuck,
 )
 from .groups import pod_groups, sequential_group
+from .queue import QUEUED
 from .spec import JobSpec, validate
 
 Obj = dict[str, Any]
@@ -102,6 +105,7 @@ def decide(
     configmaps: Mapping[str, Obj | None] | None = None,
     progress_configmap: Obj | None = None,
     claim: Obj | None = None,
+    workloads: Mapping[str, Obj | None] | None = None,
 ) -> Decision:
     """What to do next for `job`. `pods`: the job's pods (by label). `nodes`: Node objects
     by name, None for a node known not to exist (names absent = unknown). `last_seen`:
@@ -111,11 +115,13 @@ def decide(
     `progress_configmap`: the job's progress ConfigMap, where the trainer reports; its
     valid fields are copied into status.progress (None or empty: status.progress as it is).
     `claim`: spec.checkpoint.existingClaim as read (parallel jobs check its access modes;
-    None: not read or not found)."""
+    None: not read or not found). `workloads`: Kueue Workloads of the job's queued pod
+    groups, by name (their admission message)."""
     nodes = nodes or {}
     last_seen = last_seen or {}
     configmaps = configmaps or {}
     b = Builder(job, now)
+    b.workloads = workloads or {}
     spec = JobSpec.from_dict(job.get("spec") or {})
     b.put("observedGeneration", b.generation)
     for counter in ("preemptions", "failures", "trialOOMs", "restarts", "restores"):
@@ -167,6 +173,8 @@ def _decide_sequential(
     current = current_pods(slot, pods)
     stale = [p for p in pods if p["metadata"]["name"] not in current]
     delete_alive(b, stale)
+    stopping = b.get("phase") in st.TERMINAL_PHASES or spec.suspend
+    release_held(b, pods, set(current) if slot.started else set(), stopping)
     errors = validate(spec)
     bad_script = script_error(spec, configmaps)
 
@@ -240,7 +248,9 @@ def _decide_sequential(
         delete_alive(b, list(current.values()))
         finish(b, succeeded=False, reason="InvalidSpec", message=result.message)
         return b.decision
-    if result.kind in ("running", "pending", "terminating"):
+    queued = result.kind == "pending" and result.reason == QUEUED
+    queued_condition(b, result.message if queued else None)
+    if result.kind in ("running", "pending", "terminating") and not queued:
         stuck = (
             running_stuck(b, spec, slot, b.get("lastProgressTime"))
             if result.kind == "running"

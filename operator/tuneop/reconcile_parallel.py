@@ -54,6 +54,8 @@ from .group_step import (
     gpus_per_pod,
     held_pods,
     judge_stall,
+    queued_condition,
+    release_held,
     run_group,
     running_stuck,
     start_group,
@@ -62,6 +64,7 @@ from .group_step import (
 from .groups import pod_groups
 from .progress import ProgressView
 from .progress import from_configmap as progress_from_configmap
+from .queue import QUEUED
 from .spec import JobSpec, check_existing_claim, validate
 
 Obj = dict[str, Any]
@@ -156,6 +159,9 @@ def decide_parallel(
     alive_names = {n for group in current.values() for n in group}
     stale = [p for p in pods if p["metadata"]["name"] not in alive_names]
     delete_alive(b, stale)
+    running_names = {n for s in slots if s.started for n in current[s.group.name]}
+    stopping = b.get("phase") in st.TERMINAL_PHASES or spec.suspend
+    release_held(b, pods, running_names, stopping)
     every_current = [p for group in current.values() for p in group.values()]
     errors = validate(spec)
     bad_script = script_error(spec, configmaps) or (
@@ -224,8 +230,14 @@ def decide_parallel(
             continue
         if outcome.kind == "running" and not slot.group.oracle:
             candidates.append(running_stuck(b, spec, slot, slot.get("lastProgressTime")))
-        elif outcome.kind in ("pending", "terminating"):
+        elif outcome.kind in ("pending", "terminating") and outcome.reason != QUEUED:
             candidates.append(waiting_stuck(b, spec, slot, outcome))
+    queued = [
+        f"{name}: {r.message}"
+        for name, r in results.items()
+        if r.reason == QUEUED and r.kind == "pending"
+    ]
+    queued_condition(b, "; ".join(queued) if queued else None)
     stalled = judge_stall(b, candidates)
     if stalled is not None:
         acted = apply_stall_policy(b, spec, stalled, current[stalled.slot.group.name])

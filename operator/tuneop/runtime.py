@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from . import kube as kube_mod
-from . import metrics, names, podtemplate
+from . import metrics, names, podtemplate, queue
 from . import status as st
 from .config import Config
 from .reconcile import Event, decide, nodes_to_read
@@ -88,6 +88,11 @@ class Runtime:
             configmaps[spec.script_configmap] = self.kube.get_configmap(
                 namespace, spec.script_configmap
             )
+        workloads: dict[str, Obj | None] = {}
+        for pod in pods:
+            workload = queue.workload_name(pod) if queue.gated(pod) else None
+            if workload and workload not in workloads:
+                workloads[workload] = self.kube.get_workload(namespace, workload)
         claim = None
         if spec.parallel and spec.checkpoint.existing_claim:
             claim = self.kube.get(
@@ -103,6 +108,7 @@ class Runtime:
             configmaps=configmaps,
             progress_configmap=reported,
             claim=claim,
+            workloads=workloads,
         )
         self._log_ignored((namespace, name), decision.ignored, logger)
         try:

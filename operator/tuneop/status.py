@@ -21,7 +21,16 @@ COND_SUSPENDED = "Suspended"
 COND_STALLED = "Stalled"
 COND_COMPLETE = "Complete"
 COND_FAILED = "Failed"
-CONDITION_TYPES = (COND_RUNNING, COND_SUSPENDED, COND_STALLED, COND_COMPLETE, COND_FAILED)
+COND_QUEUED = "Queued"
+"""True while Kueue has not admitted the job's pod group (reason Queued, Kueue's message)."""
+CONDITION_TYPES = (
+    COND_RUNNING,
+    COND_QUEUED,
+    COND_SUSPENDED,
+    COND_STALLED,
+    COND_COMPLETE,
+    COND_FAILED,
+)
 
 
 def rfc3339(when: dt.datetime) -> str:

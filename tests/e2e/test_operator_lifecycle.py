@@ -334,9 +334,15 @@ def test_node_loss_is_a_preemption_and_the_trainer_resumes(e2e: Env, reference: 
             180,
             "the taint manager's eviction",
         )
-        # the pod is Terminating on a lost node: the operator waits, counts nothing yet
-        status = e2e.wait_status(ns, lambda s: "waiting" in s["message"], 30, "waiting")
+        # the pod is Terminating on a lost node: the operator waits, counts nothing yet,
+        # and says what to do about it
+        status = e2e.wait_status(
+            ns, lambda s: "is terminating on node" in s["message"], 30, "the lost-node message"
+        )
         assert status["preemptions"] == 0
+        running = next(c for c in status["conditions"] if c["type"] == "Running")
+        assert running["reason"] == "TerminatingOnUnreachableNode"
+        assert "node.kubernetes.io/out-of-service" in running["message"]
         disruption.recover_node(e2e.cluster, node)
         final = e2e.wait_phase(ns, "Succeeded", timeout=400)
         assert final["preemptions"] == 1 and final["failures"] == 0 and final["restores"] == 1

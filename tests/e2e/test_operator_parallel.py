@@ -30,7 +30,9 @@ ORACLE = "search-oracle"
 T0, T1 = "search-t0-worker-0", "search-t1-worker-0"
 
 
-def submit(e2e: Env, namespace: str, **spec: Any) -> dict[str, Any]:
+def submit(
+    e2e: Env, namespace: str, trials: int = TRIALS, epochs: int = 2, **spec: Any
+) -> dict[str, Any]:
     job = sample(
         "search",
         namespace,
@@ -38,8 +40,8 @@ def submit(e2e: Env, namespace: str, **spec: Any) -> dict[str, Any]:
         tuner={
             "algorithm": "RandomSearch",
             "objective": {"name": "val_accuracy", "direction": "max"},
-            "maxTrials": TRIALS,
-            "maxEpochs": 2,
+            "maxTrials": trials,
+            "maxEpochs": epochs,
             "seed": 7,
             "batchSize": 32,
         },
@@ -65,18 +67,18 @@ def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return trials, json.loads((project / "oracle.json").read_text())
 
 
-def check_search(e2e: Env, namespace: str) -> dict[str, Any]:
-    """Six distinct trials, each COMPLETED, each ended once; results.json agrees."""
+def check_search(e2e: Env, namespace: str, expected: int = TRIALS) -> dict[str, Any]:
+    """`expected` distinct trials, each COMPLETED, each ended once; results.json agrees."""
     root = claim_dir(e2e, namespace)
     trials, oracle = search_on_claim(root)
     ids = [t["trial_id"] for t in trials]
-    assert len(ids) == TRIALS == len(set(ids)), ids
+    assert len(ids) == expected == len(set(ids)), ids
     statuses = {t["trial_id"]: t["status"] for t in trials}
     assert set(statuses.values()) == {"COMPLETED"}, statuses
     assert sorted(oracle["end_order"]) == sorted(ids), oracle["end_order"]  # each once
     assert oracle["ongoing_trials"] == {} and oracle["retry_queue"] == []
     values = [json.dumps(t["hyperparameters"]["values"], sort_keys=True) for t in trials]
-    assert len(set(values)) == TRIALS  # never the same hyperparameters twice
+    assert len(set(values)) == expected  # never the same hyperparameters twice
     results = json.loads((root / contract.RESULTS_FILE).read_text())
     assert sorted(str(t["trialId"]) for t in results["trials"]) == sorted(ids)
     assert (root / contract.BEST_MODEL_FILE).exists()
@@ -147,6 +149,40 @@ def test_the_oracle_deleted_mid_search_is_recreated_and_nothing_is_lost(e2e: Env
     assert final["failures"] == 0 and final["preemptions"] == 1
     assert {T0: uid(e2e, ns, T0), T1: uid(e2e, ns, T1)} == trial_uids  # they waited, not failed
     check_search(e2e, ns)
+
+
+def test_the_oracle_preempted_by_the_scheduler_is_recreated(e2e: Env):
+    """The oracle holds CPU but no GPU: a higher-priority pod that needs the node's whole
+    CPU makes the real scheduler preempt it (the trial groups request none here)."""
+    ns = e2e.namespace("oprio")
+    submit(e2e, ns)
+    e2e.wait_phase(ns, "Running", timeout=120)
+    wait_group_mid_epoch(e2e, ns, T0)
+    trial_uids = {T0: uid(e2e, ns, T0), T1: uid(e2e, ns, T1)}
+    node = e2e.kubectl.json("get", "node", "gpu-node-0")
+    cpu = node["status"]["allocatable"]["cpu"]
+    preemptor = disruption.preempt_with_priority(e2e.cluster.api, ns, gpus=0, cpu=cpu)
+    status = e2e.wait_status(ns, lambda s: s.get("preemptions", 0) >= 1, 120, "the preemption")
+    events = [e["message"] for e in e2e.kubectl.events(ns, "search") if e["reason"] == "Preempted"]
+    assert events and "oracle" in events[0] and "PreemptionByScheduler" in events[0], events
+    assert {g["name"]: g for g in status["groups"]}["oracle"]["preemptions"] == 1
+    e2e.kubectl("delete", "pod", preemptor, "-n", ns, "--wait=false")
+    final = e2e.wait_phase(ns, "Succeeded", timeout=600)
+    assert final["failures"] == 0 and final["preemptions"] == 1
+    assert {T0: uid(e2e, ns, T0), T1: uid(e2e, ns, T1)} == trial_uids
+    check_search(e2e, ns)
+
+
+def test_multi_worker_trial_groups(e2e: Env):
+    """Each trial group a MultiWorkerMirrored group of 2 pods (its own TF_CONFIG)."""
+    ns = e2e.namespace("pmwms")
+    submit(e2e, ns, trials=3, epochs=1, distribution={"workers": 2, "gpusPerWorker": 1})
+    final = e2e.wait_phase(ns, "Succeeded", timeout=600)
+    pods = {p["metadata"]["name"] for p in e2e.kubectl.pods(ns, "search")}
+    trial_pods = {f"search-t{g}-worker-{i}" for g in (0, 1) for i in (0, 1)}
+    assert trial_pods <= pods <= trial_pods | {ORACLE}, pods  # the oracle may be gone
+    assert final["failures"] == 0 and final["trials"] == "3/3"
+    check_search(e2e, ns, expected=3)
 
 
 def test_script_mode_with_two_trial_groups(e2e: Env):

@@ -96,9 +96,10 @@ def ensure_priority_class(
 
 
 def preemptor_pod(
-    name: str, gpus: int, priority_class: str, node: str | None = None
+    name: str, gpus: int, priority_class: str, node: str | None = None, cpu: str | None = None
 ) -> dict[str, Any]:
-    """A pod that idles holding ``gpus`` GPUs at a high priority (pure)."""
+    """A pod that idles holding ``gpus`` GPUs (and ``cpu``, if given) at a high priority
+    (pure)."""
     spec: dict[str, Any] = {
         "priorityClassName": priority_class,
         "terminationGracePeriodSeconds": 1,
@@ -107,7 +108,9 @@ def preemptor_pod(
                 "name": "preemptor",
                 "image": "tuneop/pause",
                 "command": ["sleep", "infinity"],
-                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                "resources": {
+                    "limits": {"nvidia.com/gpu": str(gpus), **({"cpu": cpu} if cpu else {})}
+                },
             }
         ],
     }
@@ -129,11 +132,13 @@ def preempt_with_priority(
     node: str | None = None,
     priority_class: str = HIGH_PRIORITY_CLASS,
     priority: int = HIGH_PRIORITY,
+    cpu: str | None = None,
 ) -> str:
-    """Create a PriorityClass (if absent) and a pod of it requesting ``gpus`` GPUs;
-    the real scheduler preempts lower-priority pods to fit it. Returns the pod name;
-    delete it to give the GPUs back."""
+    """Create a PriorityClass (if absent) and a pod of it requesting ``gpus`` GPUs (and
+    ``cpu``: the whole node's, to preempt pods that hold CPU but no GPU); the real
+    scheduler preempts lower-priority pods to fit it. Returns the pod name; delete it to
+    give the resources back."""
     ensure_priority_class(api, priority_class, priority)
-    body = preemptor_pod(name, gpus, priority_class, node)
+    body = preemptor_pod(name, gpus, priority_class, node, cpu)
     client.CoreV1Api(api).create_namespaced_pod(namespace, body, _preload_content=False)
     return name

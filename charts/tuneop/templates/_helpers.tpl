@@ -84,7 +84,11 @@ ClusterRole, with watchNamespaces a Role in each watched namespace.
 # Children of a TuningJob.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, delete, patch]
+# A queued pod group's Kueue Workload (its admission message).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get]
 - apiGroups: [""]
   resources: [services, persistentvolumeclaims, serviceaccounts]
   verbs: [get, create, delete]
