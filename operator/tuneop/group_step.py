@@ -568,8 +568,9 @@ def apply_stall_policy(
 
 def release_held(b: Builder, pods: list[Obj], keep: set[str], stopping: bool) -> None:
     """Declare over the Kueue pod groups the operator is done with: pods Kueue still
-    holds that are not in a running group (`keep`), are being deleted, or belong to a job
-    that stops (finished, suspended). Their Workload finishes and its quota is free."""
+    holds that are not of a group's current attempt (`keep`; created but not yet
+    recorded as started counts as current), are being deleted, or belong to a job that
+    stops (finished, suspended). Their Workload finishes and its quota is free."""
     for pod in pods:
         meta = pod.get("metadata") or {}
         name = str(meta.get("name"))

@@ -174,7 +174,7 @@ def _decide_sequential(
     stale = [p for p in pods if p["metadata"]["name"] not in current]
     delete_alive(b, stale)
     stopping = b.get("phase") in st.TERMINAL_PHASES or spec.suspend
-    release_held(b, pods, set(current) if slot.started else set(), stopping)
+    release_held(b, pods, set(current), stopping)
     errors = validate(spec)
     bad_script = script_error(spec, configmaps)
 

@@ -159,9 +159,8 @@ def decide_parallel(
     alive_names = {n for group in current.values() for n in group}
     stale = [p for p in pods if p["metadata"]["name"] not in alive_names]
     delete_alive(b, stale)
-    running_names = {n for s in slots if s.started for n in current[s.group.name]}
     stopping = b.get("phase") in st.TERMINAL_PHASES or spec.suspend
-    release_held(b, pods, running_names, stopping)
+    release_held(b, pods, alive_names, stopping)
     every_current = [p for group in current.values() for p in group.values()]
     errors = validate(spec)
     bad_script = script_error(spec, configmaps) or (

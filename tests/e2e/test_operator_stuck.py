@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import Env
+from tests.e2e.conftest import SEARCH, Env
+from tests.e2e.harness import sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -79,4 +80,20 @@ def test_pods_refused_by_a_quota_are_reported_and_start_once_it_allows(e2e: Env)
     e2e.kubectl("delete", "resourcequota", "no-gpus", "-n", ns)
     e2e.wait_status(ns, lambda s: s.get("attemptStarted") is True, 60, "the pod group created")
     assert [p["metadata"]["name"] for p in e2e.kubectl.pods(ns, "search")] == ["search-worker-0"]
+    e2e.kubectl("delete", "tj", "search", "-n", ns, "--wait=false")
+
+
+def test_a_queue_label_without_kueue_installed_is_inert(e2e: Env):
+    """Documented behaviour: without Kueue (no webhook gates the pods) a job labelled
+    kueue.x-k8s.io/queue-name runs as any other. (Runs before test_queue.py starts Kueue.)"""
+    hooks = e2e.kubectl("get", "mutatingwebhookconfigurations", "-o", "name").stdout
+    assert "kueue" not in hooks, "Kueue is running in this session: order the tests"
+    ns = e2e.namespace("nokueue")
+    job = sample("search", ns, **SEARCH)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    e2e.kubectl.apply(job)
+    e2e.wait_phase(ns, "Running", timeout=120)
+    (pod,) = e2e.kubectl.pods(ns, "search")
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lq"
+    assert not pod["spec"].get("schedulingGates")
     e2e.kubectl("delete", "tj", "search", "-n", ns, "--wait=false")

@@ -151,3 +151,14 @@ def test_a_suspended_queued_job_gives_its_quota_back():
     d = w.step()
     assert [r.name for r in d.release_pods] == ["j-worker-0"]
     assert [r.name for r in d.delete_pods] == ["j-worker-0"]
+
+
+def test_pods_created_before_their_group_was_recorded_are_not_released():
+    """The executor creates pods before it writes `attemptStarted`; a pass that re-reads
+    after a conflict sees them as the current attempt's, not as leftovers."""
+    w = queued_world()
+    d = w.step()
+    gate(w)
+    w.job["status"]["attemptStarted"] = False  # the status patch was lost
+    d = w.step()
+    assert not d.release_pods

@@ -1,0 +1,183 @@
+"""TuningJobs admitted by a real Kueue (v0.17, built from the module proxy; its manager
+runs against the local control plane, tests/localcluster/kueue.py): queued before any
+GPU is used, admitted whole, evicted and re-admitted, resuming where they stopped.
+
+(The job without Kueue installed is in test_operator_stuck.py, which runs before the
+`kueue` fixture first starts Kueue in a session.)"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from tuneop import queue as kq
+
+from tests.e2e.conftest import SEARCH, Env
+from tests.e2e.harness import sample, wait_for, wait_mid_epoch
+from tests.localcluster.kueue import API, Kueue
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
+
+GPU = "nvidia.com/gpu"
+LOW, HIGH = "tuneop-e2e-low", "tuneop-e2e-high"
+
+
+@pytest.fixture
+def queue_ns(e2e: Env, kueue: Kueue) -> str:
+    """A namespace with LocalQueue `lq` on a ClusterQueue of the node's 4 GPUs, which
+    preempts lower priorities within itself."""
+    ns = e2e.namespace("kq")
+    cq = f"cq-{ns}"
+    e2e.cluster.apply(
+        *(
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+             "metadata": {"name": name}, "value": value}
+            for name, value in ((LOW, 100), (HIGH, 1000))
+        ),
+        {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
+        {
+            "apiVersion": API,
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [{
+                    "coveredResources": ["cpu", "memory", GPU],
+                    "flavors": [{"name": "default-flavor", "resources": [
+                        {"name": "cpu", "nominalQuota": "16"},
+                        {"name": "memory", "nominalQuota": "64Gi"},
+                        {"name": GPU, "nominalQuota": 4},
+                    ]}],
+                }],
+            },
+        },
+        {"apiVersion": API, "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns},
+         "spec": {"clusterQueue": cq}},
+    )  # fmt: skip
+    wait_for(
+        lambda: "True"
+        in e2e.kubectl(
+            "get", "localqueue", "lq", "-n", ns, "-o",
+            "jsonpath={.status.conditions[?(@.type=='Active')].status}", check=False,
+        ).stdout,
+        60,
+        "LocalQueue lq active",
+    )  # fmt: skip
+    return ns
+
+
+def submit(e2e: Env, ns: str, name: str, **spec: Any) -> None:
+    job = sample(name, ns, **{**SEARCH, **spec})
+    job["metadata"]["labels"] = {kq.QUEUE_LABEL: "lq"}
+    e2e.kubectl.apply(job)
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def gates(pod: dict[str, Any]) -> list[str]:
+    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+
+
+def holding_pod(name: str, ns: str, gpus: int, priority_class: str | None = None) -> dict[str, Any]:
+    """A queued plain pod that idles holding `gpus` GPUs (a neighbour's workload)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {kq.QUEUE_LABEL: "lq"}},
+        "spec": {
+            **({"priorityClassName": priority_class} if priority_class else {}),
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "hold", "image": "tuneop/pause", "command": ["sleep", "infinity"],
+                "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}},
+            }],
+        },
+    }  # fmt: skip
+
+
+def test_two_jobs_on_a_four_gpu_queue_run_one_after_the_other(e2e: Env, queue_ns: str):
+    ns = queue_ns
+    submit(e2e, ns, "first", distribution={"gpusPerWorker": 4})
+    e2e.wait_phase(ns, "Running", timeout=120, name="first")
+    submit(e2e, ns, "second", distribution={"gpusPerWorker": 4})
+    status = e2e.wait_status(
+        ns, lambda s: condition(s, "Queued").get("status") == "True", 60, "second Queued",
+        name="second",
+    )  # fmt: skip
+    assert status["phase"] == "Pending"
+    assert "LocalQueue lq" in condition(status, "Queued")["message"]
+    (pod,) = e2e.kubectl.pods(ns, "second")
+    assert kq.ADMISSION_GATE in gates(pod) and pod["status"].get("phase") == "Pending"
+    assert "Stalled" not in e2e.reasons(ns, "second")
+    e2e.wait_phase(ns, "Succeeded", timeout=400, name="first")
+    final = e2e.wait_phase(ns, "Succeeded", timeout=400, name="second")
+    assert condition(final, "Queued")["status"] == "False"
+    assert final["preemptions"] == 0 and final["failures"] == 0
+
+
+LONG_DATA = {**SEARCH["data"], "synthetic": {"samples": 3072, "seed": 0}}
+"""72 steps an epoch: Kueue's eviction (a scheduling cycle, then a graceful delete) takes
+longer than what is left of one of SEARCH's 18-step epochs."""
+LONG_STEPS = 3072 * 3 // 4 // 32
+
+
+def test_kueue_preempts_a_job_mid_trial_it_resumes_once_readmitted(e2e: Env, queue_ns: str):
+    ns = queue_ns
+    submit(e2e, ns, "undisturbed", data=LONG_DATA, priorityClassName=LOW)
+    reference = e2e.wait_phase(ns, "Succeeded", timeout=600, name="undisturbed")
+    submit(e2e, ns, "search", data=LONG_DATA, priorityClassName=LOW)
+    e2e.wait_phase(ns, "Running", timeout=120)
+    at = wait_mid_epoch(e2e.kubectl, ns, "search", LONG_STEPS, timeout=300, min_step=4)
+    e2e.kubectl.apply(holding_pod("urgent", ns, 4, HIGH))
+    status = e2e.wait_status(ns, lambda s: s.get("preemptions", 0) >= 1, 120, "the eviction")
+    assert status["queueEvictions"] == 1 and status["failures"] == 0
+    events = e2e.kubectl.events(ns, "search")
+    preempted = [e["message"] for e in events if e["reason"] == "Preempted"]
+    assert preempted and "EvictedByKueue" in preempted[0], preempted
+    queued = e2e.wait_status(
+        ns, lambda s: condition(s, "Queued").get("status") == "True", 60, "queued again"
+    )
+    assert queued["phase"] == "Pending"
+    e2e.kubectl("delete", "pod", "urgent", "-n", ns, "--wait=false")
+    restored = e2e.wait_status(ns, lambda s: s.get("restores", 0) >= 1, 240, "the restore")
+    where = {k: v for k, v in restored["progress"].items() if k.startswith("resumed")}
+    assert restored["progress"]["resumedFromStep"] > 0, (where, at)
+    final = e2e.wait_phase(ns, "Succeeded", timeout=600)
+    assert final["preemptions"] == 1 and final["queueEvictions"] == 1
+    assert final["failures"] == 0 and final["restores"] == 1
+    assert final["bestTrial"]["id"] == reference["bestTrial"]["id"]
+    assert final["bestTrial"]["score"] == reference["bestTrial"]["score"]
+    goodput = final["goodput"]
+    assert goodput["recoveries"] == 1 and 0 < goodput["percent"] < 100, goodput
+
+
+def test_a_two_worker_job_is_admitted_whole(e2e: Env, queue_ns: str):
+    ns = queue_ns
+    e2e.kubectl.apply(holding_pod("neighbour", ns, 2))  # half of the quota taken
+    wait_for(
+        lambda: not gates(e2e.kubectl.json("get", "pod", "neighbour", "-n", ns)),
+        60,
+        "the neighbour admitted",
+    )
+    submit(e2e, ns, "pair", distribution={"workers": 2, "gpusPerWorker": 2})
+    e2e.wait_status(
+        ns, lambda s: condition(s, "Queued").get("status") == "True", 60, "pair Queued",
+        name="pair",
+    )  # fmt: skip
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:  # 2 GPUs are free, but never one worker of two
+        pods = e2e.kubectl.pods(ns, "pair")
+        assert len(pods) == 2 and all(kq.ADMISSION_GATE in gates(p) for p in pods), pods
+        time.sleep(0.5)
+    e2e.kubectl("delete", "pod", "neighbour", "-n", ns, "--wait=false")
+    e2e.wait_phase(ns, "Running", timeout=120, name="pair")
+    pods = e2e.kubectl.pods(ns, "pair")
+    assert all(not gates(p) for p in pods)
+    group = {p["metadata"]["labels"][kq.POD_GROUP_LABEL] for p in pods}
+    assert len(group) == 1  # one Kueue pod group
+    e2e.kubectl("delete", "tj", "pair", "-n", ns, "--wait=false")
