@@ -24,6 +24,7 @@ import pytest
 from tuneop import rbac
 
 from tests.e2e.harness import Operator, free_port, wait_for
+from tests.localcluster import tools
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.controlplane import ControlPlane
 
@@ -167,14 +168,28 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
                     extra = [f"--subresource={sub}"] if sub else []
                     needed += [(verb, target, *extra, *ns) for verb in rule["verbs"]]
         assert len(needed) > 40
+        # kubectl resolves a resource by discovery: Kueue's Workload CRD makes
+        # workloads.kueue.x-k8s.io known (the operator only reads them when Kueue runs)
+        crd = tools.kueue_dir() / "crds" / "kueue.x-k8s.io_workloads.yaml"
+        cp.kubectl("apply", "--server-side", "-f", str(crd))
+        wait_for(
+            lambda: "True"
+            in cp.kubectl(
+                "get", "crd", "workloads.kueue.x-k8s.io", "-o",
+                "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False,
+            ).stdout,
+            30,
+            "the Workload CRD established",
+        )  # fmt: skip
         missing = [args for args in needed if not can_i(cp, *args)]
         assert missing == []
         not_granted = [
             ("get", "secrets", *ns),
             ("create", "clusterroles.rbac.authorization.k8s.io"),
             ("delete", "nodes"),
-            ("patch", "pods", *ns),
+            ("update", "pods", *ns),  # patched only to release a Kueue pod group
             ("create", "pods", "--subresource=exec", *ns),
+            ("list", "workloads.kueue.x-k8s.io", *ns),  # get only, for the message
             ("list", "configmaps", *ns),
             ("patch", "kopfpeerings.kopf.dev", *ns),  # cluster-wide mode: not needed
             ("update", "tuningjobs.tuneop.io", *ns),  # every write is a patch
