@@ -99,6 +99,13 @@ class Slot:
         self.put("attempt", self.attempt + 1)
         self.put("started", False)
 
+    def restart(self) -> None:
+        """Recreate after the group ended on its own (disruption, failure, trial OOM,
+        stall), counted in the job's and the group's `restarts`."""
+        self.recreate()
+        self.b.count("restarts")
+        self.count("restarts")
+
 
 @dataclasses.dataclass
 class GroupResult:
@@ -276,9 +283,7 @@ def run_group(
             "Preempted",
             f"{slot.label} pod group {attempt} disrupted ({what}); recreating {how}, {resumes}",
         )
-        slot.recreate()
-        b.count("restarts")
-        slot.count("restarts")
+        slot.restart()
         return GroupResult(
             "recreate",
             "Preempted",
@@ -315,9 +320,7 @@ def run_group(
             f"{slot.label} failed ({failures}/{fp.max_failures} tolerated): {what}; "
             f"retry in {delay}s",
         )
-        slot.recreate()
-        b.count("restarts")
-        slot.count("restarts")
+        slot.restart()
         slot.put("nextRetryTime", st.rfc3339(b.now + dt.timedelta(seconds=delay)))
         b.decision.requeue_after = min(b.decision.requeue_after or delay, float(delay))
         return GroupResult(
@@ -418,9 +421,7 @@ def record_trial_oom(
         f"trial {trial} ran out of memory ({who}); it is recorded FAILED and the search "
         f"goes on with the next trial ({ooms}/{fp.max_trial_ooms} tolerated); {advice}",
     )
-    slot.recreate()
-    b.count("restarts")
-    slot.count("restarts")
+    slot.restart()
     slot.put("nextRetryTime", None)
     return GroupResult(
         "recreate",
@@ -528,6 +529,14 @@ def judge_stall(b: Builder, candidates: list[Stuck]) -> Stuck | None:
 STALL_RESTART = "StallRestart"
 
 
+def _stop(b: Builder, spec: JobSpec, slot: Slot, pods: Mapping[str, Obj]) -> None:
+    """The operator stops a running group: its pods go, their GPU time is closed and no
+    longer counted as live."""
+    delete_alive(b, list(pods.values()))
+    b.ledger.close(pods.values(), gpus_per_pod(spec, slot))
+    b.live_pods = [(p, g) for p, g in b.live_pods if p not in pods.values()]
+
+
 def apply_stall_policy(
     b: Builder, spec: JobSpec, stuck: Stuck, pods: Mapping[str, Obj]
 ) -> GroupResult | None:
@@ -538,26 +547,20 @@ def apply_stall_policy(
     condition = st.get_condition(b.conditions, st.COND_STALLED) or {}
     message = str(condition.get("message") or stuck.reason)
     if spec.stall_policy == "Fail":
-        delete_alive(b, list(pods.values()))
-        b.ledger.close(pods.values(), gpus_per_pod(spec, slot))
-        b.live_pods = [(p, g) for p, g in b.live_pods if p not in pods.values()]
+        _stop(b, spec, slot, pods)
         finish(b, succeeded=False, reason="Stalled", message=f"stalled: {message}")
         return GroupResult("ended")
     if spec.stall_policy != "Restart":
         return None
-    delete_alive(b, list(pods.values()))
-    b.ledger.close(pods.values(), gpus_per_pod(spec, slot))
-    b.live_pods = [(p, g) for p, g in b.live_pods if p not in pods.values()]
+    _stop(b, spec, slot, pods)
     b.event(
         "Warning",
         STALL_RESTART,
         f"{slot.label} pod group {slot.attempt} stalled ({stuck.reason}); recreating it "
         "(stallPolicy Restart)",
     )
-    slot.recreate()
-    b.count("restarts")
+    slot.restart()
     b.count("stallRestarts")
-    slot.count("restarts")
     return GroupResult(
         "recreate",
         STALL_RESTART,
