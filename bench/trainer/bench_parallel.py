@@ -30,7 +30,6 @@ import json
 import os
 import re
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from bench_trainer import free_port  # the same directory: run as a script
+from bench_trainer import manifest as base_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "bench" / "results" / "parallel.json"
@@ -48,31 +49,14 @@ LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", re.M)
 
 
 def manifest(samples: int, trials: int, epochs: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "tuneop.io/v1alpha1",
-        "kind": "TuningJob",
-        "metadata": {"name": "bench-parallel"},
-        "spec": {
-            "hypermodel": "tuneop_trainer.examples.emg:TinyCNNHyperModel",
-            "data": {"synthetic": {"samples": samples, "seed": 0}, "validationSplit": 0.2},
-            "tuner": {
-                "algorithm": "RandomSearch",
-                "maxTrials": trials,
-                "maxEpochs": epochs,
-                "seed": 5,
-                "batchSize": 8,
-                "deterministic": True,
-                "objective": {"name": "val_accuracy", "direction": "max"},
-            },
-            "checkpoint": {"intervalSteps": 10, "intervalSeconds": 0},
-        },
-    }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """bench_trainer's search with this benchmark's seed, batch size and objective, and
+    a checkpoint every 10 steps."""
+    doc = base_manifest(samples, trials, epochs, intervalSteps=10, intervalSeconds=0)
+    doc["metadata"]["name"] = "bench-parallel"
+    doc["spec"]["tuner"].update(
+        seed=5, batchSize=8, objective={"name": "val_accuracy", "direction": "max"}
+    )
+    return doc
 
 
 def log_time(line_match: str) -> float:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -28,13 +27,9 @@ from tuneop_contract import (
     trial_group_tuner_id,
 )
 
+from tests.localcluster.controlplane import free_port
+
 ORACLE = ORACLE_TUNER_ID
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def parallel_spec(samples: int = 320, **tuner: Any) -> dict[str, Any]:
