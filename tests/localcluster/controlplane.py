@@ -94,6 +94,20 @@ class _Component:
     def __post_init__(self) -> None:
         self.pgid = self.process.pid  # start_new_session: the child leads its group
 
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL after STOP_GRACE_SECONDS, then wait until
+        every member of the group is gone."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pgid, signal.SIGKILL)
+        self.process.wait()
+        while self.group_alive():  # other members of the group, if any
+            time.sleep(0.05)
+
     def group_alive(self) -> bool:
         try:
             os.killpg(self.pgid, 0)
@@ -169,16 +183,7 @@ class ControlPlane:
         """SIGTERM each component's process group (reverse start order), then SIGKILL."""
         components, self._components = self._components, []
         for comp in reversed(components):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(comp.pgid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            while comp.process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(comp.pgid, signal.SIGKILL)
-            comp.process.wait()
-            while comp.group_alive():  # other members of the group, if any
-                time.sleep(0.05)
+            comp.stop()
         _live.discard(self)
 
     @staticmethod

@@ -43,11 +43,9 @@ from __future__ import annotations
 
 import atexit
 import base64
-import contextlib
 import copy
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -62,7 +60,6 @@ import yaml
 
 from tests.localcluster import tools
 from tests.localcluster.controlplane import (
-    STOP_GRACE_SECONDS,
     ControlPlane,
     _Component,
     _die_with_parent,
@@ -207,16 +204,7 @@ class Kueue:
                 self.cp.kubectl("delete", kind, name, "--ignore-not-found", check=False)
         comp, self._component = self._component, None
         if comp is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(comp.pgid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            while comp.process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(comp.pgid, signal.SIGKILL)
-            comp.process.wait()
-            while comp.group_alive():
-                time.sleep(0.05)
+            comp.stop()
         _live.discard(self)
 
     # -- internals ----------------------------------------------------------------------
