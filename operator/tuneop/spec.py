@@ -276,15 +276,6 @@ def validate(spec: JobSpec) -> list[SpecError]:
                 "nodes share the claim); leave accessModes unset for the default",
             )
         )
-    if spec.parallel and spec.multi_worker:
-        errors.append(
-            SpecError(
-                "spec.parallelTrials",
-                "parallelTrials > 1 with distribution.workers > 1 is not supported yet (the "
-                "workers of trial group t0 can disagree on the best trial after the search); "
-                "use distribution.workers: 1 (MirroredStrategy over each pod's GPUs)",
-            )
-        )
     if "ReadWriteOncePod" in modes and (spec.parallel or spec.multi_worker):
         errors.append(
             SpecError(

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import tuneop_contract as contract
-import yaml
 
 from tests.e2e.conftest import Env
 from tests.e2e.harness import sample, script_sample, trainer_progress
@@ -174,14 +173,16 @@ def test_the_oracle_preempted_by_the_scheduler_is_recreated(e2e: Env):
     check_search(e2e, ns)
 
 
-def test_multi_worker_trial_groups_are_refused_for_now(e2e: Env):
-    """Parallel trial groups of several workers are not supported yet (after the search
-    the workers of t0 can disagree on the best trial): the API server says so."""
+def test_multi_worker_trial_groups(e2e: Env):
+    """Each trial group a MultiWorkerMirrored group of 2 pods (its own TF_CONFIG)."""
     ns = e2e.namespace("pmwms")
-    job = sample("search", ns, parallelTrials=2, distribution={"workers": 2})
-    result = e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(job), check=False)
-    assert result.returncode != 0
-    assert "spec.parallelTrials > 1 with spec.distribution.workers > 1" in result.stderr
+    submit(e2e, ns, trials=3, epochs=1, distribution={"workers": 2, "gpusPerWorker": 1})
+    final = e2e.wait_phase(ns, "Succeeded", timeout=600)
+    pods = {p["metadata"]["name"] for p in e2e.kubectl.pods(ns, "search")}
+    trial_pods = {f"search-t{g}-worker-{i}" for g in (0, 1) for i in (0, 1)}
+    assert trial_pods <= pods <= trial_pods | {ORACLE}, pods  # the oracle may be gone
+    assert final["failures"] == 0 and final["trials"] == "3/3"
+    check_search(e2e, ns, expected=3)
 
 
 def test_script_mode_with_two_trial_groups(e2e: Env):

@@ -279,9 +279,3 @@ def test_an_existing_claim_that_is_not_read_write_many_is_an_invalid_spec():
     assert "ReadWriteMany" in failed["message"]
     ok = decide(w.job, [], now=w.now, claim={"spec": {"accessModes": ["ReadWriteMany"]}})
     assert sorted(n for n, _ in ok.create_groups) == ["oracle", "t0", "t1"]
-
-
-def test_multi_worker_trial_groups_are_refused_for_now():
-    spec = JobSpec.from_dict({"image": "i", "hypermodel": "m:H", "parallelTrials": 2,
-                              "distribution": {"workers": 2}})  # fmt: skip
-    assert [e.field for e in validate(spec)] == ["spec.parallelTrials"]
