@@ -4,17 +4,22 @@ Starts a real control plane and a node agent (tests/localcluster), installs the 
 runs the operator in the background, applies manifests/samples/tuningjob-emg.yaml,
 evicts the trainer pod midway (the Eviction API, as `kubectl drain` does), shows the
 status and the resume, says what the preemption cost (steps redone, seconds from the
-eviction to the next training step), prints the best hyperparameters and tears
-everything down.
+eviction to the next training step), prints the best hyperparameters and a summary
+table, writes a PNG of each trial's objective over time with the preemption marked
+(hack/demo_plot.py; its path is printed; DEMO_PLOT overrides it) and tears everything
+down.
 Exits non-zero if the job did not complete or did not resume after the preemption.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 for sub in ("contract", "operator", "trainer_image", "."):
     sys.path.insert(0, str(ROOT / sub))
 
-from tests.e2e.harness import Kubectl, Operator, sample, wait_for, wait_mid_epoch  # noqa: E402
+from hack import demo_plot  # noqa: E402
+from tests.e2e.harness import (  # noqa: E402
+    Kubectl,
+    Operator,
+    claim_dir,
+    sample,
+    wait_for,
+    wait_mid_epoch,
+)
 from tests.localcluster import disruption  # noqa: E402
 from tests.localcluster.cluster import LocalCluster  # noqa: E402
 from tests.localcluster.controlplane import ControlPlane  # noqa: E402
@@ -50,8 +63,66 @@ def stopped_at_step(status: Any) -> int | None:
     return int((status().get("progress") or {}).get("step", 0))
 
 
-def preemption_cost(status: Any, evicted_at: float, stopped_step: int | None) -> str:
-    """Steps redone and seconds from the eviction to the next training step."""
+class Sampler:
+    """(seconds since the job was applied, trials completed), every `every` seconds,
+    in a thread: when each trial completed, for the plot."""
+
+    def __init__(self, status: Any, started: float, every: float = 2.0) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._status, self._started, self._every = status, started, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                done = int(self._status().get("trialsCompleted") or 0)
+                self.samples.append((time.monotonic() - self._started, done))
+            except Exception:  # a failed read is a missed sample, never the demo's end
+                pass
+            self._stop.wait(self._every)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def write_plot(
+    kubectl: Kubectl, final: dict[str, Any], sampler: Sampler, outage: demo_plot.Outage
+) -> Path | None:
+    """The PNG of the search on the claim (results.json, keras-tuner's end order), dated
+    by the samples; None (and says why) if the claim holds no results."""
+    root = claim_dir(kubectl, NAMESPACE, NAME)
+    try:
+        results = json.loads((root / "results.json").read_text())
+        (oracle,) = (root / "tuner").glob("*/oracle.json")
+        end_order = [str(t) for t in json.loads(oracle.read_text())["end_order"]]
+    except (OSError, ValueError, KeyError) as err:
+        print(f"no plot: the search on the claim could not be read ({err})")
+        return None
+    points = demo_plot.trial_points(end_order, results, demo_plot.completion_times(sampler.samples))
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    default = Path(os.environ.get("TUNEOP_CACHE", Path.home() / ".cache" / "tuneop"))
+    path = Path(os.environ.get("DEMO_PLOT") or default / "demo" / f"{NAME}-{stamp}.png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    objective = results.get("objective") or {}
+    demo_plot.plot(
+        points,
+        [outage],
+        path,
+        objective=str(objective.get("name") or (final.get("progress") or {}).get("objective")),
+        direction=str(objective.get("direction") or "max"),
+        title=f"TuningJob {NAMESPACE}/{NAME}: each trial's objective, the preemption marked",
+    )
+    return path
+
+
+def preemption_cost(
+    status: Any, evicted_at: float, stopped_step: int | None
+) -> tuple[str, float | None]:
+    """Steps redone and seconds from the eviction to the next training step, and when
+    (time.monotonic()) that step was seen."""
     progress: dict[str, Any] = {}
 
     def trained_again() -> bool:
@@ -66,8 +137,9 @@ def preemption_cost(status: Any, evicted_at: float, stopped_step: int | None) ->
     try:
         wait_for(trained_again, 300, "the next training step", every=0.2)
     except AssertionError:
-        return ""
-    seconds = time.monotonic() - evicted_at
+        return "", None
+    trained_at = time.monotonic()
+    seconds = trained_at - evicted_at
     resumed = int(progress.get("resumedFromStep") or 0)
     redone = "unknown" if stopped_step is None else str(max(0, stopped_step - resumed))
     return (
@@ -75,7 +147,7 @@ def preemption_cost(status: Any, evicted_at: float, stopped_step: int | None) ->
         f"at step {resumed})\n"
         f"time from the eviction to the next training step: {seconds:.1f} s (old pod's "
         "checkpoint and exit, new pod scheduled, TensorFlow start-up, restore)"
-    )
+    ), trained_at
 
 
 def summary_table(status: dict[str, Any]) -> str:
@@ -103,6 +175,7 @@ def main() -> int:
     cp = ControlPlane(work / "controlplane")
     cluster: LocalCluster | None = None
     operator: Operator | None = None
+    sampler: Sampler | None = None
     passed = False
     try:
         cp.start()
@@ -123,10 +196,13 @@ def main() -> int:
         )
         say("kubectl apply -f manifests/samples/tuningjob-emg.yaml")
         kubectl.apply(sample(NAME, NAMESPACE))
+        applied_at = time.monotonic()
 
         def status() -> dict:
             job = kubectl.job(NAMESPACE, NAME) or {}
             return dict(job.get("status") or {})
+
+        sampler = Sampler(status, applied_at)
 
         def show() -> None:
             print(kubectl("get", "tj", "-n", NAMESPACE).stdout.rstrip(), flush=True)
@@ -150,7 +226,7 @@ def main() -> int:
         wait_for(lambda: status().get("restores", 0) >= 1, 300, "the restore", every=0.5)
         p = status()["progress"]
         print(f"resumed trial {p['trialId']} at step {p.get('resumedFromStep')}", flush=True)
-        cost = preemption_cost(status, evicted_at, stopped_step=stopped_step)
+        cost, trained_at = preemption_cost(status, evicted_at, stopped_step=stopped_step)
         say("waiting for the search to complete")
         last = ""
         deadline = time.monotonic() + 900
@@ -177,8 +253,20 @@ def main() -> int:
             f"{best.get('score')}):"
         )
         print(json.dumps(best.get("hyperparameters"), indent=2, sort_keys=True))
+        say("the best trials (status.topTrials)")
+        for trial in final.get("topTrials") or []:
+            hps = json.dumps(trial.get("hyperparameters"), sort_keys=True)
+            print(f"{trial['id']:>6}  {trial['score']:.4f}  {hps}")
         say("summary")
         print(summary_table(final), flush=True)
+        sampler.stop()
+        outage = demo_plot.Outage(
+            lost=evicted_at - applied_at,
+            recovered=None if trained_at is None else trained_at - applied_at,
+        )
+        plot = write_plot(kubectl, final, sampler, outage)
+        if plot is not None:
+            say(f"plot of each trial's objective over time, the preemption marked: {plot}")
         ok = (
             final.get("phase") == "Succeeded"
             and final.get("preemptions", 0) >= 1
@@ -196,6 +284,8 @@ def main() -> int:
         return 0 if ok else 1
     finally:
         say("tearing down")
+        if sampler is not None:
+            sampler.stop()
         if operator is not None:
             operator.stop()
         if cluster is not None:
