@@ -35,7 +35,7 @@ def collect(tuner: Any) -> dict[str, Any]:
                 "status": str(trial.status),
                 "score": None if trial.score is None else float(trial.score),
                 "bestStep": trial.best_step,
-                "hyperparameters": {k: v for k, v in values.items() if not k.startswith("tuner/")},
+                "hyperparameters": _user_values(values),
                 "continuesTrial": values.get("tuner/trial_id"),
             }
         )
@@ -49,11 +49,7 @@ def collect(tuner: Any) -> dict[str, Any]:
         else {
             "trialId": str(best[0].trial_id),
             "score": float(best[0].score),
-            "hyperparameters": {
-                k: v
-                for k, v in best[0].hyperparameters.values.items()
-                if not k.startswith("tuner/")
-            },
+            "hyperparameters": _user_values(best[0].hyperparameters.values),
         },
     }
 
@@ -132,11 +128,7 @@ def search_progress(oracle: Any) -> dict[str, Any]:
         fields.update(
             best_trial_id=str(best[0].trial_id),
             best_score=float(best[0].score),
-            best_hyperparameters={
-                k: v
-                for k, v in best[0].hyperparameters.values.items()
-                if not k.startswith("tuner/")
-            },
+            best_hyperparameters=_user_values(best[0].hyperparameters.values),
         )
     return fields
 
