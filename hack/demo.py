@@ -19,7 +19,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -63,52 +62,30 @@ def stopped_at_step(status: Any) -> int | None:
     return int((status().get("progress") or {}).get("step", 0))
 
 
-class Sampler:
-    """(seconds since the job was applied, trials completed), every `every` seconds,
-    in a thread: when each trial completed, for the plot."""
-
-    def __init__(self, status: Any, started: float, every: float = 2.0) -> None:
-        self.samples: list[tuple[float, int]] = []
-        self._status, self._started, self._every = status, started, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                done = int(self._status().get("trialsCompleted") or 0)
-                self.samples.append((time.monotonic() - self._started, done))
-            except Exception:  # a failed read is a missed sample, never the demo's end
-                pass
-            self._stop.wait(self._every)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
 def write_plot(
-    kubectl: Kubectl, final: dict[str, Any], sampler: Sampler, outage: demo_plot.Outage
+    kubectl: Kubectl, final: dict[str, Any], applied_at: float, outage: demo_plot.Outage
 ) -> Path | None:
-    """The PNG of the search on the claim (results.json, keras-tuner's end order), dated
-    by the samples; None (and says why) if the claim holds no results."""
+    """The PNG of the search on the claim: results.json's scores, each trial's end from
+    its trial.json (written when the trial ends; this cluster's claims are host
+    directories, so the file times are the host's clock, like `applied_at`). None (and
+    says why) if the claim holds no results."""
     root = claim_dir(kubectl, NAMESPACE, NAME)
     try:
         results = json.loads((root / "results.json").read_text())
-        (oracle,) = (root / "tuner").glob("*/oracle.json")
-        end_order = [str(t) for t in json.loads(oracle.read_text())["end_order"]]
-    except (OSError, ValueError, KeyError) as err:
+        ended = {
+            trial.parent.name.removeprefix("trial_"): trial.stat().st_mtime - applied_at
+            for trial in (root / "tuner").glob("*/trial_*/trial.json")
+        }
+    except (OSError, ValueError) as err:
         print(f"no plot: the search on the claim could not be read ({err})")
         return None
-    points = demo_plot.trial_points(end_order, results, demo_plot.completion_times(sampler.samples))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     default = Path(os.environ.get("TUNEOP_CACHE", Path.home() / ".cache" / "tuneop"))
     path = Path(os.environ.get("DEMO_PLOT") or default / "demo" / f"{NAME}-{stamp}.png")
     path.parent.mkdir(parents=True, exist_ok=True)
     objective = results.get("objective") or {}
     demo_plot.plot(
-        points,
+        demo_plot.trial_points(results, ended),
         [outage],
         path,
         objective=str(objective.get("name") or (final.get("progress") or {}).get("objective")),
@@ -175,7 +152,6 @@ def main() -> int:
     cp = ControlPlane(work / "controlplane")
     cluster: LocalCluster | None = None
     operator: Operator | None = None
-    sampler: Sampler | None = None
     passed = False
     try:
         cp.start()
@@ -196,13 +172,11 @@ def main() -> int:
         )
         say("kubectl apply -f manifests/samples/tuningjob-emg.yaml")
         kubectl.apply(sample(NAME, NAMESPACE))
-        applied_at = time.monotonic()
+        applied_at = time.time()  # wall clock: compared with the claim's file times
 
         def status() -> dict:
             job = kubectl.job(NAMESPACE, NAME) or {}
             return dict(job.get("status") or {})
-
-        sampler = Sampler(status, applied_at)
 
         def show() -> None:
             print(kubectl("get", "tj", "-n", NAMESPACE).stdout.rstrip(), flush=True)
@@ -217,7 +191,7 @@ def main() -> int:
         )
         show()
         say(f"evicting the trainer pod during trial {p['trial_id']} at step {p['step']}")
-        evicted_at = time.monotonic()
+        evicted_at, evicted_wall = time.monotonic(), time.time()
         disruption.evict_pod(cluster.api, NAMESPACE, f"{NAME}-worker-0")
         wait_for(lambda: status().get("preemptions", 0) >= 1, 120, "the preemption")
         stopped_step = stopped_at_step(status)
@@ -259,12 +233,10 @@ def main() -> int:
             print(f"{trial['id']:>6}  {trial['score']:.4f}  {hps}")
         say("summary")
         print(summary_table(final), flush=True)
-        sampler.stop()
-        outage = demo_plot.Outage(
-            lost=evicted_at - applied_at,
-            recovered=None if trained_at is None else trained_at - applied_at,
-        )
-        plot = write_plot(kubectl, final, sampler, outage)
+        lost = evicted_wall - applied_at
+        recovery = None if trained_at is None else trained_at - evicted_at
+        outage = demo_plot.Outage(lost, None if recovery is None else lost + recovery)
+        plot = write_plot(kubectl, final, applied_at, outage)
         if plot is not None:
             say(f"plot of each trial's objective over time, the preemption marked: {plot}")
         ok = (
@@ -284,8 +256,6 @@ def main() -> int:
         return 0 if ok else 1
     finally:
         say("tearing down")
-        if sampler is not None:
-            sampler.stop()
         if operator is not None:
             operator.stop()
         if cluster is not None:

@@ -1,15 +1,15 @@
 """`make demo`'s PNG: the objective of each trial over time, the preemption marked.
 
-The demo samples the TuningJob's status while it runs (when each trial completed, when
-the pod was lost and when training went on); the trials' scores and the order they ended
-in come from the search on the claim (results.json and keras-tuner's oracle.json).
-matplotlib with the Agg backend: no display needed.
+The demo measures when the pod was lost and when training went on; each trial's score
+comes from results.json on the claim and its end from keras-tuner's record of it there
+(`trial_<id>/trial.json`, written when the trial ends). matplotlib with the Agg backend:
+no display needed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,32 +53,17 @@ class Rendered:
     drew it."""
 
 
-def completion_times(samples: Iterable[tuple[float, int]]) -> list[float]:
-    """From (seconds, trials completed) samples in time order: when the k-th trial
-    completed (the first sample that counted it), for k = 1, 2, ..."""
-    times: list[float] = []
-    for seconds, done in samples:
-        while len(times) < done:
-            times.append(seconds)
-    return times
-
-
-def trial_points(
-    end_order: Sequence[str], results: dict[str, Any], completed_at: Sequence[float]
-) -> list[TrialPoint]:
-    """One point per completed trial with a score: the k-th trial to end (keras-tuner's
-    end order) at the time the k-th completion was seen. Trials the samples did not
-    see complete (the last ones, if sampling stopped first) are left out."""
-    scores = {
-        str(t["trialId"]): t["score"]
+def trial_points(results: dict[str, Any], ended_at: dict[str, float]) -> list[TrialPoint]:
+    """One point per completed trial with a score (results.json's `trials`) whose end
+    time is known (`ended_at`: trial id -> seconds since the job was applied)."""
+    points = [
+        TrialPoint(str(t["trialId"]), ended_at[str(t["trialId"])], float(t["score"]))
         for t in results.get("trials") or []
-        if t.get("status") == "COMPLETED" and isinstance(t.get("score"), (int, float))
-    }
-    ended = [trial for trial in end_order if str(trial) in scores]
-    return [
-        TrialPoint(str(trial), seconds, float(scores[str(trial)]))
-        for trial, seconds in zip(ended, completed_at, strict=False)
+        if t.get("status") == "COMPLETED"
+        and isinstance(t.get("score"), (int, float))
+        and str(t["trialId"]) in ended_at
     ]
+    return sorted(points, key=lambda p: p.seconds)
 
 
 def _best_so_far(points: Sequence[TrialPoint], direction: str) -> list[float]:

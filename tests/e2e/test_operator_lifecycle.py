@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import tuneop_contract as contract
+from tuneop.status import parse_time
 
 from tests.e2e.conftest import SEARCH, Env
 from tests.e2e.harness import ROOT, Operator, claim_dir, sample, wait_for
@@ -127,6 +128,24 @@ def _disrupt_and_finish(e2e: Env, reference: dict[str, Any], prefix: str, disrup
     assert final["bestTrial"]["hyperparameters"] == reference["bestTrial"]["hyperparameters"]
     reasons = e2e.reasons(ns)
     assert reasons == ["Created", "Preempted", "Created", "Restored", "Completed"], reasons
+    check_goodput_of_one_loss(e2e, ns, final)
+
+
+def check_goodput_of_one_loss(e2e: Env, ns: str, final: dict[str, Any]) -> None:
+    """status.goodput of a run with one pod (one GPU) at a time and exactly one loss:
+    one recovery; the GPU time lost covers at least the recovery (loss to the next
+    step) and the GPU time given fits in the job's life; the exported gauge agrees."""
+    goodput = final["goodput"]
+    assert goodput["recoveries"] == final["preemptions"] == 1, goodput
+    lost, allocated = goodput["lostGpuSeconds"], goodput["allocatedGpuSeconds"]
+    assert lost >= goodput["lastRecoverySeconds"] - 0.2 > 0, goodput
+    created = e2e.job(ns)["metadata"]["creationTimestamp"]
+    life = (parse_time(final["completionTime"]) - parse_time(created)).total_seconds()
+    assert lost < allocated <= life + 2, (goodput, life)
+    assert goodput["percent"] == pytest.approx(100 * (1 - lost / allocated), abs=0.11)
+    metric = f'tuneop_tuningjob_goodput_percent{{namespace="{ns}",tuningjob="search"}}'
+    line = next(m for m in e2e.operator.metrics().splitlines() if m.startswith(metric))
+    assert float(line.split()[-1]) == pytest.approx(goodput["percent"]), line
 
 
 def test_pod_deleted_mid_trial_resumes(e2e: Env, reference: dict[str, Any]):

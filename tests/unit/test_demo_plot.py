@@ -1,6 +1,6 @@
-"""`make demo`'s plot (hack/demo_plot.py): the points come from the samples and the
-search on the claim, and the PNG matplotlib writes has the preemption where the data
-puts it (read back from the file's pixels)."""
+"""`make demo`'s plot (hack/demo_plot.py): the points come from the search on the claim,
+and the PNG matplotlib writes has the preemption where the data puts it (read back from
+the file's pixels)."""
 
 from __future__ import annotations
 
@@ -22,19 +22,15 @@ RESULTS = {
 }
 
 
-def test_the_kth_completion_seen_dates_the_kth_trial_to_end():
-    samples = [(1.0, 0), (5.0, 1), (9.0, 1), (14.0, 3), (20.0, 3)]
-    assert dp.completion_times(samples) == [5.0, 14.0, 14.0]
-    points = dp.trial_points(["0001", "0000", "0002", "0003"], RESULTS, [5.0, 14.0, 14.0])
-    assert points == [
+def test_each_completed_scored_trial_is_a_point_at_its_end_time():
+    ended = {"0000": 14.0, "0001": 5.0, "0002": 9.0, "0003": 20.0}
+    assert dp.trial_points(RESULTS, ended) == [
         dp.TrialPoint("0001", 5.0, 0.75),
         dp.TrialPoint("0000", 14.0, 0.50),
-        dp.TrialPoint("0003", 14.0, 0.60),  # the failed trial has no point
+        dp.TrialPoint("0003", 20.0, 0.60),  # the failed trial has no point
     ]
-    # sampling stopped before the last completion: that trial is left out, not misdated
-    assert [p.trial_id for p in dp.trial_points(["0001", "0000", "0003"], RESULTS, [5.0])] == [
-        "0001"
-    ]
+    # a trial whose end is not known is left out, not misdated
+    assert [p.trial_id for p in dp.trial_points(RESULTS, {"0001": 5.0})] == ["0001"]
 
 
 def _outage_pixels(path: Path) -> np.ndarray:
