@@ -25,7 +25,7 @@ usage() { echo "usage: $0 JOB [NAMESPACE] [DEST_DIR]" >&2; exit 2; }
 [[ $# -ge 1 && $# -le 3 && -n $1 ]] || usage
 job=$1
 read -r -a kubectl <<<"${KUBECTL:-kubectl}"
-namespace=${2:-$("${kubectl[@]}" config view --minify -o jsonpath='{..namespace}')}
+namespace=${2:-$("${kubectl[@]}" config view --minify -o jsonpath='{..namespace}' 2>/dev/null || true)}
 namespace=${namespace:-default}
 dest=${3:-.}
 timeout=${TIMEOUT:-300}
@@ -40,7 +40,7 @@ claim=$(k get tuningjob "$job" -o jsonpath='{.spec.checkpoint.existingClaim}')
 claim=${claim:-$job-ckpt}
 image=${IMAGE:-$(k get tuningjob "$job" -o jsonpath='{.spec.image}')}
 mkdir -p "$dest"
-pod=$job-results-$(date +%s)
+pod=$job-results-$RANDOM  # at most 45 + 14 characters, under the 63 of a pod name
 
 # The trainer's user and group (the operator's default unless the job's template sets
 # them), so the helper reads what the trainer wrote.
