@@ -234,7 +234,11 @@ def main() -> int:
         say("summary")
         print(summary_table(final), flush=True)
         lost = evicted_wall - applied_at
-        recovery = None if trained_at is None else trained_at - evicted_at
+        # the operator's figure (the trainer's own time of its next step); the demo's
+        # own one waits for that step to reach the status, seconds later
+        recovery = (final.get("goodput") or {}).get("lastRecoverySeconds")
+        if recovery is None and trained_at is not None:
+            recovery = trained_at - evicted_at
         outage = demo_plot.Outage(lost, None if recovery is None else lost + recovery)
         plot = write_plot(kubectl, final, applied_at, outage)
         if plot is not None:
