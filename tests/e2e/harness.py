@@ -98,6 +98,13 @@ class Kubectl:
         )
 
 
+def claim_dir(kubectl: Kubectl, namespace: str, job: str) -> Path:
+    """The host directory behind the job's created claim (the local-path provisioner's)."""
+    pvc = kubectl.json("get", "pvc", f"{job}-ckpt", "-n", namespace)
+    pv = kubectl.json("get", "pv", pvc["spec"]["volumeName"])
+    return Path(pv["spec"]["hostPath"]["path"])
+
+
 def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, Any] | None:
     """The trainer's live progress record from its /progress endpoint (pod IP, metrics
     port), fresher than status.progress (which the trainer patches every ~3 s)."""

@@ -17,7 +17,7 @@ import pytest
 import tuneop_contract as contract
 
 from tests.e2e.conftest import Env
-from tests.e2e.harness import sample, script_sample, trainer_progress
+from tests.e2e.harness import claim_dir, sample, script_sample, trainer_progress
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
@@ -54,12 +54,6 @@ def submit(
     return job
 
 
-def claim_dir(e2e: Env, namespace: str, job: str = "search") -> Path:
-    pvc = e2e.kubectl.json("get", "pvc", f"{job}-ckpt", "-n", namespace)
-    pv = e2e.kubectl.json("get", "pv", pvc["spec"]["volumeName"])
-    return Path(pv["spec"]["hostPath"]["path"])
-
-
 def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """keras-tuner's trial records (one per trial) and the oracle's state."""
     (project,) = [p for p in (root / contract.TUNER_DIR).iterdir() if (p / "oracle.json").exists()]
@@ -69,7 +63,7 @@ def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def check_search(e2e: Env, namespace: str, expected: int = TRIALS) -> dict[str, Any]:
     """`expected` distinct trials, each COMPLETED, each ended once; results.json agrees."""
-    root = claim_dir(e2e, namespace)
+    root = claim_dir(e2e.kubectl, namespace, "search")
     trials, oracle = search_on_claim(root)
     ids = [t["trial_id"] for t in trials]
     assert len(ids) == expected == len(set(ids)), ids
@@ -82,6 +76,11 @@ def check_search(e2e: Env, namespace: str, expected: int = TRIALS) -> dict[str, 
     results = json.loads((root / contract.RESULTS_FILE).read_text())
     assert sorted(str(t["trialId"]) for t in results["trials"]) == sorted(ids)
     assert (root / contract.BEST_MODEL_FILE).exists()
+    # The job's status has the best trials of results.json, best first.
+    top = e2e.status(namespace)["topTrials"]
+    ranked = contract.rank_trials(results["trials"], results["objective"]["direction"])
+    assert [(t["id"], t["score"]) for t in top] == [(t["trialId"], t["score"]) for t in ranked]
+    assert top[0]["id"] == results["best"]["trialId"]
     return results
 
 

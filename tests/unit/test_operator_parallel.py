@@ -160,6 +160,25 @@ def test_the_job_succeeds_when_every_trial_group_completed():
     assert not d.create_groups
 
 
+def test_the_top_trials_come_from_the_oracles_record_then_t0s_summary():
+    w = ParallelWorld()
+    start(w)
+    top = [{"trialId": "03", "score": 0.9, "hyperparameters": {"units": 8}}]
+    w.report_as("tuner1", trial_id="05", top_trials=[{"trialId": "x", "score": 1.0}])
+    w.report_as(contract.ORACLE_TUNER_ID, trials_completed=3, trials_total=6, top_trials=top)
+    w.step()
+    assert w.status["topTrials"] == [{"id": "03", "score": 0.9, "hyperparameters": {"units": 8}}]
+    w.terminate(T1, 0)
+    w.step()
+    final = [{"trialId": "04", "score": 0.97, "hyperparameters": {}}, *top]
+    summary = contract.FinalSummary(trials_completed=6, trials_total=6, best_trial_id="04",
+                                    best_score=0.97, top_trials=final)  # fmt: skip
+    w.terminate(T0, 0, summary.to_message())
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+    assert [t["id"] for t in w.status["topTrials"]] == ["04", "03"]
+
+
 def test_the_preemption_budget_counts_every_group():
     w = ParallelWorld()
     start(w)
