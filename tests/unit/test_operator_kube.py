@@ -203,6 +203,14 @@ def test_a_conflict_is_surfaced_in_status_and_one_event():
     assert "ServiceAccount j-trainer exists" in fake.patches[-1]["message"]
     assert fake.events == [CHILD_CONFLICT]
     assert not [k for k in fake.objects if k[0] == "Pod"]  # no pods created beside it
+    # the next passes meet the same conflict: no second Event, and nothing logged through
+    # kopf's per-object logger (each of its warnings would be an Event)
+    kopf_logger = EventPostingLogger()
+    job = {**JOB, "status": fake.patches[-1]}
+    fake.get_job = lambda namespace, name: job  # type: ignore[method-assign]
+    for _ in range(3):
+        runtime.reconcile_once("ns", "j", kopf_logger)
+    assert fake.events == [CHILD_CONFLICT] and kopf_logger.posted == []
 
 
 def test_failed_passes_back_off_exponentially_up_to_the_cap_with_jitter():
