@@ -79,7 +79,7 @@ def test_pods_refused_by_a_quota_are_reported_and_start_once_it_allows(e2e: Env)
     assert not e2e.kubectl.pods(ns, "search")
     # Several passes (one a second here) try again and are refused again; the job says
     # so once, not once per pass: one Warning Event, posted once.
-    refused = (f"{ns}/search: PodRejected", "search-worker-0 was refused")
+    refused = (f"{ns}/search: ", "PodRejected: pod search-worker-0 was refused")
     passes = e2e.operator.log_count(*refused)
     time.sleep(6)
     assert e2e.operator.log_count(*refused) >= passes + 3, e2e.operator.log_tail()
