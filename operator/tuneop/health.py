@@ -68,9 +68,9 @@ class LoopHealth:
     def report(self) -> dict[str, object]:
         """The probe's body: loops, the failing ones and their consecutive failures."""
         with self._lock:
-            failing = {f"{ns}/{name}": loop.errors for (ns, name), loop in self._loops.items()
-                       if loop.errors}  # fmt: skip
-            return {"loops": len(self._loops), "failing": dict(sorted(failing.items()))}
+            loops = len(self._loops)
+            failing = {f"{ns}/{n}": loop.errors for (ns, n), loop in self._loops.items()}
+        return {"loops": loops, "failing": {k: v for k, v in sorted(failing.items()) if v}}
 
     def check(self, unhealthy_after: float) -> dict[str, object]:
         """`report()`, or Unhealthy when loops are failing and none has completed a pass
