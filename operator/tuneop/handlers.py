@@ -142,8 +142,12 @@ def _failed(loops: health.LoopHealth, key: tuple[str, str]) -> None:
 @kopf.on.probe(id="reconcile")
 def reconcile_probe(memo: Any, **_: Any) -> dict[str, object]:
     """`/healthz`: the job loops' report; fails (500) while every loop is failing and
-    none has completed a pass for the configured time (health.py)."""
-    return health.LOOPS.check(_runtime(memo).config.unhealthy_after_seconds)
+    none has completed a pass for the configured time (health.py). A PermanentError:
+    kopf would retry any other error inside the probe request, with its backoff."""
+    try:
+        return health.LOOPS.check(_runtime(memo).config.unhealthy_after_seconds)
+    except health.Unhealthy as err:
+        raise kopf.PermanentError(str(err)) from err
 
 
 @kopf.on.event(*RESOURCE)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import kopf
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from tuneop import handlers, health, kube, metrics
@@ -98,15 +99,32 @@ def test_the_metrics_give_each_jobs_last_good_pass_and_its_failures() -> None:
     assert "tuningjob=" not in generate_latest(registry).decode()
 
 
-def test_the_probe_handler_raises_so_kopf_answers_500(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's liveness endpoint fails the request when a probe handler raises."""
+def test_kopfs_probe_activity_fails_at_once_when_unhealthy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's own probe activity (what its /healthz endpoint runs) with the registered
+    handler: a report while healthy; ActivityError (the endpoint's 500) at once, not a
+    retry loop inside the request, when every loop has been failing too long."""
+    from kopf._core.actions import lifecycles
+    from kopf._core.engines import activities, indexing
+    from kopf._core.intents import causes
+
     clock = Clock()
-    loops = health.LoopHealth(clock)
+    loops = health.LOOPS.__class__(clock)
     monkeypatch.setattr(health, "LOOPS", loops)
-    memo: Any = type("Memo", (), {})()
-    memo.runtime = handlers.Runtime(Config.from_env({}), object())  # type: ignore[arg-type]
-    assert handlers.reconcile_probe(memo=memo) == {"loops": 0, "failing": {}}
+    memo = kopf.Memo(runtime=handlers.Runtime(Config.from_env({}), object()))  # type: ignore[arg-type]
+
+    async def probe() -> Any:
+        run = activities.run_activity(
+            lifecycle=lifecycles.all_at_once,
+            registry=kopf.get_default_registry(),
+            settings=kopf.OperatorSettings(),
+            activity=causes.Activity.PROBE,
+            indices=indexing.OperatorIndexers().indices,
+            memo=memo,
+        )
+        return await asyncio.wait_for(run, timeout=5)
+
+    assert asyncio.run(probe()) == {"reconcile": {"loops": 0, "failing": {}}}
     loops.failed(("ns", "a"))
     clock.now += Config.unhealthy_after_seconds
-    with pytest.raises(health.Unhealthy):
-        handlers.reconcile_probe(memo=memo)
+    with pytest.raises(activities.ActivityError):
+        asyncio.run(probe())
