@@ -1,6 +1,6 @@
 """A hypermodel one of whose hyperparameter values needs more memory than the trainer pod
 has: `ballast_mb` is memory the model holds while it trains (standing in for a layer too
-wide for the pod). GridSearch tries the values in order, so the second trial runs out."""
+wide for the pod). The trial that draws the largest value runs out."""
 
 from __future__ import annotations
 
