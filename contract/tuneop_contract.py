@@ -35,6 +35,10 @@ ENV_METRICS_ADDRESS = "TUNEOP_METRICS_ADDRESS"
 ENV_JOB_NAME = "TUNEOP_JOB_NAME"
 ENV_JOB_NAMESPACE = "TUNEOP_JOB_NAMESPACE"
 """Name/namespace of the owning TuningJob."""
+ENV_JOB_UID = "TUNEOP_JOB_UID"
+"""metadata.uid of the owning TuningJob. The trainer records it on the checkpoint volume
+(OWNER_FILE) and refuses a volume recorded for another uid (a deleted job of the same
+name, another job's claim) unless `spec.checkpoint.adopt` is true. Unset: no check."""
 ENV_PROGRESS_CONFIGMAP = "TUNEOP_PROGRESS_CONFIGMAP"
 """The ConfigMap (in TUNEOP_JOB_NAMESPACE) the trainer reports its progress record to;
 the operator copies it into the TuningJob's `status.progress` (see docs/design.md,
@@ -91,6 +95,9 @@ RESULTS_FILE = "results.json"
 BEST_MODEL_FILE = "best_model.keras"
 TUNER_DIR = "tuner"
 TRIALS_DIR = "trials"
+OWNER_FILE = "owner.json"
+"""Which TuningJob the search on this volume belongs to: {"uid", "namespace", "name",
+"specFingerprint", "adoptedFrom"}; written atomically by the trainer (see ENV_JOB_UID)."""
 
 # --- exit codes ---------------------------------------------------------------------
 EXIT_COMPLETED = 0

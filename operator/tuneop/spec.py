@@ -60,6 +60,8 @@ class Checkpoint:
     interval_steps: int = 50
     interval_seconds: int = 60
     keep: int = 2
+    adopt: bool = False
+    """The trainer may continue a search its volume records for another job (it checks)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +168,7 @@ class JobSpec:
                 interval_steps=int(ckpt.get("intervalSteps", d_ckpt.interval_steps)),
                 interval_seconds=int(ckpt.get("intervalSeconds", d_ckpt.interval_seconds)),
                 keep=int(ckpt.get("keep", d_ckpt.keep)),
+                adopt=ckpt.get("adopt", d_ckpt.adopt) is True,
             ),
             failure_policy=FailurePolicy(
                 max_failures=int(fp.get("maxFailures", d_fp.max_failures)),

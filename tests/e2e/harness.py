@@ -235,6 +235,14 @@ class Operator:
         except subprocess.TimeoutExpired:
             self.kill()
 
+    def log_count(self, *needles: str) -> int:
+        """Lines of the operator's log that contain every one of `needles`."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return 0
+        return sum(all(n in line for n in needles) for line in lines)
+
     def log_tail(self, lines: int = 60) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.test_operator_metrics import AGREED, OPERATOR
+from tests.unit.test_operator_metrics import AGREED, LOOP, OPERATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "manifests" / "prometheus" / "tuneop-rules.yaml"
@@ -40,11 +40,12 @@ ALERTS = {
     "TuneopFailureBudgetLow",
     "TuneopJobFailed",
     "TuneopPreemptionStorm",
+    "TuneopReconcileFailing",
     "TuneopOperatorDown",
 }
 # The operator's metric names agreed for the alerts: per job (labels namespace, tuningjob
 # only) and operator-wide (no labels).
-OPERATOR_METRICS = AGREED | OPERATOR
+OPERATOR_METRICS = AGREED | LOOP | OPERATOR
 PHASES = {"Pending", "Running", "Suspended", "Succeeded", "Failed"}
 
 

@@ -202,6 +202,7 @@ def test_crd_defaults_match_the_operator_spec_defaults():
         "intervalSteps": Checkpoint.interval_steps,
         "intervalSeconds": Checkpoint.interval_seconds,
         "keep": Checkpoint.keep,
+        "adopt": Checkpoint.adopt,
     }
     minimal = {"image": "x", "hypermodel": "m:H"}
     defaulted = apply_defaults(minimal, schema()["properties"]["spec"])
