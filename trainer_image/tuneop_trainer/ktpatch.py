@@ -20,6 +20,7 @@
   ['0', '1', '2'] and ['2', '0', '1']): a resumed search could name another best trial
   than an uninterrupted one, and the two workers built different "best" models (a
   collective shape mismatch). Reloaded trials are put back in creation order.
+- GridSearch's walk of the grid survives a reload: gridsearch.py.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 from keras_tuner.src import utils as kt_utils
 from tuneop_contract import write_atomic
 
-from . import uneven
+from . import gridsearch, uneven
 
 _state = {"write": True, "installed": False}
 
@@ -60,6 +61,7 @@ def install() -> None:
     uneven.install()
     _keep_dtype_policy_across_clear_session()
     _reload_trials_in_creation_order()
+    gridsearch.install()
 
 
 def creation_order(trial_id: str) -> tuple[int, int, str]:
