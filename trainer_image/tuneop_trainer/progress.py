@@ -75,7 +75,17 @@ class Metrics:
         )
         self.checkpoint_seconds = Counter(
             "tuneop_trainer_checkpoint_seconds",
-            "Seconds spent writing checkpoints",
+            "Seconds spent writing checkpoints (in the background writer)",
+            registry=r,
+        )
+        self.volume_used = Gauge(
+            "tuneop_trainer_checkpoint_volume_used_bytes",
+            "Bytes under the checkpoint directory after the last checkpoint",
+            registry=r,
+        )
+        self.volume_free = Gauge(
+            "tuneop_trainer_checkpoint_volume_free_bytes",
+            "Bytes free on the checkpoint volume after the last checkpoint",
             registry=r,
         )
         self.restores = Counter("tuneop_trainer_restores", "Checkpoint restores", registry=r)
@@ -136,11 +146,18 @@ class Reporter:
         self.metrics.last_progress.set(time.time())
         self.update(epoch=epoch, step=step, last_progress_time=now_rfc3339())
 
-    def checkpointed(self, seconds: float) -> None:
+    def checkpointed(self, seconds: float, usage: tuple[int, int, int] | None = None) -> None:
+        """A checkpoint is durable; `usage`: checkpoint.volume_usage after it."""
         self.metrics.checkpoints.inc()
         self.metrics.checkpoint_seconds.inc(seconds)
         self.metrics.last_checkpoint.set(time.time())
-        self.update(force=True, last_checkpoint_time=now_rfc3339())
+        fields: dict[str, Any] = {"last_checkpoint_time": now_rfc3339()}
+        if usage is not None:
+            used, free, _size = usage
+            self.metrics.volume_used.set(used)
+            self.metrics.volume_free.set(free)
+            fields.update(checkpoint_bytes=used, volume_free_bytes=free)
+        self.update(force=True, **fields)
 
     def _publish(self, snapshot: Progress, force: bool) -> None:
         if self.write:

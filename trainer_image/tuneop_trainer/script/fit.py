@@ -54,6 +54,7 @@ from ..checkpoint import (
     model_state,
     restore_metrics,
     restore_state,
+    volume_errors,
 )
 from ..fingerprint import digest_arrays
 from . import callback_state, runtime
@@ -437,13 +438,15 @@ class ResumableFit:
             "fingerprint": self.fingerprint,
             "datasetIterationsBefore": self.ds_base,
         }
-        self.store.save(arrays, meta)
-        if done and self._kind() == "tf.data":
-            _record_iterations(self.rt.root, self.ds_key, self.ds_iterations)
-        seconds = time.monotonic() - t0
-        self.rt.checkpoints += 1
-        self.rt.checkpoint_seconds += seconds
-        self.rt.reporter.checkpointed(seconds)
+        with volume_errors(self.rt.root):
+            self.rt.writer.submit(self.store, arrays, meta)
+            self.rt.checkpoints += 1
+            self.rt.checkpoint_seconds += time.monotonic() - t0
+            self.rt.report_saves()
+            if done:  # the fit's result is durable before the script goes on
+                self.rt.flush_checkpoints()
+                if self._kind() == "tf.data":
+                    _record_iterations(self.rt.root, self.ds_key, self.ds_iterations)
 
     def _history_object(self) -> Any:
         history = self.callbacks._history if hasattr(self, "callbacks") else None
@@ -677,6 +680,7 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
         step = batch + 1
         rt.steps += 1
         rt.reporter.step(fit.epoch, step)
+        rt.report_saves()
         self.since_steps += 1
         if fit.steps and step >= fit.steps:
             return  # validation and the epoch-end checkpoint follow at once
@@ -684,8 +688,9 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
             if fit.mid_epoch:
                 fit.save(fit.epoch, step)
                 log.warning(
-                    "preempted: %s checkpointed at epoch %d step %d", fit.label, fit.epoch, step
+                    "preempted: %s checkpointing at epoch %d step %d", fit.label, fit.epoch, step
                 )
+            rt.flush_checkpoints()
             raise preemption.Preempted()
         if not fit.mid_epoch:
             return
@@ -717,4 +722,5 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
         self.since_steps = 0
         self.since_time = time.monotonic()
         if preemption.requested():
+            fit.rt.flush_checkpoints()
             raise preemption.Preempted()
