@@ -73,11 +73,15 @@ class CheckpointStore:
         state file by a hard link instead of writing it again."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp()
-        with open(tmp / STATE_FILE, "wb") as handle:
-            hashing = _HashingWriter(handle)
-            np.savez(hashing, **arrays)  # type: ignore[arg-type]
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(tmp / STATE_FILE, "wb") as handle:
+                hashing = _HashingWriter(handle)
+                np.savez(hashing, **arrays)  # type: ignore[arg-type]
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # give the space back (disk full)
+            raise
         state = {"sha256": hashing.sha256.hexdigest(), "size": hashing.size}
         final = self._commit(tmp, state, meta)
         for store, other_meta in also:
@@ -103,9 +107,13 @@ class CheckpointStore:
             STATE_FILE: state,
             META_FILE: {"sha256": hashlib.sha256(meta_bytes).hexdigest(), "size": len(meta_bytes)},
         }
-        _write_synced(tmp / META_FILE, meta_bytes)
-        _write_synced(tmp / MANIFEST_FILE, json.dumps(manifest, sort_keys=True).encode())
-        _fsync_dir(tmp)
+        try:
+            _write_synced(tmp / META_FILE, meta_bytes)
+            _write_synced(tmp / MANIFEST_FILE, json.dumps(manifest, sort_keys=True).encode())
+            _fsync_dir(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         final = self.root / tmp.name.removeprefix(".tmp-").rsplit("-", 1)[0]
         os.replace(tmp, final)
         _fsync_dir(self.root)
@@ -148,9 +156,11 @@ class CheckpointStore:
             return meta
         return None
 
-    def remove(self) -> None:
-        """Delete every checkpoint (an execution that finished: its record is done.json)."""
-        for path in [*self._existing(), *self.root.glob(f".tmp-{PREFIX}*")]:
+    def remove(self, keep: int = 0) -> None:
+        """Delete all but the newest `keep` checkpoints (0: an execution that finished,
+        its record is done.json) and any temp directory."""
+        existing = self._existing()
+        for path in [*existing[: len(existing) - keep], *self.root.glob(f".tmp-{PREFIX}*")]:
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -250,10 +260,15 @@ class VolumeError(BaseException):
 
 
 def _free_space(path: str | os.PathLike[str]) -> str:
-    usage = volume_usage(Path(path))
-    if usage is None:
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        st = os.statvfs(probe)
+    except OSError:
         return ""
-    return f" ({usage[1] / MIB:.1f} MiB free of {usage[2] / MIB:.1f} MiB)"
+    free, size = st.f_bavail * st.f_frsize / MIB, st.f_blocks * st.f_frsize / MIB
+    return f" ({free:.1f} MiB free of {size:.1f} MiB)"
 
 
 MIB = 1024 * 1024

@@ -32,7 +32,7 @@ from tuneop_contract import (
 )
 
 from .. import fingerprint, ktpatch, parallel, preemption
-from ..checkpoint import VolumeError
+from ..checkpoint import VOLUME_ERRNOS, VolumeError
 from ..spec import CheckpointSpec, SpecError
 
 log = logging.getLogger(__name__)
@@ -212,6 +212,11 @@ def _execute(
         return EXIT_INVALID_SPEC, str(exc)
     except multiworker.PeerLost:
         return EXIT_PREEMPTED, ""
+    except OSError as exc:
+        if exc.errno in VOLUME_ERRNOS:  # e.g. keras-tuner's own files on a full volume
+            return EXIT_PREEMPTED, VolumeError(exc.filename or "/", exc).message
+        log.error("the script raised:\n%s", "".join(traceback.format_exception(exc)))
+        return EXIT_FAILED, _summary(script, exc)
     except keras_tuner.errors.FatalError as exc:
         return EXIT_FAILED, _summary(script, exc)
     except Exception as exc:

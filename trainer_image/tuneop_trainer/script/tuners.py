@@ -13,8 +13,8 @@ runs, for every tuner class: the four built-in ones and user subclasses).
   checkpoints live under `trials/<id>/`), seeds the trial, and stops between trials on
   SIGTERM (the oracle's state is on disk).
 - `BaseTuner.on_trial_end`: progress (trials completed, best so far); a COMPLETED
-  trial's fit checkpoints are deleted (the oracle never re-runs it; keras-tuner keeps
-  its own best-epoch weights), so a long search does not fill the volume.
+  trial's fits keep only their final checkpoint (the oracle never re-runs the trial;
+  keras-tuner keeps its own best-epoch weights), so the volume holds one state per trial.
 - keras-tuner's `SaveBestEpoch` writes the best epoch's weights atomically.
 """
 
@@ -197,7 +197,7 @@ def _patch_trial_end() -> None:
         if rt.write and getattr(trial, "status", None) == TrialStatus.COMPLETED:
             rt.flush_checkpoints()
             for fit_dir in (rt.root / TRIALS_DIR / str(trial.trial_id)).glob("fit-*"):
-                CheckpointStore(fit_dir).remove()
+                CheckpointStore(fit_dir).remove(keep=1)
         report_search(self)
 
     base_tuner.BaseTuner.on_trial_end = on_trial_end
