@@ -303,6 +303,7 @@ class ResumableMixin:
         self.ctx.checkpoint_seconds += time.monotonic() - t0
         self.ctx.checkpoints += 1
         self.report_saves()
+        self.ctx.reporter.update(force=True)  # the position being saved, published now
 
     def _flush(self) -> None:
         """Wait for the save in flight (a SIGTERM, an execution's end)."""

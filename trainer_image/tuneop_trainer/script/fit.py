@@ -443,6 +443,7 @@ class ResumableFit:
             self.rt.checkpoints += 1
             self.rt.checkpoint_seconds += time.monotonic() - t0
             self.rt.report_saves()
+            self.rt.reporter.update(force=True)  # the position being saved, published now
             if done:  # the fit's result is durable before the script goes on
                 self.rt.flush_checkpoints()
                 if self._kind() == "tf.data":
