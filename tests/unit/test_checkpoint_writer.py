@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tuneop_trainer.checkpoint import BackgroundWriter, CheckpointStore, VolumeError
+from tuneop_trainer.checkpoint import BackgroundWriter, CheckpointStore, SaveDone, VolumeError
 
 
 def arrays(value: float, n: int = 1000) -> dict[str, np.ndarray]:
@@ -21,7 +21,8 @@ def arrays(value: float, n: int = 1000) -> dict[str, np.ndarray]:
 def test_background_save_reloads_and_links_best(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "exec-0", keep=2)
     best = CheckpointStore(tmp_path / "best", keep=2)
-    writer = BackgroundWriter(tmp_path)
+    done: list[SaveDone] = []
+    writer = BackgroundWriter(tmp_path, done.append)
     history = {"loss": [1.0]}
     writer.submit(store, arrays(1.0), {"epoch": 1, "history": history}, ((best, {"value": 0.5}),))
     history["loss"].append(0.5)  # the caller goes on; the save keeps what it was given
@@ -34,7 +35,6 @@ def test_background_save_reloads_and_links_best(tmp_path: Path) -> None:
     assert linked is not None and linked[1]["value"] == 0.5
     assert os.stat(path / "state.npz").st_ino == os.stat(linked[2] / "state.npz").st_ino
     assert best.latest_meta() == linked[1]
-    done = writer.finished()
     assert len(done) == 1 and done[0].usage is not None and done[0].usage[0] > 0
     store.remove()  # a finished execution: its best state survives through the link
     assert store.latest() is None

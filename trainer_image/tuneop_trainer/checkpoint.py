@@ -36,7 +36,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -322,16 +322,17 @@ class BackgroundWriter:
 
     `submit` takes state already copied to the host (`model_state`): it waits for the
     previous save, then hands the arrays to a new thread and returns. A save's error is
-    raised by the next `submit` or `wait` (VolumeError for a volume error). `finished`
-    hands the training thread what each completed save took and the volume use under
-    `root` after it (progress and metrics are not thread-safe)."""
+    raised by the next `submit` or `wait` (VolumeError for a volume error). `on_saved`
+    is called on the writer thread once a save is durable, with what it took and the
+    volume use under `root` after it."""
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(
+        self, root: Path | None = None, on_saved: Callable[[SaveDone], None] | None = None
+    ) -> None:
         self.root = root
+        self.on_saved = on_saved
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._lock = threading.Lock()
-        self._done: list[SaveDone] = []
 
     def submit(
         self,
@@ -362,9 +363,12 @@ class BackgroundWriter:
             self._error = exc
             return
         seconds = time.monotonic() - t0
-        usage = None if self.root is None else volume_usage(self.root)
-        with self._lock:
-            self._done.append(SaveDone(seconds, usage))
+        if self.on_saved is not None:
+            usage = None if self.root is None else volume_usage(self.root)
+            try:
+                self.on_saved(SaveDone(seconds, usage))
+            except Exception:  # reporting must not turn a durable save into a failure
+                log.exception("reporting a checkpoint failed")
 
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -377,11 +381,6 @@ class BackgroundWriter:
         error, self._error = self._error, None
         if error is not None:
             raise error
-
-    def finished(self) -> list[SaveDone]:
-        with self._lock:
-            done, self._done = self._done, []
-        return done
 
 
 # --- Keras model state <-> arrays ---------------------------------------------------

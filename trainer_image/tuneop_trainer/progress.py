@@ -46,6 +46,8 @@ from tuneop_contract import (
     write_atomic,
 )
 
+from .checkpoint import SaveDone
+
 log = logging.getLogger(__name__)
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -116,6 +118,11 @@ class Reporter:
         self.metrics = Metrics()
         self._lock = threading.Lock()
         self._last_write = 0.0
+        # The checkpoint writer's thread publishes too: snapshots are numbered and an
+        # older one never replaces a newer one.
+        self._seq = 0
+        self._published = 0
+        self._publish_lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         # One reporter per job: only the chief reports progress (and writes files).
         self._patcher = _ProgressPatcher.from_env(tuner_id) if write else None
@@ -135,9 +142,10 @@ class Reporter:
             due = force or now - self._last_write >= self.min_interval
             if due:
                 self._last_write = now
-            snapshot = self.progress
+                self._seq += 1
+            snapshot, seq = self.progress, self._seq
         if due:
-            self._publish(snapshot, force)
+            self._publish(snapshot, force, seq)
 
     def step(self, epoch: int, step: int) -> None:
         self.metrics.steps.inc()
@@ -145,6 +153,10 @@ class Reporter:
         self.metrics.epoch.set(epoch)
         self.metrics.last_progress.set(time.time())
         self.update(epoch=epoch, step=step, last_progress_time=now_rfc3339())
+
+    def saved(self, done: SaveDone) -> None:
+        """BackgroundWriter's `on_saved` (on the writer thread)."""
+        self.checkpointed(done.seconds, done.usage)
 
     def checkpointed(self, seconds: float, usage: tuple[int, int, int] | None = None) -> None:
         """A checkpoint is durable; `usage`: checkpoint.volume_usage after it."""
@@ -159,14 +171,18 @@ class Reporter:
             fields.update(checkpoint_bytes=used, volume_free_bytes=free)
         self.update(force=True, **fields)
 
-    def _publish(self, snapshot: Progress, force: bool) -> None:
-        if self.write:
-            try:
-                write_atomic(self.path, snapshot.to_json().encode())
-            except OSError as exc:
-                log.warning("cannot write %s: %s", self.path.name, exc)
-        if self._patcher is not None:
-            self._patcher.submit(snapshot, force)
+    def _publish(self, snapshot: Progress, force: bool, seq: int) -> None:
+        with self._publish_lock:
+            if seq < self._published:
+                return
+            self._published = seq
+            if self.write:
+                try:
+                    write_atomic(self.path, snapshot.to_json().encode())
+                except OSError as exc:
+                    log.warning("cannot write %s: %s", self.path.name, exc)
+            if self._patcher is not None:
+                self._patcher.submit(snapshot, force)
         if snapshot.best_score is not None:
             self.metrics.best.set(snapshot.best_score)
         self.metrics.trials_completed.set(snapshot.trials_completed)

@@ -90,7 +90,7 @@ class Context:
     writer: BackgroundWriter = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.writer = BackgroundWriter(self.root)
+        self.writer = BackgroundWriter(self.root, self.reporter.saved)
 
     train_seconds: float = 0.0  # epochs incl. validation and checkpoints (this process)
     steps: int = 0  # training steps run by this process
@@ -302,19 +302,12 @@ class ResumableMixin:
         self.ctx.writer.submit(store, model_state(model), meta, best)
         self.ctx.checkpoint_seconds += time.monotonic() - t0
         self.ctx.checkpoints += 1
-        self.report_saves()
-        self.ctx.reporter.update(force=True)  # the position being saved, published now
 
     def _flush(self) -> None:
         """Wait for the save in flight (a SIGTERM, an execution's end)."""
         t0 = time.monotonic()
         self.ctx.writer.wait()
         self.ctx.checkpoint_seconds += time.monotonic() - t0
-        self.report_saves()
-
-    def report_saves(self) -> None:
-        for done in self.ctx.writer.finished():
-            self.ctx.reporter.checkpointed(done.seconds, done.usage)
 
     def _best_entry(
         self, tid: str, value: float, epoch: int
@@ -403,7 +396,6 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         step = self.start_step + batch + 1
         ctx.steps += 1
         ctx.reporter.step(self.epoch, step)
-        self.tuner.report_saves()
         self.since_steps += 1
         cp = ctx.spec.checkpoint
         if step >= self.steps:

@@ -442,8 +442,6 @@ class ResumableFit:
             self.rt.writer.submit(self.store, arrays, meta)
             self.rt.checkpoints += 1
             self.rt.checkpoint_seconds += time.monotonic() - t0
-            self.rt.report_saves()
-            self.rt.reporter.update(force=True)  # the position being saved, published now
             if done:  # the fit's result is durable before the script goes on
                 self.rt.flush_checkpoints()
                 if self._kind() == "tf.data":
@@ -681,17 +679,17 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
         step = batch + 1
         rt.steps += 1
         rt.reporter.step(fit.epoch, step)
-        rt.report_saves()
         self.since_steps += 1
         if fit.steps and step >= fit.steps:
             return  # validation and the epoch-end checkpoint follow at once
         if preemption.requested():
             if fit.mid_epoch:
                 fit.save(fit.epoch, step)
-                log.warning(
-                    "preempted: %s checkpointing at epoch %d step %d", fit.label, fit.epoch, step
-                )
             rt.flush_checkpoints()
+            if fit.mid_epoch:
+                log.warning(
+                    "preempted: %s checkpointed at epoch %d step %d", fit.label, fit.epoch, step
+                )
             raise preemption.Preempted()
         if not fit.mid_epoch:
             return

@@ -46,20 +46,15 @@ class Runtime:
     writer: BackgroundWriter = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.writer = BackgroundWriter(self.root)
+        self.writer = BackgroundWriter(self.root, self.reporter.saved)
 
     def flush_checkpoints(self) -> None:
-        """Wait for the save in flight; report the saves that finished."""
+        """Wait for the save in flight (SIGTERM, a fit's end)."""
         t0 = time.monotonic()
         try:
             self.writer.wait()
         finally:
             self.checkpoint_seconds += time.monotonic() - t0
-            self.report_saves()
-
-    def report_saves(self) -> None:
-        for done in self.writer.finished():
-            self.reporter.checkpointed(done.seconds, done.usage)
 
     def begin_trial(self, trial_id: str) -> None:
         self.trial_id, self.trial_fits, self.trial_builds = str(trial_id), 0, 0
