@@ -315,6 +315,7 @@ def volume_errors(path: str | os.PathLike[str]) -> Iterator[None]:
 class SaveDone:
     seconds: float  # wall time of the write, checksum, fsyncs and rename
     usage: tuple[int, int, int] | None  # volume_usage(root) right after it
+    position: tuple[int, int] | None = None  # (epoch, step) saved, from meta
 
 
 class BackgroundWriter:
@@ -365,8 +366,9 @@ class BackgroundWriter:
         seconds = time.monotonic() - t0
         if self.on_saved is not None:
             usage = None if self.root is None else volume_usage(self.root)
+            position = (meta["epoch"], meta["step"]) if "step" in meta else None
             try:
-                self.on_saved(SaveDone(seconds, usage))
+                self.on_saved(SaveDone(seconds, usage, position))
             except Exception:  # reporting must not turn a durable save into a failure
                 log.exception("reporting a checkpoint failed")
 

@@ -156,14 +156,24 @@ class Reporter:
 
     def saved(self, done: SaveDone) -> None:
         """BackgroundWriter's `on_saved` (on the writer thread)."""
-        self.checkpointed(done.seconds, done.usage)
+        self.checkpointed(done.seconds, done.usage, done.position)
 
-    def checkpointed(self, seconds: float, usage: tuple[int, int, int] | None = None) -> None:
-        """A checkpoint is durable; `usage`: checkpoint.volume_usage after it."""
+    def checkpointed(
+        self,
+        seconds: float,
+        usage: tuple[int, int, int] | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> None:
+        """A checkpoint is durable; `usage`: checkpoint.volume_usage after it. The record
+        published now names the position saved (training may be a few steps further;
+        the next step's update says so): "durable at (epoch, step)" is what a reader
+        deciding what a loss would cost needs."""
         self.metrics.checkpoints.inc()
         self.metrics.checkpoint_seconds.inc(seconds)
         self.metrics.last_checkpoint.set(time.time())
         fields: dict[str, Any] = {"last_checkpoint_time": now_rfc3339()}
+        if position is not None:
+            fields.update(epoch=position[0], step=position[1])
         if usage is not None:
             used, free, _size = usage
             self.metrics.volume_used.set(used)
