@@ -70,7 +70,10 @@ class CheckpointStore:
     ) -> Path:
         """Write one checkpoint (blocking). `also`: other stores that get a checkpoint
         of the same state with their own meta (the trial's best epoch), sharing the
-        state file by a hard link instead of writing it again."""
+        state file by a hard link instead of writing it again. They are committed first:
+        a kill in between leaves the best state without the checkpoint after it (the
+        epoch is redone and finds its value already saved), never the reverse (a resumed
+        run past a best epoch whose state was never kept)."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp()
         try:
@@ -83,13 +86,16 @@ class CheckpointStore:
             shutil.rmtree(tmp, ignore_errors=True)  # give the space back (disk full)
             raise
         state = {"sha256": hashing.sha256.hexdigest(), "size": hashing.size}
-        final = self._commit(tmp, state, meta)
-        for store, other_meta in also:
-            store.root.mkdir(parents=True, exist_ok=True)
-            other = store._tmp()
-            _link_or_copy(final / STATE_FILE, other / STATE_FILE)
-            store._commit(other, state, other_meta)
-        return final
+        try:
+            for store, other_meta in also:
+                store.root.mkdir(parents=True, exist_ok=True)
+                other = store._tmp()
+                _link_or_copy(tmp / STATE_FILE, other / STATE_FILE)
+                store._commit(other, state, other_meta)
+            return self._commit(tmp, state, meta)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     def _tmp(self) -> Path:
         existing = self._existing()

@@ -87,13 +87,12 @@ class Context:
     write: bool = True  # False on non-chief workers
     checkpoint_seconds: float = 0.0  # training-thread time spent on checkpoints (this process)
     checkpoints: int = 0
+    train_seconds: float = 0.0  # epochs incl. validation and checkpoints (this process)
+    steps: int = 0  # training steps run by this process
     writer: BackgroundWriter = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.writer = BackgroundWriter(self.root, self.reporter.saved)
-
-    train_seconds: float = 0.0  # epochs incl. validation and checkpoints (this process)
-    steps: int = 0  # training steps run by this process
 
 
 class ResumableMixin:
