@@ -6,25 +6,12 @@ finished execution's checkpoints are pruned and the volume use is in progress.""
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainer_helpers import comparable, results, run, start, tiny_spec, wait_for, write_spec
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, read_progress
-
-
-@pytest.fixture
-def volume(tmp_path: Path) -> Iterator[Path]:
-    """A 32 MiB tmpfs as the checkpoint volume (needs root, as on the test machines)."""
-    mount = tmp_path / "vol"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def fill(volume: Path) -> Path:
@@ -48,7 +35,12 @@ def trial_statuses(ckpt: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_full_volume_is_retried_not_a_failed_trial(tmp_path: Path, volume: Path) -> None:
+def test_full_volume_is_retried_not_a_failed_trial(tmp_path: Path, tmpfs: Any) -> None:
+    with tmpfs("32m") as volume:
+        _run(tmp_path, volume)
+
+
+def _run(tmp_path: Path, volume: Path) -> None:
     manifest = tiny_spec(algorithm="RandomSearch", maxTrials=2, maxEpochs=2)
     spec = write_spec(tmp_path, manifest)
     ref = tmp_path / "reference"

@@ -4,10 +4,9 @@ state shared by a hard link, pruning, and a full volume (a real size-limited tmp
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,19 +77,12 @@ def test_corrupt_state_is_skipped_by_latest_meta(tmp_path: Path) -> None:
     assert meta is not None and meta["value"] == 1
 
 
-@pytest.fixture
-def small_volume(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs: needs root (the test machines run as root; fail loudly otherwise)."""
-    mount = tmp_path / "vol"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
+def test_full_volume_is_a_volume_error_and_keeps_the_previous(tmpfs: Any) -> None:
+    with tmpfs("1m") as volume:
+        _fill_and_check(volume)
 
 
-def test_full_volume_is_a_volume_error_and_keeps_the_previous(small_volume: Path) -> None:
+def _fill_and_check(small_volume: Path) -> None:
     store = CheckpointStore(small_volume / "exec-0", keep=2)
     writer = BackgroundWriter(small_volume)
     writer.submit(store, arrays(1.0, 20_000), {"epoch": 1})  # ~240 KB: fits
