@@ -124,8 +124,9 @@ def in_process(work: Path, repeats: int) -> dict[str, Any]:
         "blocked_seconds": round(min(saves), 3),
         "peak_extra_mb": round(max(peaks) / MIB, 1),
     }
+    latest = sync  # restored below: the background store's if there is one
     if hasattr(ck, "BackgroundWriter"):
-        store = ck.CheckpointStore(work / "async", keep=2)
+        store = latest = ck.CheckpointStore(work / "async", keep=2)
         writer = ck.BackgroundWriter()
         saves, blocked, peaks, steps_during, costs = [], [], [], [], []
         for i in range(repeats):
@@ -155,9 +156,6 @@ def in_process(work: Path, repeats: int) -> dict[str, Any]:
             cost = out[name].get("cost_to_training_seconds", out[name]["save_seconds"])
             out[name]["overhead_pct_every_50_steps"] = round(100 * cost / (50 * step), 2)
             out[name]["overhead_pct_every_60s"] = round(100 * cost / 60, 2)
-        latest = store
-    else:
-        latest = sync
     restores = []
     for _ in range(repeats):
         target = fresh()
