@@ -169,6 +169,10 @@ class Progress:
     trial continued where it stopped instead of starting over."""
     restores: int = 0
     """How many times this search was restored from the volume (all processes)."""
+    checkpoint_bytes: int | None = None
+    """Bytes under the checkpoint directory (all trials), after the last checkpoint."""
+    volume_free_bytes: int | None = None
+    """Bytes free on the checkpoint volume, after the last checkpoint."""
     last_progress_time: str | None = None
     last_checkpoint_time: str | None = None
     best_trial_id: str | None = None

@@ -8,7 +8,10 @@ PR_SET_PDEATHSIG on every component are the safety nets if pytest itself dies.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from types import FrameType
 
 import pytest
@@ -39,3 +42,23 @@ from tests.localcluster.cluster import cluster  # noqa: E402, F401
 
 # The `kueue` fixture: Kueue's manager on the control plane, started only when asked for.
 from tests.localcluster.kueue import kueue  # noqa: E402, F401
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Callable[[str], AbstractContextManager[Path]]:
+    """`with tmpfs("1m") as mount:` a real size-limited tmpfs under tmp_path (needs root,
+    as on the test machines: a disk that fills up, without filling the machine's)."""
+
+    @contextmanager
+    def mounted(size: str) -> Iterator[Path]:
+        mount = tmp_path / f"tmpfs-{size}"
+        mount.mkdir()
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], check=True
+        )
+        try:
+            yield mount
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], check=True)
+
+    return mounted

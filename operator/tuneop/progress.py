@@ -122,6 +122,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "resumedFromStep": _integer(10**12),
     "resumedFromEpoch": _integer(10**9),
     "restores": _integer(10**9),
+    "checkpointBytes": _integer(10**18),
+    "volumeFreeBytes": _integer(10**18),
     "lastProgressTime": _time,
     "lastCheckpointTime": _time,
     "bestTrialId": _text(MAX_TEXT),

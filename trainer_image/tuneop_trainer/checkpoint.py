@@ -13,17 +13,30 @@ A checkpoint is written into a hidden temp directory, every file fsynced, then t
 directory is renamed into place and the parent fsynced: a kill at any instant leaves
 either no new checkpoint or a complete one. Loading verifies the manifest; a corrupt or
 truncated latest checkpoint is skipped with a warning and the previous one is used.
+
+`state.npz` is streamed into its file (np.savez into a non-seekable writer that hashes
+as it writes): the host holds the state once, not again as a serialised buffer.
+`BackgroundWriter` runs that write on a thread, one save in flight at a time, so the
+training thread waits only for the device-to-host copy (`model_state`). A failing
+write (disk full) surfaces as `VolumeError`, a BaseException like `Preempted`: keras-tuner
+must not record the trial FAILED for it, and the trainer exits 75 to be retried.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
+import errno
 import hashlib
 import io
 import json
 import logging
 import os
 import shutil
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,28 +62,65 @@ class CheckpointStore:
             return []
         return sorted(p for p in self.root.iterdir() if p.name.startswith(PREFIX))
 
-    def save(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+    def save(
+        self,
+        arrays: dict[str, np.ndarray],
+        meta: dict[str, Any],
+        also: tuple[tuple[CheckpointStore, dict[str, Any]], ...] = (),
+    ) -> Path:
+        """Write one checkpoint (blocking). `also`: other stores that get a checkpoint
+        of the same state with their own meta (the trial's best epoch), sharing the
+        state file by a hard link instead of writing it again. They are committed first:
+        a kill in between leaves the best state without the checkpoint after it (the
+        epoch is redone and finds its value already saved), never the reverse (a resumed
+        run past a best epoch whose state was never kept)."""
         self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self._tmp()
+        try:
+            with open(tmp / STATE_FILE, "wb") as handle:
+                hashing = _HashingWriter(handle)
+                np.savez(hashing, **arrays)  # type: ignore[arg-type]
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # give the space back (disk full)
+            raise
+        state = {"sha256": hashing.sha256.hexdigest(), "size": hashing.size}
+        try:
+            for store, other_meta in also:
+                store.root.mkdir(parents=True, exist_ok=True)
+                other = store._tmp()
+                _link_or_copy(tmp / STATE_FILE, other / STATE_FILE)
+                store._commit(other, state, other_meta)
+            return self._commit(tmp, state, meta)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _tmp(self) -> Path:
         existing = self._existing()
         seq = int(existing[-1].name[len(PREFIX) :]) + 1 if existing else 0
-        final = self.root / f"{PREFIX}{seq:08d}"
         tmp = self.root / f".tmp-{PREFIX}{seq:08d}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        files = {
-            STATE_FILE: buf.getvalue(),
-            META_FILE: json.dumps({**meta, "savedAt": time.time()}, sort_keys=True).encode(),
-        }
+        return tmp
+
+    def _commit(self, tmp: Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
+        """meta + manifest into `tmp` (state.npz already there), then rename into
+        place, fsync the parent, prune to `keep`."""
+        meta_bytes = json.dumps({**meta, "savedAt": time.time()}, sort_keys=True).encode()
         manifest = {
-            name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-            for name, data in files.items()
+            STATE_FILE: state,
+            META_FILE: {"sha256": hashlib.sha256(meta_bytes).hexdigest(), "size": len(meta_bytes)},
         }
-        files[MANIFEST_FILE] = json.dumps(manifest, sort_keys=True).encode()
-        for name, data in files.items():
-            _write_synced(tmp / name, data)
-        _fsync_dir(tmp)
+        try:
+            _write_synced(tmp / META_FILE, meta_bytes)
+            _write_synced(tmp / MANIFEST_FILE, json.dumps(manifest, sort_keys=True).encode())
+            _fsync_dir(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        final = self.root / tmp.name.removeprefix(".tmp-").rsplit("-", 1)[0]
         os.replace(tmp, final)
         _fsync_dir(self.root)
         for old in self._existing()[: -self.keep]:
@@ -94,22 +144,89 @@ class CheckpointStore:
         return None
 
     def latest_meta(self) -> dict[str, Any] | None:
-        found = self.latest()
-        return None if found is None else found[1]
+        """The newest checkpoint's meta whose manifest, meta checksum and state size
+        verify (without reading the state: the best store asks this every epoch)."""
+        for path in reversed(self._existing()):
+            try:
+                manifest = json.loads((path / MANIFEST_FILE).read_bytes())
+                data = (path / META_FILE).read_bytes()
+                entry = manifest[META_FILE]
+                if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                    raise ValueError(f"{META_FILE} does not match its sha256")
+                if (path / STATE_FILE).stat().st_size != manifest[STATE_FILE]["size"]:
+                    raise ValueError(f"{STATE_FILE} is truncated")
+                meta: dict[str, Any] = json.loads(data)
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning("checkpoint %s is corrupt (%s); trying the previous", path, exc)
+                continue
+            return meta
+        return None
+
+    def remove(self, keep: int = 0) -> None:
+        """Delete all but the newest `keep` checkpoints (0: an execution that finished,
+        its record is done.json) and any temp directory."""
+        existing = self._existing()
+        for path in [*existing[: len(existing) - keep], *self.root.glob(f".tmp-{PREFIX}*")]:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _verify_and_load(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     manifest = json.loads((path / MANIFEST_FILE).read_bytes())
-    blobs = {}
     for name in (STATE_FILE, META_FILE):
-        data = (path / name).read_bytes()
+        size, sha256 = _file_digest(path / name)
         entry = manifest[name]
-        if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        if size != entry["size"] or sha256 != entry["sha256"]:
             raise ValueError(f"{name} does not match its sha256 in {MANIFEST_FILE}")
-        blobs[name] = data
-    with np.load(io.BytesIO(blobs[STATE_FILE])) as npz:
+    with np.load(path / STATE_FILE) as npz:  # arrays read one at a time: no second copy
         arrays = {k: npz[k] for k in npz.files}
-    return arrays, json.loads(blobs[META_FILE])
+    return arrays, json.loads((path / META_FILE).read_bytes())
+
+
+CHUNK = 8 * 1024 * 1024
+
+
+def _file_digest(path: Path) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+class _HashingWriter:
+    """Passes writes through to `handle`, hashing them. It has no tell/seek, so zipfile
+    (np.savez) streams the archive front to back (data descriptors, no rewrites) and the
+    hash is that of the file."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.handle.write(view)
+        self.sha256.update(view)
+        self.size += len(view)
+        return len(view)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+    def read(self, *_args: Any) -> bytes:  # np.savez checks for the attribute only
+        raise io.UnsupportedOperation("write-only")
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError as exc:
+        if exc.errno in VOLUME_ERRNOS:
+            raise
+        shutil.copyfile(source, target)  # a file system without hard links
+        with open(target, "rb+") as handle:
+            os.fsync(handle.fileno())
 
 
 def _write_synced(path: Path, data: bytes) -> None:
@@ -125,6 +242,153 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# --- the volume failing -------------------------------------------------------------
+
+VOLUME_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+
+
+class VolumeError(BaseException):
+    """The checkpoint volume refused a write (full, over quota, read-only, I/O error):
+    an infrastructure failure, not the trial's. A BaseException so that keras-tuner,
+    which catches Exception around a trial, does not record the trial FAILED; the
+    trainer exits 75 and the previous checkpoint stays the one to resume from."""
+
+    def __init__(self, path: str | os.PathLike[str], exc: OSError) -> None:
+        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        self.message = (
+            f"checkpoint volume error: {exc.strerror or exc} ({code}) writing "
+            f"{exc.filename or path}{_free_space(path)}; nothing was lost, the search "
+            "resumes from its previous checkpoint once the volume has room"
+        )
+        super().__init__(self.message)
+
+
+def _free_space(path: str | os.PathLike[str]) -> str:
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        st = os.statvfs(probe)
+    except OSError:
+        return ""
+    free, size = st.f_bavail * st.f_frsize / MIB, st.f_blocks * st.f_frsize / MIB
+    return f" ({free:.1f} MiB free of {size:.1f} MiB)"
+
+
+MIB = 1024 * 1024
+
+
+def volume_usage(path: Path) -> tuple[int, int, int] | None:
+    """(bytes under `path`, free bytes on its file system, file system size) or None.
+    Hard-linked files are counted once."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        st = os.statvfs(probe)
+    except OSError:
+        return None
+    used, seen = 0, set()
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                used += info.st_blocks * 512
+    return used, st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+@contextlib.contextmanager
+def volume_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn an OSError the volume raised (VOLUME_ERRNOS) into VolumeError."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in VOLUME_ERRNOS:
+            raise VolumeError(path, exc) from exc
+        raise
+
+
+# --- saving in the background --------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveDone:
+    seconds: float  # wall time of the write, checksum, fsyncs and rename
+    usage: tuple[int, int, int] | None  # volume_usage(root) right after it
+    position: tuple[int, int] | None = None  # (epoch, step) saved, from meta
+
+
+class BackgroundWriter:
+    """Writes checkpoints on a thread, at most one in flight.
+
+    `submit` takes state already copied to the host (`model_state`): it waits for the
+    previous save, then hands the arrays to a new thread and returns. A save's error is
+    raised by the next `submit` or `wait` (VolumeError for a volume error). `on_saved`
+    is called on the writer thread once a save is durable, with what it took and the
+    volume use under `root` after it."""
+
+    def __init__(
+        self, root: Path | None = None, on_saved: Callable[[SaveDone], None] | None = None
+    ) -> None:
+        self.root = root
+        self.on_saved = on_saved
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(
+        self,
+        store: CheckpointStore,
+        arrays: dict[str, np.ndarray],
+        meta: dict[str, Any],
+        also: tuple[tuple[CheckpointStore, dict[str, Any]], ...] = (),
+    ) -> None:
+        self.wait()
+        meta = copy.deepcopy(meta)  # the caller goes on appending to its history
+        self._thread = threading.Thread(
+            target=self._run, args=(store, arrays, meta, also), name="checkpoint-writer"
+        )
+        self._thread.start()
+
+    def _run(
+        self,
+        store: CheckpointStore,
+        arrays: dict[str, np.ndarray],
+        meta: dict[str, Any],
+        also: tuple[tuple[CheckpointStore, dict[str, Any]], ...],
+    ) -> None:
+        t0 = time.monotonic()
+        try:
+            with volume_errors(store.root):
+                store.save(arrays, meta, also)
+        except BaseException as exc:  # handed to the training thread
+            self._error = exc
+            return
+        seconds = time.monotonic() - t0
+        if self.on_saved is not None:
+            usage = None if self.root is None else volume_usage(self.root)
+            position = (meta["epoch"], meta["step"]) if "step" in meta else None
+            try:
+                self.on_saved(SaveDone(seconds, usage, position))
+            except Exception:  # reporting must not turn a durable save into a failure
+                log.exception("reporting a checkpoint failed")
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Block until no save is in flight; raise the last save's error."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
 
 # --- Keras model state <-> arrays ---------------------------------------------------

@@ -38,6 +38,7 @@ from tuneop_contract import (
 )
 
 from . import preemption
+from .checkpoint import VolumeError, volume_errors
 from .spec import SpecError, TrainerSpec, load_spec_file
 
 log = logging.getLogger("tuneop_trainer")
@@ -223,21 +224,25 @@ def _search(
     )
     ctx = tuners.Context(spec, strategy, dataset, checkpoint_dir, reporter, write=write)
     try:
-        tuner = tuners.create(ctx, hypermodel)
-        fields = results.search_progress(tuner.oracle)
-        reporter.update(force=True, phase=PHASE_RUNNING, message="", **fields)
-        try:
-            tuner.search()
-        except parallel.RoleDone:
-            # the oracle after serving, or a trial group other than tuner0 after STOPPED
-            reporter.update(force=True, phase=PHASE_COMPLETED, message="")
-            log.info("%s: its part of the search is done", role.tuner_id)
-            return EXIT_COMPLETED
-        out = results.export(tuner, checkpoint_dir, write)
+        with volume_errors(checkpoint_dir):  # also the oracle's and results' writes
+            tuner = tuners.create(ctx, hypermodel)
+            fields = results.search_progress(tuner.oracle)
+            reporter.update(force=True, phase=PHASE_RUNNING, message="", **fields)
+            try:
+                tuner.search()
+            except parallel.RoleDone:
+                # the oracle after serving, or a trial group other than tuner0 after STOPPED
+                reporter.update(force=True, phase=PHASE_COMPLETED, message="")
+                log.info("%s: its part of the search is done", role.tuner_id)
+                return EXIT_COMPLETED
+            out = results.export(tuner, checkpoint_dir, write)
     except preemption.Preempted:
         reporter.update(force=True, phase=PHASE_PREEMPTED, message="preempted; resume me")
         log.warning("exiting %d (preempted); checkpoint written", EXIT_PREEMPTED)
         return EXIT_PREEMPTED
+    except VolumeError as exc:  # retryable: the previous checkpoint is intact
+        reporter.update(force=True, phase=PHASE_PREEMPTED, message=exc.message)
+        return fail(EXIT_PREEMPTED, exc.message)
     except tuners.InvalidSearch as exc:
         reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
         return fail(EXIT_INVALID_SPEC, str(exc))

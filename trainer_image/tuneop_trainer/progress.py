@@ -46,6 +46,8 @@ from tuneop_contract import (
     write_atomic,
 )
 
+from .checkpoint import SaveDone
+
 log = logging.getLogger(__name__)
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -75,7 +77,17 @@ class Metrics:
         )
         self.checkpoint_seconds = Counter(
             "tuneop_trainer_checkpoint_seconds",
-            "Seconds spent writing checkpoints",
+            "Seconds spent writing checkpoints (in the background writer)",
+            registry=r,
+        )
+        self.volume_used = Gauge(
+            "tuneop_trainer_checkpoint_volume_used_bytes",
+            "Bytes under the checkpoint directory after the last checkpoint",
+            registry=r,
+        )
+        self.volume_free = Gauge(
+            "tuneop_trainer_checkpoint_volume_free_bytes",
+            "Bytes free on the checkpoint volume after the last checkpoint",
             registry=r,
         )
         self.restores = Counter("tuneop_trainer_restores", "Checkpoint restores", registry=r)
@@ -106,6 +118,11 @@ class Reporter:
         self.metrics = Metrics()
         self._lock = threading.Lock()
         self._last_write = 0.0
+        # The checkpoint writer's thread publishes too: snapshots are numbered and an
+        # older one never replaces a newer one.
+        self._seq = 0
+        self._published = 0
+        self._publish_lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         # One reporter per job: only the chief reports progress (and writes files).
         self._patcher = _ProgressPatcher.from_env(tuner_id) if write else None
@@ -125,9 +142,10 @@ class Reporter:
             due = force or now - self._last_write >= self.min_interval
             if due:
                 self._last_write = now
-            snapshot = self.progress
+                self._seq += 1
+            snapshot, seq = self.progress, self._seq
         if due:
-            self._publish(snapshot, force)
+            self._publish(snapshot, force, seq)
 
     def step(self, epoch: int, step: int) -> None:
         self.metrics.steps.inc()
@@ -136,20 +154,45 @@ class Reporter:
         self.metrics.last_progress.set(time.time())
         self.update(epoch=epoch, step=step, last_progress_time=now_rfc3339())
 
-    def checkpointed(self, seconds: float) -> None:
+    def saved(self, done: SaveDone) -> None:
+        """BackgroundWriter's `on_saved` (on the writer thread)."""
+        self.checkpointed(done.seconds, done.usage, done.position)
+
+    def checkpointed(
+        self,
+        seconds: float,
+        usage: tuple[int, int, int] | None = None,
+        position: tuple[int, int] | None = None,
+    ) -> None:
+        """A checkpoint is durable; `usage`: checkpoint.volume_usage after it. The record
+        published now names the position saved (training may be a few steps further;
+        the next step's update says so): "durable at (epoch, step)" is what a reader
+        deciding what a loss would cost needs."""
         self.metrics.checkpoints.inc()
         self.metrics.checkpoint_seconds.inc(seconds)
         self.metrics.last_checkpoint.set(time.time())
-        self.update(force=True, last_checkpoint_time=now_rfc3339())
+        fields: dict[str, Any] = {"last_checkpoint_time": now_rfc3339()}
+        if position is not None:
+            fields.update(epoch=position[0], step=position[1])
+        if usage is not None:
+            used, free, _size = usage
+            self.metrics.volume_used.set(used)
+            self.metrics.volume_free.set(free)
+            fields.update(checkpoint_bytes=used, volume_free_bytes=free)
+        self.update(force=True, **fields)
 
-    def _publish(self, snapshot: Progress, force: bool) -> None:
-        if self.write:
-            try:
-                write_atomic(self.path, snapshot.to_json().encode())
-            except OSError as exc:
-                log.warning("cannot write %s: %s", self.path.name, exc)
-        if self._patcher is not None:
-            self._patcher.submit(snapshot, force)
+    def _publish(self, snapshot: Progress, force: bool, seq: int) -> None:
+        with self._publish_lock:
+            if seq < self._published:
+                return
+            self._published = seq
+            if self.write:
+                try:
+                    write_atomic(self.path, snapshot.to_json().encode())
+                except OSError as exc:
+                    log.warning("cannot write %s: %s", self.path.name, exc)
+            if self._patcher is not None:
+                self._patcher.submit(snapshot, force)
         if snapshot.best_score is not None:
             self.metrics.best.set(snapshot.best_score)
         self.metrics.trials_completed.set(snapshot.trials_completed)

@@ -14,11 +14,15 @@ place (not atomically). `ResumableMixin` changes exactly that:
 - `run_trial` is our own loop, one `model.fit(epochs=1)` per epoch over the remaining
   batches of a permutation that is a pure function of (seed, execution, epoch), so the
   data position is (epoch, step); a checkpoint (checkpoint.py) is written every N steps
-  and/or S seconds, at every epoch end and on SIGTERM; on restart the RUNNING trial is
+  and/or S seconds, at every epoch end and on SIGTERM, written in the background (the
+  training thread waits only for the copy to host memory); on restart the RUNNING trial is
   retried by the oracle and `run_trial` continues from its latest checkpoint, merging the
   metric history so the objective covers every epoch;
-- each trial keeps its best epoch's full state (weights + optimizer); a Hyperband
-  promotion starts from it, optimizer state included; the best model is exported from it;
+- each trial keeps its best epoch's full state (weights + optimizer), a hard link to that
+  epoch-end checkpoint's state file; a Hyperband promotion starts from it, optimizer state
+  included; the best model is exported from it. A finished execution's own checkpoints
+  are deleted (done.json holds its history): the volume holds one state per trial;
+- a volume error (disk full) while writing raises VolumeError: exit 75, never a FAILED trial;
 - every build and restore runs inside `strategy.scope()` through the scope guard.
 """
 
@@ -48,7 +52,14 @@ from . import (
     scope,
     seeds,
 )
-from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
+from .checkpoint import (
+    BackgroundWriter,
+    CheckpointStore,
+    model_state,
+    restore_metrics,
+    restore_state,
+    volume_errors,
+)
 from .data import Dataset, epoch_order
 from .progress import Reporter
 from .spec import TrainerSpec
@@ -74,10 +85,14 @@ class Context:
     root: Path
     reporter: Reporter
     write: bool = True  # False on non-chief workers
-    checkpoint_seconds: float = 0.0  # time spent writing checkpoints (this process)
+    checkpoint_seconds: float = 0.0  # training-thread time spent on checkpoints (this process)
     checkpoints: int = 0
     train_seconds: float = 0.0  # epochs incl. validation and checkpoints (this process)
     steps: int = 0  # training steps run by this process
+    writer: BackgroundWriter = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.writer = BackgroundWriter(self.root, self.reporter.saved)
 
 
 class ResumableMixin:
@@ -85,6 +100,7 @@ class ResumableMixin:
 
     def __init__(self, *args: Any, context: Context, **kwargs: Any) -> None:
         self.ctx = context
+        self._best_values: dict[str, float | None] = {}  # best objective per trial, as saved
         ktpatch.set_writer(context.write)
         project = Path(kwargs["directory"]) / kwargs["project_name"]
         fresh = not (project / tuner_file()).exists()
@@ -134,8 +150,9 @@ class ResumableMixin:
     # -- one trial ----------------------------------------------------------------
     def run_trial(self, trial: Any, *args: Any, **kwargs: Any) -> list[Any]:
         histories = []
-        for execution in range(self.ctx.spec.tuner.executions_per_trial):
-            histories.append(self._run_execution(trial, execution))
+        with volume_errors(self.ctx.root):
+            for execution in range(self.ctx.spec.tuner.executions_per_trial):
+                histories.append(self._run_execution(trial, execution))
         return histories
 
     def _epochs(self, hp: Any) -> tuple[int, int]:
@@ -150,10 +167,12 @@ class ResumableMixin:
         hp = trial.hyperparameters
         exec_dir = self._trial_dir(tid) / f"exec-{execution}"
         done = exec_dir / "done.json"
+        store = CheckpointStore(exec_dir, keep=spec.checkpoint.keep)
         if done.exists():  # finished before the kill: reuse, do not retrain
             record = json.loads(done.read_text())
+            if ctx.write:
+                store.remove()  # in case the kill came between done.json and the prune
             return _history(record["history"], record["initialEpoch"])
-        store = CheckpointStore(exec_dir, keep=spec.checkpoint.keep)
         initial_epoch, epochs = self._epochs(hp)
         model = self._build(hp, self._seed(tid, execution))
 
@@ -247,50 +266,72 @@ class ResumableMixin:
                 epochs,
                 " ".join(f"{k}={v:.4f}" for k, v in sorted(logs.items())),
             )
-            self._maybe_save_best(tid, model, logs[spec.tuner.objective], epoch)
+            best = self._best_entry(tid, logs[spec.tuner.objective], epoch)
             epoch, step = epoch + 1, 0
             # Progress says where a resume would start: (next epoch, step 0).
             ctx.reporter.update(epoch=epoch, step=0)
-            self._checkpoint(store, model, epoch, 0, history)
+            self._checkpoint(store, model, epoch, 0, history, best)
             ctx.train_seconds += time.monotonic() - t_fit
             if preemption.requested():  # SIGTERM arrived during validation
+                self._flush()
                 raise preemption.Preempted()
+        self._flush()  # the last checkpoint and best state are durable before done.json
         if ctx.write:
             record = {"history": history, "initialEpoch": initial_epoch}
             write_atomic(done, json.dumps(record).encode())
+            store.remove()
         return _history(history, initial_epoch)
 
     # -- checkpoints ----------------------------------------------------------------
     def _checkpoint(
-        self, store: CheckpointStore, model: Any, epoch: int, step: int, history: dict[str, Any]
+        self,
+        store: CheckpointStore,
+        model: Any,
+        epoch: int,
+        step: int,
+        history: dict[str, Any],
+        best: tuple[tuple[CheckpointStore, dict[str, Any]], ...] = (),
     ) -> None:
+        """Copy the state to the host and hand it to the background writer (after the
+        previous save, if still in flight, is done)."""
         if not self.ctx.write:
             return
         t0 = time.monotonic()
-        store.save(model_state(model), {"epoch": epoch, "step": step, "history": history})
-        seconds = time.monotonic() - t0
-        self.ctx.checkpoint_seconds += seconds
+        meta = {"epoch": epoch, "step": step, "history": {k: list(v) for k, v in history.items()}}
+        self.ctx.writer.submit(store, model_state(model), meta, best)
+        self.ctx.checkpoint_seconds += time.monotonic() - t0
         self.ctx.checkpoints += 1
-        self.ctx.reporter.checkpointed(seconds)
 
-    def _maybe_save_best(self, tid: str, model: Any, value: float, epoch: int) -> None:
+    def _flush(self) -> None:
+        """Wait for the save in flight (a SIGTERM, an execution's end)."""
+        t0 = time.monotonic()
+        self.ctx.writer.wait()
+        self.ctx.checkpoint_seconds += time.monotonic() - t0
+
+    def _best_entry(
+        self, tid: str, value: float, epoch: int
+    ) -> tuple[tuple[CheckpointStore, dict[str, Any]], ...]:
+        """The best store and its meta if this epoch is the trial's best so far: the
+        epoch-end checkpoint that follows is then linked into it."""
         if not self.ctx.write or math.isnan(value):
-            return
+            return ()
         store = self._best_store(tid)
-        meta = store.latest_meta()
-        better = meta is None or (
-            value > meta["value"]
-            if self.ctx.spec.tuner.direction == "max"
-            else value < meta["value"]
+        if tid not in self._best_values:
+            meta = store.latest_meta()
+            self._best_values[tid] = None if meta is None else meta["value"]
+        previous = self._best_values[tid]
+        better = previous is None or (
+            value > previous if self.ctx.spec.tuner.direction == "max" else value < previous
         )
-        if better:
-            t0 = time.monotonic()
-            store.save(model_state(model), {"value": value, "epoch": epoch})
-            self.ctx.checkpoint_seconds += time.monotonic() - t0
+        if not better:
+            return ()
+        self._best_values[tid] = value
+        return ((store, {"value": value, "epoch": epoch}),)
 
     # -- best model ---------------------------------------------------------------------
     def load_model(self, trial: Any) -> Any:
         """The trial's best-epoch model, built and restored inside the strategy scope."""
+        self.ctx.writer.wait()
         model = self._build(trial.hyperparameters, self._seed(trial.trial_id, 0))
         best = self._best_store(trial.trial_id).latest()
         if best is None:
@@ -368,6 +409,7 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
             return
         if preemption.requested():
             self.tuner._checkpoint(self.store, self.model, self.epoch, step, self.history)
+            self.tuner._flush()
             log.warning("preempted: checkpoint at epoch %d step %d written", self.epoch, step)
             raise preemption.Preempted()
         due_steps = cp.interval_steps > 0 and self.since_steps >= cp.interval_steps

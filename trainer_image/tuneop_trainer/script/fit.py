@@ -54,6 +54,7 @@ from ..checkpoint import (
     model_state,
     restore_metrics,
     restore_state,
+    volume_errors,
 )
 from ..fingerprint import digest_arrays
 from . import callback_state, runtime
@@ -437,13 +438,14 @@ class ResumableFit:
             "fingerprint": self.fingerprint,
             "datasetIterationsBefore": self.ds_base,
         }
-        self.store.save(arrays, meta)
-        if done and self._kind() == "tf.data":
-            _record_iterations(self.rt.root, self.ds_key, self.ds_iterations)
-        seconds = time.monotonic() - t0
-        self.rt.checkpoints += 1
-        self.rt.checkpoint_seconds += seconds
-        self.rt.reporter.checkpointed(seconds)
+        with volume_errors(self.rt.root):
+            self.rt.writer.submit(self.store, arrays, meta)
+            self.rt.checkpoints += 1
+            self.rt.checkpoint_seconds += time.monotonic() - t0
+            if done:  # the fit's result is durable before the script goes on
+                self.rt.flush_checkpoints()
+                if self._kind() == "tf.data":
+                    _record_iterations(self.rt.root, self.ds_key, self.ds_iterations)
 
     def _history_object(self) -> Any:
         history = self.callbacks._history if hasattr(self, "callbacks") else None
@@ -683,6 +685,8 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
         if preemption.requested():
             if fit.mid_epoch:
                 fit.save(fit.epoch, step)
+            rt.flush_checkpoints()
+            if fit.mid_epoch:
                 log.warning(
                     "preempted: %s checkpointed at epoch %d step %d", fit.label, fit.epoch, step
                 )
@@ -717,4 +721,5 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
         self.since_steps = 0
         self.since_time = time.monotonic()
         if preemption.requested():
+            fit.rt.flush_checkpoints()
             raise preemption.Preempted()

@@ -32,6 +32,7 @@ from tuneop_contract import (
 )
 
 from .. import fingerprint, ktpatch, parallel, preemption
+from ..checkpoint import VOLUME_ERRNOS, VolumeError
 from ..spec import CheckpointSpec, SpecError
 
 log = logging.getLogger(__name__)
@@ -109,8 +110,17 @@ def run_script(
 
         keras.utils.set_random_seed(0)
         code, message = _execute(script, source, args, python_path)
+        if code != EXIT_PREEMPTED:
+            try:
+                rt.flush_checkpoints()
+            except VolumeError as exc:
+                code, message = EXIT_PREEMPTED, exc.message
         if code == EXIT_PREEMPTED:
-            reporter.update(force=True, phase=PHASE_PREEMPTED, message="preempted; resume me")
+            reporter.update(
+                force=True, phase=PHASE_PREEMPTED, message=message or "preempted; resume me"
+            )
+            if message:  # the volume failed: say so in the termination message
+                return fail(code, message)
             log.warning("exiting %d (preempted); checkpoint written", EXIT_PREEMPTED)
             return code
         results = None
@@ -183,6 +193,8 @@ def _execute(
         runpy.run_path(str(script), run_name="__main__")
     except preemption.Preempted:
         return EXIT_PREEMPTED, ""
+    except VolumeError as exc:  # retryable: the previous checkpoint is intact
+        return EXIT_PREEMPTED, exc.message
     except parallel.RoleDone:  # the oracle, or a trial group other than tuner0
         return EXIT_COMPLETED, ""
     except SystemExit as exc:
@@ -200,6 +212,11 @@ def _execute(
         return EXIT_INVALID_SPEC, str(exc)
     except multiworker.PeerLost:
         return EXIT_PREEMPTED, ""
+    except OSError as exc:
+        if exc.errno in VOLUME_ERRNOS:  # e.g. keras-tuner's own files on a full volume
+            return EXIT_PREEMPTED, VolumeError(exc.filename or "/", exc).message
+        log.error("the script raised:\n%s", "".join(traceback.format_exception(exc)))
+        return EXIT_FAILED, _summary(script, exc)
     except keras_tuner.errors.FatalError as exc:
         return EXIT_FAILED, _summary(script, exc)
     except Exception as exc:

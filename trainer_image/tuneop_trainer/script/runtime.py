@@ -4,12 +4,14 @@ per process, installed before the user's script starts."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
 from tuneop_contract import TRIALS_DIR
 
 from .. import seeds
+from ..checkpoint import BackgroundWriter
 from ..progress import Reporter
 from ..spec import CheckpointSpec
 
@@ -39,8 +41,20 @@ class Runtime:
     outer_fits: int = 0  # fits started outside trials
     outer_builds: int = 0
     checkpoints: int = 0
-    checkpoint_seconds: float = 0.0
+    checkpoint_seconds: float = 0.0  # training-thread time spent on checkpoints
     steps: int = 0
+    writer: BackgroundWriter = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.writer = BackgroundWriter(self.root, self.reporter.saved)
+
+    def flush_checkpoints(self) -> None:
+        """Wait for the save in flight (SIGTERM, a fit's end)."""
+        t0 = time.monotonic()
+        try:
+            self.writer.wait()
+        finally:
+            self.checkpoint_seconds += time.monotonic() - t0
 
     def begin_trial(self, trial_id: str) -> None:
         self.trial_id, self.trial_fits, self.trial_builds = str(trial_id), 0, 0

@@ -12,7 +12,9 @@ runs, for every tuner class: the four built-in ones and user subclasses).
 - `BaseTuner._try_run_and_update_trial`: tells the Runtime which trial runs (fit
   checkpoints live under `trials/<id>/`), seeds the trial, and stops between trials on
   SIGTERM (the oracle's state is on disk).
-- `BaseTuner.on_trial_end`: progress (trials completed, best so far).
+- `BaseTuner.on_trial_end`: progress (trials completed, best so far); a COMPLETED
+  trial's fits keep only their final checkpoint (the oracle never re-runs the trial;
+  keras-tuner keeps its own best-epoch weights), so the volume holds one state per trial.
 - keras-tuner's `SaveBestEpoch` writes the best epoch's weights atomically.
 """
 
@@ -28,9 +30,11 @@ import keras
 import keras_tuner
 from keras_tuner.src.engine import base_tuner, tuner_utils
 from keras_tuner.src.engine import tuner as tuner_module
-from tuneop_contract import TUNER_DIR
+from keras_tuner.src.engine.trial import TrialStatus
+from tuneop_contract import TRIALS_DIR, TUNER_DIR
 
 from .. import failed_trials, parallel, preemption, scope, seeds
+from ..checkpoint import CheckpointStore
 from ..results import planned_trials, search_progress
 from . import runtime
 
@@ -189,6 +193,11 @@ def _patch_trial_end() -> None:
     @functools.wraps(original)
     def on_trial_end(self: Any, trial: Any) -> None:
         original(self, trial)
+        rt = _rt()
+        if rt.write and getattr(trial, "status", None) == TrialStatus.COMPLETED:
+            rt.flush_checkpoints()
+            for fit_dir in (rt.root / TRIALS_DIR / str(trial.trial_id)).glob("fit-*"):
+                CheckpointStore(fit_dir).remove(keep=1)
         report_search(self)
 
     base_tuner.BaseTuner.on_trial_end = on_trial_end
