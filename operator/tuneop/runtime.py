@@ -22,8 +22,8 @@ Obj = dict[str, Any]
 Key = tuple[str, str]
 
 FINISHED_RECHECK_SECONDS = 600.0
-"""A finished job is re-read this rarely (a level-based safety net); its spec changes,
-its pods' events and its TTL wake it sooner."""
+"""A finished job, or a suspended one with no pod left, is re-read this rarely (a
+level-based safety net); its spec changes, its pods' events and its TTL wake it sooner."""
 
 CHILD_CONFLICT = "ChildConflict"
 """Reason (condition Running, Warning Event) while a child's name is taken by an object
@@ -129,9 +129,15 @@ class Runtime:
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
             metrics.JOBS.recovered(reason, seconds)
-        if not decision.finished or decision.delete_job:
+        if decision.delete_job:
             return None
-        return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
+        if decision.finished:
+            return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
+        if spec.suspend and not pods:
+            # nothing runs and nothing can change by itself: resuming is a spec change
+            # and a new pod an event, both of which wake the loop
+            return FINISHED_RECHECK_SECONDS
+        return None
 
     def _report_blocked(
         self,

@@ -56,13 +56,19 @@ def image_name(image: str) -> str:
     return "/".join(parts)
 
 
-def container_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
+def container_argv(
+    container: Mapping[str, Any],
+    env: Mapping[str, str],
+    modules: Mapping[str, str] | None = None,
+) -> list[str]:
     """The local command line for a container (the image mapping rule).
 
     ``command`` + ``args`` with ``$(VAR)`` expanded from the container env; without a
     command, the image's entry point from :data:`IMAGE_ENTRYPOINTS` + ``args`` (or the
     image's default args if the container has none), else ``sleep infinity``. A leading
-    ``python``/``python3``/``python3.X`` becomes ``sys.executable`` (the repo virtualenv)."""
+    ``python``/``python3``/``python3.X`` becomes ``sys.executable`` (the repo virtualenv);
+    ``python -m M`` runs ``modules[M]`` instead when given (a stand-in program, e.g. the
+    benchmark's trainer without TensorFlow)."""
     command = [expand(c, env) for c in container.get("command") or []]
     args = [expand(a, env) for a in container.get("args") or []]
     if not command:
@@ -75,6 +81,8 @@ def container_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list
     argv = command + args
     if PYTHON_NAME.match(argv[0]):
         argv[0] = sys.executable
+        if modules and len(argv) > 2 and argv[1] == "-m" and argv[2] in modules:
+            argv[2] = modules[argv[2]]
     return argv
 
 
