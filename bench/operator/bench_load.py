@@ -44,24 +44,20 @@ from kubernetes import client, watch  # noqa: E402
 
 from tests.e2e.harness import Kubectl, Operator, sample, wait_for  # noqa: E402
 from tests.localcluster import disruption  # noqa: E402
+from tests.localcluster import standin_trainer as standin  # noqa: E402
 from tests.localcluster.cluster import LocalCluster  # noqa: E402
 from tests.localcluster.controlplane import ControlPlane  # noqa: E402
 from tests.localcluster.nodeagent.agent import NodeConfig  # noqa: E402
 
 NS = "bench"
 OUT = ROOT / "bench" / "results" / "operator-load.json"
-STANDIN = {"tuneop_trainer": "tests.localcluster.standin_trainer"}
 GROUP, VERSION, PLURAL = "tuneop.io", "v1alpha1", "tuningjobs"
 REQUEST_LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def job(name: str, *, suspend: bool, trials: int, seconds: float) -> dict[str, Any]:
-    env = [
-        {"name": "STANDIN_TRIALS", "value": str(trials)},
-        {"name": "STANDIN_TRIAL_SECONDS", "value": str(seconds)},
-    ]
-    doc = sample(name, NS, suspend=suspend, env=env, resources={})
+    doc = sample(name, NS, suspend=suspend, env=standin.env(trials, seconds), resources={})
     doc["spec"]["distribution"] = {"strategy": "Auto", "workers": 1, "gpusPerWorker": 0}
     doc["spec"]["terminationGracePeriodSeconds"] = 5
     return doc
@@ -224,7 +220,7 @@ def main() -> int:
     try:
         cp.start()
         nodes = [NodeConfig(name="node-0", gpus=0, cpu="64", memory="256Gi", pods=250)]
-        cluster = LocalCluster(cp, work / "cluster", nodes=nodes, modules=STANDIN)
+        cluster = LocalCluster(cp, work / "cluster", nodes=nodes)
         cluster.start()
         kubectl = Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig)
         kubectl.install_crds()

@@ -53,7 +53,9 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.watching.label_selectors[POD_RESOURCE] = POD_SELECTOR
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    timeout = _runtime(memo).config.request_timeout_seconds
+    config = _runtime(memo).config
+    settings.peering.lifetime = config.peering_lifetime_seconds
+    timeout = config.request_timeout_seconds
     settings.networking.request_timeout = timeout
     settings.networking.connect_timeout = timeout
 

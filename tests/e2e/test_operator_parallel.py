@@ -55,12 +55,6 @@ def submit(
     return job
 
 
-def claim_dir(e2e: Env, namespace: str, job: str = "search") -> Path:
-    pvc = e2e.kubectl.json("get", "pvc", f"{job}-ckpt", "-n", namespace)
-    pv = e2e.kubectl.json("get", "pv", pvc["spec"]["volumeName"])
-    return Path(pv["spec"]["hostPath"]["path"])
-
-
 def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """keras-tuner's trial records (one per trial) and the oracle's state."""
     (project,) = [p for p in (root / contract.TUNER_DIR).iterdir() if (p / "oracle.json").exists()]
@@ -70,7 +64,7 @@ def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def check_search(e2e: Env, namespace: str, expected: int = TRIALS) -> dict[str, Any]:
     """`expected` distinct trials, each COMPLETED, each ended once; results.json agrees."""
-    root = claim_dir(e2e, namespace)
+    root = e2e.claim_dir(namespace)
     trials, oracle = search_on_claim(root)
     ids = [t["trial_id"] for t in trials]
     assert len(ids) == expected == len(set(ids)), ids

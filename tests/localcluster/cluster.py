@@ -72,12 +72,8 @@ class LocalCluster:
         control_plane: ControlPlane,
         workdir: Path,
         nodes: Iterable[NodeConfig] | None = None,
-        modules: dict[str, str] | None = None,
     ) -> None:
-        """`modules`: `python -m` substitutions every node agent applies to containers
-        (e.g. {"tuneop_trainer": "tests.localcluster.standin_trainer"})."""
         self.control_plane = control_plane
-        self.modules = dict(modules or {})
         self.workdir = Path(workdir).resolve()
         self.configs = list(nodes) if nodes is not None else node_configs()
         self.api = control_plane.api_client()
@@ -129,7 +125,6 @@ class LocalCluster:
             cert,
             index=self._next_index,
             kubernetes_version=tools.versions()["KUBERNETES_VERSION"],
-            modules=self.modules,
         )
         self._next_index += 1
         self.agents[config.name] = agent

@@ -2,15 +2,16 @@
 the progress contract without TensorFlow, for operator tests and benchmarks where the
 search itself does not matter.
 
-The node agent runs it in place of `python -m tuneop_trainer` (LocalCluster(modules=
-{"tuneop_trainer": "tests.localcluster.standin_trainer"})). Like the real trainer it
+The node agent runs it in place of `python -m tuneop_trainer` for a job whose spec.env
+is `env(...)` (podspec.MODULE_ENV names this module). Like the real trainer it
 reports through tuneop_trainer.progress.Reporter (progress.json on the volume, the
 job's progress ConfigMap, /progress), resumes from results.json on the volume (a
 restore), exits 75 on SIGTERM and, after its last trial, writes results.json and the
 final summary in its termination message and exits 0. A "trial" is a sleep; trial i
 scores i / trials, so the last trial is the best.
 
-Env: STANDIN_TRIALS (default 2), STANDIN_TRIAL_SECONDS (default 1.0).
+Env: STANDIN_TRIALS (default 2), STANDIN_TRIAL_SECONDS (default 1.0); TUNEOP_ names
+are the operator's.
 """
 
 from __future__ import annotations
@@ -38,8 +39,20 @@ from tuneop_contract import (
 )
 from tuneop_trainer.progress import Reporter
 
+from tests.localcluster.nodeagent.podspec import MODULE_ENV
+
+MODULE = "tests.localcluster.standin_trainer"
 ENV_TRIALS = "STANDIN_TRIALS"
 ENV_TRIAL_SECONDS = "STANDIN_TRIAL_SECONDS"
+
+
+def env(trials: int, seconds: float) -> list[dict[str, str]]:
+    """A TuningJob's spec.env that runs this stand-in: `trials` trials of `seconds`."""
+    return [
+        {"name": MODULE_ENV, "value": MODULE},
+        {"name": ENV_TRIALS, "value": str(trials)},
+        {"name": ENV_TRIAL_SECONDS, "value": str(seconds)},
+    ]
 
 
 def trial_id(index: int) -> str:

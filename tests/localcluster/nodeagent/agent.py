@@ -69,11 +69,8 @@ class NodeAgent:
         serving_cert: tuple[Path, Path],
         index: int = 0,
         kubernetes_version: str = "v0.0.0",
-        modules: dict[str, str] | None = None,
     ) -> None:
         self.config = config
-        self.modules = dict(modules or {})
-        """`python -m` module substitutions for containers (podspec.container_argv)."""
         self.name = config.name
         self.api = api
         self.core = client.CoreV1Api(api)

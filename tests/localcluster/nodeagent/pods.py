@@ -273,7 +273,7 @@ class PodWorker(threading.Thread):
                 self.pod, c.spec, self.pod_ip, self.agent.host_ip, self.builder.lookup,
                 self.agent.base_env(self.pod, self.pod_ip),
             )  # fmt: skip
-            argv = podspec.container_argv(c.spec, env, self.agent.modules)
+            argv = podspec.container_argv(c.spec, env)
             mounts = [
                 {"source": str(self.hosts_path), "target": "/etc/hosts"},
                 {
