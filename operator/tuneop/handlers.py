@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 
 from . import kube, metrics, names
+from .fence import Frozen
 from .runtime import Runtime, job_of
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
@@ -60,6 +61,21 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.networking.connect_timeout = timeout
 
 
+@kopf.on.startup()
+async def start_fence(memo: Any, **_: Any) -> None:
+    """The fence's ticker runs on kopf's event loop: a gap in it is a frozen process."""
+    runtime = _runtime(memo)
+    if runtime.kube.fence is not None:
+        runtime.fence_task = asyncio.create_task(runtime.kube.fence.run())
+
+
+@kopf.on.cleanup()
+async def stop_fence(memo: Any, **_: Any) -> None:
+    task = _runtime(memo).fence_task
+    if task is not None:
+        task.cancel()
+
+
 @kopf.daemon(*RESOURCE, id="reconcile", cancellation_timeout=10.0)
 async def reconcile(
     namespace: str | None, name: str, stopped: kopf.DaemonStopped, logger: Any, memo: Any, **_: Any
@@ -104,6 +120,9 @@ async def _pass(
         idle = await asyncio.to_thread(runtime.reconcile_once, namespace, name, logger)
     except kube.StaleGroup as err:
         log.info("%s: %s (waiting)", job, err)
+        return 0, None
+    except Frozen as err:
+        log.warning("%s: %s", job, err)
         return 0, None
     except kube.ApiError as err:
         if err.status == 409:

@@ -41,6 +41,7 @@ class Runtime:
         self._triggers: dict[Key, asyncio.Event] = {}
         self._seen: dict[Key, dict[str, Obj]] = {}
         self._ignored: dict[Key, tuple[str, ...]] = {}
+        self.fence_task: asyncio.Task[None] | None = None
 
     def trigger(self, key: Key) -> asyncio.Event:
         with self._lock:
@@ -74,6 +75,8 @@ class Runtime:
         classification needs), its progress ConfigMap and the user's script ConfigMap;
         decide; apply. Returns how long the next pass may wait when that is longer than
         the normal interval (a finished job), else None."""
+        if self.kube.fence is not None:
+            self.kube.fence.begin()
         job = self.kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None

@@ -96,11 +96,16 @@ def test_a_leader_frozen_mid_pass_and_resumed_after_failover_undoes_nothing(
     second.start()
     frozen = False
     try:
-        wait_for(
-            lambda: leader(first) and not leader(second) and not leader(e2e.operator),
-            60,
-            "the first replica leading, the others paused",
-        )
+        try:
+            wait_for(
+                lambda: leader(first) and not leader(second) and not leader(e2e.operator),
+                60,
+                "the first replica leading, the others paused",
+            )
+        except TimeoutError as err:
+            logs = [o.log_tail(15) for o in (first, second, e2e.operator)]
+            leaders = [leader(o) for o in (first, second, e2e.operator)]
+            raise AssertionError(f"{err}: {leaders}\n" + "\n---\n".join(logs)) from None
         ns = e2e.namespace("failover")
         trials = 8
         submit(e2e, ns, trials, 1.0)
@@ -130,8 +135,10 @@ def test_a_leader_frozen_mid_pass_and_resumed_after_failover_undoes_nothing(
         os.kill(first.process.pid, signal.SIGCONT)
         frozen = False
         wait_for(lambda: leader(first) and not leader(second), 60, "the first leading again")
-        final = check_final(e2e, ns, trials, preemptions=1, failures=0, restarts=0, restores=1)
+        final = check_final(e2e, ns, trials, preemptions=1, failures=0, restarts=1, restores=1)
         assert pod_uids(e2e, ns) == [(new_uid, "1")], (at_freeze, final)
+        for replica in (first, second):  # neither even tried to delete the new pod
+            assert f"uid {new_uid}" not in replica.log_tail(5000)
         reasons = e2e.reasons(ns)
         assert reasons.count("Preempted") == 1 and reasons.count("Created") == 2, reasons
     finally:
