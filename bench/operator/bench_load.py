@@ -268,6 +268,8 @@ def main() -> int:
         result["operator_reconcile_errors"] = next(
             (float(line.split()[-1]) for line in operator.metrics().splitlines()
              if line.startswith("tuneop_reconcile_errors_total ")), None)  # fmt: skip
+        log = operator.log_path.read_text(errors="replace")
+        result["passes_dropped_by_fence"] = log.count("did not run for over")
     finally:
         if watcher is not None:
             watcher.stop.set()
@@ -307,6 +309,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
         ("operator RSS MB after restart", result["operator_rss_mb_after_restart"]["VmRSS"]),
         ("s to reconcile all after restart", result["seconds_to_reconcile_all_after_restart"]),
         ("s to settle the added idle jobs", result["seconds_to_settle_added_jobs"]),
+        ("passes dropped by the fence (loop stalls)", result["passes_dropped_by_fence"]),
     ]:
         print(f"{key:48} {value!s:>10}")
     print(f"({args.active} active, {args.finished} finished, the rest suspended; JSON: {OUT})")
