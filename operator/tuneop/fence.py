@@ -64,6 +64,11 @@ class Fence:
         """This thread's pass had its status patch accepted: no more checks for it."""
         self._local.start = None
 
+    def end(self) -> None:
+        """This thread's pass is over: the thread may serve other work next (kopf's
+        handler threads), which began no pass and is not checked."""
+        self._local.start = None
+
     def check(self) -> None:
         """Before a write on this thread: raise Frozen if the process was frozen since
         the pass began (a thread that began no pass is not checked)."""

@@ -74,9 +74,23 @@ class Runtime:
         """One level-based pass: read the job, its pods (and the nodes their
         classification needs), its progress ConfigMap and the user's script ConfigMap;
         decide; apply. Returns how long the next pass may wait when that is longer than
-        the normal interval (a finished job), else None."""
-        if self.kube.fence is not None:
-            self.kube.fence.begin()
+        the normal interval (a finished job), else None. Its writes ask the fence
+        (tuneop.fence) whether the process was frozen since the pass began."""
+        fence = self.kube.fence
+        if fence is not None:
+            fence.begin()
+        try:
+            return self._reconcile(namespace, name, logger)
+        finally:
+            if fence is not None:
+                fence.end()
+
+    def _reconcile(
+        self,
+        namespace: str,
+        name: str,
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    ) -> float | None:
         job = self.kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None

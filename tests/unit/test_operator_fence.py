@@ -111,3 +111,20 @@ def test_after_its_status_patch_a_pass_carries_out_the_rest():
     clock.now += FREEZE_SECONDS + 1
     fence.tick()
     fence.check()
+
+
+def test_a_pass_ends_with_its_thread_unchecked():
+    """reconcile_once ends its pass: a kopf handler run later on the same thread (the
+    cleanup) is not judged by that pass's start."""
+    from tuneop.config import Config
+    from tuneop.runtime import Runtime
+
+    from tests.unit.test_operator_kube import LOG, MemoryKube
+
+    clock = Clock()
+    client = MemoryKube({})
+    client.fence = Fence(clock=clock)
+    Runtime(Config.from_env({}), client).reconcile_once("ns", "j", LOG)
+    clock.now += FREEZE_SECONDS + 1
+    client.fence.tick()
+    client.fence.check()
