@@ -128,7 +128,11 @@ test-e2e: venv cluster-tools ## Operator end-to-end tests on the local cluster (
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 .PHONY: bench-operator
-bench-operator: venv cluster-tools ## Operator benchmark: status lag, eviction → replacement → restore → bench/results/operator.json
+bench-operator: bench-operator-load venv cluster-tools ## Operator benchmark: status lag, eviction → replacement → restore → bench/results/operator.json
 	$(PY) bench/operator/bench_operator.py
+
+.PHONY: bench-operator-load
+bench-operator-load: venv cluster-tools ## 1,000 TuningJobs (stand-in trainer): API requests/s, reconcile latency, RSS, restart → bench/results/operator-load.json
+	$(PY) bench/operator/bench_load.py $(BENCH_LOAD_ARGS)
 
 bench: bench-operator

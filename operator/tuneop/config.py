@@ -34,6 +34,10 @@ class Config:
     """Cluster-wide kopf peering object; empty string = standalone (no peering)."""
     priority: int = 0
     """kopf peering priority; replicas must differ (default: random per process)."""
+    peering_lifetime_seconds: int = 60
+    """How long the other replicas take this one's peering record as alive after its
+    last keep-alive (sent every lifetime - 5..10 s): how soon a standby takes over from
+    a replica that crashed or froze. kopf's default."""
     reconcile_seconds: float = 2.0
     """Longest time between two reconciliations of a job (pod events wake it sooner)."""
     trainer_metrics_port: int = contract.DEFAULT_METRICS_PORT
@@ -97,6 +101,9 @@ class Config:
             health_port=integer("HEALTH_PORT", 8081, 0, 65535),
             peering_name=peering,
             priority=integer("PRIORITY", random.randint(1, 2**31 - 1), 0, 2**31 - 1),
+            peering_lifetime_seconds=integer(
+                "PEERING_LIFETIME_SECONDS", cls.peering_lifetime_seconds, 2, 3600
+            ),
             reconcile_seconds=interval,
             trainer_metrics_port=integer(
                 "TRAINER_METRICS_PORT", contract.DEFAULT_METRICS_PORT, 0, 65535

@@ -14,6 +14,7 @@ from typing import Any
 import kopf
 
 from . import health, kube, metrics, names
+from .fence import Frozen
 from .runtime import Runtime, job_of
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
@@ -61,9 +62,26 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.watching.label_selectors[POD_RESOURCE] = POD_SELECTOR
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
-    timeout = _runtime(memo).config.request_timeout_seconds
+    config = _runtime(memo).config
+    settings.peering.lifetime = config.peering_lifetime_seconds
+    timeout = config.request_timeout_seconds
     settings.networking.request_timeout = timeout
     settings.networking.connect_timeout = timeout
+
+
+@kopf.on.startup()
+async def start_fence(memo: Any, **_: Any) -> None:
+    """The fence's ticker runs on kopf's event loop: a gap in it is a frozen process."""
+    runtime = _runtime(memo)
+    if runtime.kube.fence is not None:
+        runtime.fence_task = asyncio.create_task(runtime.kube.fence.run())
+
+
+@kopf.on.cleanup()
+async def stop_fence(memo: Any, **_: Any) -> None:
+    task = _runtime(memo).fence_task
+    if task is not None:
+        task.cancel()
 
 
 @kopf.daemon(*RESOURCE, id="reconcile", cancellation_timeout=10.0)
@@ -117,6 +135,9 @@ async def _pass(
     except kube.StaleGroup as err:
         log.info("%s: %s (waiting)", job, err)
         loops.succeeded(key)
+        return 0, None
+    except Frozen as err:
+        log.warning("%s: %s", job, err)
         return 0, None
     except kube.ApiError as err:
         if err.status == 409:

@@ -17,6 +17,7 @@ import kubernetes
 
 from . import builders, names, queue
 from .decision import Decision, Event
+from .fence import Fence
 from .groups import group_named
 from .spec import JobSpec
 
@@ -104,15 +105,20 @@ DEFAULT_TIMEOUT = 30.0
 
 
 class Kube:
+    fence: Fence | None = None
+
     def __init__(
         self,
         configuration: kubernetes.client.Configuration | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
+        fence: Fence | None = None,
     ) -> None:
         self.api = kubernetes.client.ApiClient(configuration or load_config())
         self.timeout = timeout
         """Seconds for a whole call (config: TUNEOP_OPERATOR_REQUEST_TIMEOUT_SECONDS)."""
+        self.fence = fence
+        """Asked before every write (fence.Frozen: the pass read before a freeze)."""
 
     def request(
         self,
@@ -123,6 +129,8 @@ class Kube:
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
     ) -> Obj | None:
+        if method != "GET" and self.fence is not None:
+            self.fence.check()
         url_path = path + ("?" + urllib.parse.urlencode(query) if query else "")
         _, url, headers, body_, _ = self.api.param_serialize(
             method=method,
@@ -383,6 +391,8 @@ def apply(
     if decision.status:
         rv = meta.get("resourceVersion")
         kube.patch_status(namespace, name, decision.status, resource_version=rv)
+        if kube.fence is not None:
+            kube.fence.committed()  # accepted as current: carry out the rest (fence.py)
     for ref in decision.release_pods:
         if kube.release_pod(namespace, ref.name, ref.uid):
             logger.info("released pod %s from its Kueue pod group", ref.name)

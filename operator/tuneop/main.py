@@ -12,6 +12,7 @@ import kopf
 from . import handlers as _handlers  # registers the handlers
 from . import kube, metrics
 from .config import Config, ConfigError
+from .fence import Fence
 from .runtime import Runtime
 
 del _handlers
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("kopf.objects").addFilter(_QuietPodEvents())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    client = kube.Kube(timeout=config.request_timeout_seconds)
+    client = kube.Kube(timeout=config.request_timeout_seconds, fence=Fence())
     metrics.register()
     if config.peering_name:
         metrics.follow_peering()  # a standby replica exports no job series

@@ -321,7 +321,10 @@ class PeeringLeadership(logging.Handler):
 
 
 def follow_peering(jobs: JobMetrics | None = None) -> PeeringLeadership:
-    """Attach a PeeringLeadership to kopf's peering logger (idempotent)."""
+    """Attach a PeeringLeadership to kopf's peering logger (idempotent) and start as a
+    standby: with a named peering kopf starts paused and logs only changes, so a replica
+    that joins behind a live leader logs nothing; kopf's "Resuming" makes it the leader."""
+    (jobs or JOBS).set_leader(False)
     logger = logging.getLogger(PEERING_LOGGER)
     for handler in logger.handlers:
         if isinstance(handler, PeeringLeadership):

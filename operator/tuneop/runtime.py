@@ -24,8 +24,8 @@ Key = tuple[str, str]
 log = logging.getLogger(__name__)
 
 FINISHED_RECHECK_SECONDS = 600.0
-"""A finished job is re-read this rarely (a level-based safety net); its spec changes,
-its pods' events and its TTL wake it sooner."""
+"""A finished job, or a suspended one with no pod left, is re-read this rarely (a
+level-based safety net); its spec changes, its pods' events and its TTL wake it sooner."""
 
 CHILD_CONFLICT = "ChildConflict"
 """Reason (condition Running, Warning Event) while a child's name is taken by an object
@@ -43,6 +43,7 @@ class Runtime:
         self._triggers: dict[Key, asyncio.Event] = {}
         self._seen: dict[Key, dict[str, Obj]] = {}
         self._ignored: dict[Key, tuple[str, ...]] = {}
+        self.fence_task: asyncio.Task[None] | None = None
 
     def trigger(self, key: Key) -> asyncio.Event:
         with self._lock:
@@ -75,7 +76,23 @@ class Runtime:
         """One level-based pass: read the job, its pods (and the nodes their
         classification needs), its progress ConfigMap and the user's script ConfigMap;
         decide; apply. Returns how long the next pass may wait when that is longer than
-        the normal interval (a finished job), else None."""
+        the normal interval (a finished job), else None. Its writes ask the fence
+        (tuneop.fence) whether the process was frozen since the pass began."""
+        fence = self.kube.fence
+        if fence is not None:
+            fence.begin()
+        try:
+            return self._reconcile(namespace, name, logger)
+        finally:
+            if fence is not None:
+                fence.end()
+
+    def _reconcile(
+        self,
+        namespace: str,
+        name: str,
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    ) -> float | None:
         job = self.kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None
@@ -131,9 +148,15 @@ class Runtime:
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
             metrics.JOBS.recovered(reason, seconds)
-        if not decision.finished or decision.delete_job:
+        if decision.delete_job:
             return None
-        return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
+        if decision.finished:
+            return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
+        if spec.suspend and not pods:
+            # nothing runs and nothing can change by itself: resuming is a spec change
+            # and a new pod an event, both of which wake the loop
+            return FINISHED_RECHECK_SECONDS
+        return None
 
     def _report_blocked(
         self,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Kubectl, Operator, sample, wait_for, wait_mid_epoch
+from tests.e2e.harness import Kubectl, Operator, claim_dir, sample, wait_for, wait_mid_epoch
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.controlplane import ControlPlane
 
@@ -39,6 +39,8 @@ SEARCH = {
 
 
 STEPS_PER_EPOCH = 768 * 3 // 4 // 32  # training samples // batch size
+SESSION_PRIORITY = 100
+"""kopf peering priority of the session's operator."""
 
 
 class Env:
@@ -108,6 +110,10 @@ class Env:
         except (TimeoutError, AssertionError) as err:
             raise AssertionError(f"{err}\n{self.diagnose(namespace, name)}") from None
 
+    def claim_dir(self, namespace: str, name: str = "search") -> Path:
+        """The host directory behind the job's checkpoint claim."""
+        return claim_dir(self.kubectl, namespace, name)
+
     def reasons(self, namespace: str, name: str = "search") -> list[str]:
         return [e["reason"] for e in self.kubectl.events(namespace, name)]
 
@@ -138,7 +144,11 @@ def e2e(
     cluster: LocalCluster, kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Env]:
     log = Path(tmp_path_factory.mktemp("operator")) / "operator.log"
-    operator = Operator(cluster.control_plane.kubeconfig, log).start()
+    # a low peering priority: a test's own replicas (tests/e2e/test_operator_failover.py)
+    # outrank it, and it pauses while they run
+    operator = Operator(
+        cluster.control_plane.kubeconfig, log, TUNEOP_OPERATOR_PRIORITY=str(SESSION_PRIORITY)
+    ).start()
     try:
         yield Env(cluster, kubectl, operator)
     finally:

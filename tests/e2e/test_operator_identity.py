@@ -13,7 +13,6 @@ from tuneop_contract import OWNER_FILE
 
 from tests.e2e.conftest import Env
 from tests.e2e.test_operator_lifecycle import condition
-from tests.e2e.test_operator_parallel import claim_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
@@ -63,6 +62,6 @@ def test_a_recreated_job_resumes_the_old_search_only_when_adopting(
     assert final["bestTrial"]["score"] == pytest.approx(reference["bestTrial"]["score"], abs=1e-6)
     assert reasons_of(e2e, ns, new_uid)[-1] == "Completed"
     # the volume is the new job's now: its record names the new uid
-    owner = json.loads((claim_dir(e2e, ns) / OWNER_FILE).read_text())
+    owner = json.loads((e2e.claim_dir(ns) / OWNER_FILE).read_text())
     assert owner["uid"] == new_uid and owner["adoptedFrom"] == [old_uid], owner
     e2e.kubectl("delete", "tj", "search", "-n", ns, "--wait=false")

@@ -17,7 +17,7 @@ import tuneop_contract as contract
 from tuneop.status import parse_time
 
 from tests.e2e.conftest import SEARCH, Env
-from tests.e2e.harness import ROOT, Operator, claim_dir, sample, wait_for
+from tests.e2e.harness import ROOT, Operator, sample, wait_for
 from tests.localcluster import disruption
 from tests.localcluster.nodeagent.agent import NodeConfig
 
@@ -94,7 +94,7 @@ def test_sample_runs_to_completion(e2e: Env, tmp_path: Path):
     # The results copied off the claim with the one-line recipe are the claim's files.
     fetched = fetch_results(e2e, ns, "emg-cnn", tmp_path / "out")
     assert fetched.returncode == 0, fetched.stderr
-    claim = claim_dir(e2e.kubectl, ns, "emg-cnn")
+    claim = e2e.claim_dir(ns, "emg-cnn")
     for name in (contract.RESULTS_FILE, contract.BEST_MODEL_FILE):
         assert sha256(tmp_path / "out" / name) == sha256(claim / name), name
     results = json.loads((tmp_path / "out" / contract.RESULTS_FILE).read_text())

@@ -13,7 +13,6 @@ from tuneop_contract import RESULTS_FILE
 
 from tests.e2e.conftest import Env
 from tests.e2e.oom_models import BALLAST_MB
-from tests.e2e.test_operator_parallel import claim_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
@@ -40,7 +39,7 @@ def test_a_trial_that_runs_out_of_memory_is_failed_and_the_search_completes(e2e:
     final = e2e.wait_phase(ns, "Succeeded", timeout=300)
     assert final["trialOOMs"] == 1 and final["failures"] == 0, final
     [oom] = final["oomTrials"]
-    results = json.loads((claim_dir(e2e, ns) / RESULTS_FILE).read_text())
+    results = json.loads((e2e.claim_dir(ns) / RESULTS_FILE).read_text())
     trials = {t["trialId"]: t for t in results["trials"]}
     assert len(trials) == len(BALLAST_MB), trials
     assert trials[oom]["status"] == "FAILED", trials[oom]

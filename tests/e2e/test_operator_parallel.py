@@ -17,7 +17,7 @@ import pytest
 import tuneop_contract as contract
 
 from tests.e2e.conftest import Env
-from tests.e2e.harness import claim_dir, sample, script_sample, trainer_progress
+from tests.e2e.harness import sample, script_sample, trainer_progress
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
@@ -63,7 +63,7 @@ def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def check_search(e2e: Env, namespace: str, expected: int = TRIALS) -> dict[str, Any]:
     """`expected` distinct trials, each COMPLETED, each ended once; results.json agrees."""
-    root = claim_dir(e2e.kubectl, namespace, "search")
+    root = e2e.claim_dir(namespace)
     trials, oracle = search_on_claim(root)
     ids = [t["trial_id"] for t in trials]
     assert len(ids) == expected == len(set(ids)), ids

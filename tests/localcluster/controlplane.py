@@ -186,6 +186,29 @@ class ControlPlane:
             comp.stop()
         _live.discard(self)
 
+    def kill_apiserver(self) -> None:
+        """SIGKILL kube-apiserver (a crash): every client sees connection refused until
+        start_apiserver(). etcd and the other components keep running."""
+        (comp,) = [c for c in self._components if c.name == "kube-apiserver"]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(comp.pgid, signal.SIGKILL)
+        comp.process.wait()
+        while comp.group_alive():
+            time.sleep(0.05)
+        self._components.remove(comp)
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again (same port, flags and etcd) after
+        kill_apiserver(); returns once /readyz is ok."""
+        self._start_apiserver()
+        self._wait("kube-apiserver", lambda: self._http_ok(f"{self.server}/readyz", b"ok"))
+
+    def restart_apiserver(self, down_seconds: float = 0.0) -> None:
+        """kill_apiserver(), `down_seconds` of outage, start_apiserver()."""
+        self.kill_apiserver()
+        time.sleep(down_seconds)
+        self.start_apiserver()
+
     @staticmethod
     def leftover_pids(pids: list[int]) -> list[int]:
         """Which of ``pids`` (e.g. a saved ``self.pids``) still exist (not zombies)."""

@@ -374,3 +374,20 @@ def test_the_pod_watch_is_filtered_by_the_api_server():
         f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_JOB}"
     ]
     assert settings.watching.label_selectors.collect(jobs) == []
+
+
+def test_a_suspended_job_rests_once_its_pods_are_gone():
+    """Idle jobs cost nothing per pass: a suspended job still stopping its pod is
+    re-read at the normal interval, one with no pod left only as a safety net."""
+    spec = builders.JobSpec.from_dict(_running_job()["spec"])
+    pod = builders.build_pod(JOB, spec, 0, 0)
+    pod["spec"]["nodeName"] = "n1"
+    pod["status"] = {"phase": "Running"}
+    job = _running_job(phase="Running")
+    job["spec"]["suspend"] = True
+    stopping = NodeCountingKube(job, {("Pod", "j-worker-0"): pod})
+    assert Runtime(Config.from_env({}), stopping).reconcile_once("ns", "j", LOG) is None
+    job = _running_job(phase="Suspended", attemptStarted=False)
+    job["spec"]["suspend"] = True
+    idle = Runtime(Config.from_env({}), NodeCountingKube(job, {})).reconcile_once("ns", "j", LOG)
+    assert idle == runtime_mod.FINISHED_RECHECK_SECONDS

@@ -205,8 +205,8 @@ def test_leadership_follows_kopfs_own_peering_decisions():
     def event(status: dict) -> dict:
         return {"type": "MODIFIED", "object": {"metadata": {"name": "tuneop"}, "status": status}}
 
-    async def scenario() -> list[bool]:
-        conflicts = aiotoggles.Toggle()
+    async def scenario(paused: bool = False) -> list[bool]:
+        conflicts = aiotoggles.Toggle(paused)
         pressure = asyncio.Event()
         pressure.set()  # a newer peering event is waiting: no sleep, no keep-alive PATCH
         seen = []
@@ -230,6 +230,13 @@ def test_leadership_follows_kopfs_own_peering_decisions():
     try:
         assert jobs.leader
         assert asyncio.run(scenario()) == [False, True]
+        # a named peering starts paused (kopf: mandatory, the toggle preactivated): a
+        # replica that joins behind a live leader logs nothing and must read 0 from the
+        # start, as follow_peering sets it
+        logger.removeHandler(handler)
+        handler = metrics.follow_peering(jobs)
+        assert not jobs.leader
+        assert asyncio.run(scenario(paused=True)) == [False, True]
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)

@@ -67,6 +67,11 @@ def test_config_from_env_validates():
     assert (bounded.request_timeout_seconds, bounded.error_backoff_max_seconds) == (5.0, 120.0)
     with pytest.raises(ConfigError, match="REQUEST_TIMEOUT_SECONDS"):
         Config.from_env({"TUNEOP_OPERATOR_REQUEST_TIMEOUT_SECONDS": "0"})
+    assert config.peering_lifetime_seconds == 60
+    lifetime = Config.from_env({"TUNEOP_OPERATOR_PEERING_LIFETIME_SECONDS": "6"})
+    assert lifetime.peering_lifetime_seconds == 6
+    with pytest.raises(ConfigError, match="PEERING_LIFETIME_SECONDS"):
+        Config.from_env({"TUNEOP_OPERATOR_PEERING_LIFETIME_SECONDS": "1"})
 
 
 SCRIPT = {"image": "img", "script": {"configMap": {"name": "s"}}}

@@ -38,6 +38,10 @@ IMAGE_ENTRYPOINTS: dict[str, tuple[list[str], list[str]]] = {
 and registry ignored), mirroring the Dockerfiles. Images not listed run
 ``sleep infinity``, like a pause container."""
 PAUSE_ARGV = ["sleep", "infinity"]
+MODULE_ENV = "LOCALCLUSTER_PYTHON_MODULE"
+"""Container env naming a module that replaces the container's ``python -m`` module:
+how a test or benchmark opts one job into a stand-in program (through the TuningJob's
+spec.env) while the other pods of the cluster run the real trainer."""
 
 PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
 
@@ -62,7 +66,9 @@ def container_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list
     ``command`` + ``args`` with ``$(VAR)`` expanded from the container env; without a
     command, the image's entry point from :data:`IMAGE_ENTRYPOINTS` + ``args`` (or the
     image's default args if the container has none), else ``sleep infinity``. A leading
-    ``python``/``python3``/``python3.X`` becomes ``sys.executable`` (the repo virtualenv)."""
+    ``python``/``python3``/``python3.X`` becomes ``sys.executable`` (the repo virtualenv);
+    with :data:`MODULE_ENV` in the container env, ``python -m M`` runs that module instead
+    (a stand-in program, e.g. tests.localcluster.standin_trainer)."""
     command = [expand(c, env) for c in container.get("command") or []]
     args = [expand(a, env) for a in container.get("args") or []]
     if not command:
@@ -75,6 +81,8 @@ def container_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list
     argv = command + args
     if PYTHON_NAME.match(argv[0]):
         argv[0] = sys.executable
+        if env.get(MODULE_ENV) and len(argv) > 2 and argv[1] == "-m":
+            argv[2] = env[MODULE_ENV]
     return argv
 
 
