@@ -107,7 +107,7 @@ bench-parallel: venv ## Parallel trials: 1 vs 2 trial groups, cost of losing a g
 .PHONY: bench
 bench: bench-trainer bench-parallel ## All benchmarks (tables on stdout, JSON under bench/results/)
 
-# --- the operator (issue 4): kubebuilder-style entry points against $KUBECONFIG -------
+# --- the operator: kubebuilder-style entry points against $KUBECONFIG -------
 KUBECTL = $(eval KUBECTL := $(or $(shell command -v kubectl),$(shell hack/cluster-tools/build.sh | tail -n1)/kubectl))$(KUBECTL)
 
 .PHONY: install

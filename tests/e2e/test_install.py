@@ -1,5 +1,5 @@
 """Installing tuneop on the real local control plane: with Helm and with the plain
-manifests (issue 4: "installs with Helm or with plain manifests").
+manifests.
 
 The API server itself validates every object (built-in schemas, the CRDs' schemas, the
 PodSecurity admission plugin with the `restricted` level on the operator's namespace)

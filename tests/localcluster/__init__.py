@@ -1,4 +1,4 @@
-"""Local Kubernetes cluster for tests and the demo (test infrastructure, issue 3).
+"""Local Kubernetes cluster for tests and the demo (test infrastructure).
 
 A real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)
 built from the Go module proxy at the versions pinned in hack/cluster-tools/versions.env

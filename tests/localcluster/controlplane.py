@@ -1,4 +1,4 @@
-"""A real Kubernetes control plane on loopback ports (test infrastructure, issue 3).
+"""A real Kubernetes control plane on loopback ports (test infrastructure).
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler, the upstream binaries
 built by hack/cluster-tools/build.sh, run as local processes, each in its own process

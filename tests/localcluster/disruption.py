@@ -1,4 +1,4 @@
-"""Disruption helpers for tests (test infrastructure, issue 3 part 4).
+"""Disruption helpers for tests (test infrastructure).
 
 Each does what the real event does, through the real control plane, so the operator
 sees exactly what it would see on a cluster:

@@ -1,4 +1,4 @@
-"""The local control plane is a real, secured Kubernetes API (issue 3, part 2)."""
+"""The local control plane is a real, secured Kubernetes API."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Local node agent: TEST INFRASTRUCTURE, not product (issue 3, parts 3 and 4).
+"""Local node agent: TEST INFRASTRUCTURE, not product.
 
 A small stand-in for the kubelet, so pods scheduled by the real kube-scheduler run as
 local processes on this machine. One :class:`~tests.localcluster.nodeagent.agent.NodeAgent`
