@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 from trainer_helpers import (
     SCRIPTS,
-    comparable,
+    assert_killed_search_matches,
     fit_final,
-    fit_weights,
     kill_exec_when,
-    results,
     start_exec,
 )
 from tuneop_contract import EXIT_COMPLETED
@@ -25,31 +23,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_pydataset_resumes_at_its_batch_exactly(tmp_path: Path) -> None:
-    script = SCRIPTS / "pydataset_search.py"
-    ref, log = tmp_path / "ref", tmp_path / "ref.log"
-    proc = start_exec(script, ref, log)
-    assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
-    assert "exact only if" not in log.read_text()  # no inexact-resume warning
-    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    for trial, epoch in (("0", 1), ("1", 2)):
-        code = kill_exec_when(
-            script,
-            ckpt,
-            log,
-            lambda p, t=trial, e=epoch: p.trial_id == t and p.epoch >= e and p.step >= 7,
-        )
-        assert code == -signal.SIGKILL
-    proc = start_exec(script, ckpt, log)
-    assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
-    text = log.read_text()
-    for trial, epoch in (("0", 1), ("1", 2)):
+    kills = (("0", 1), ("1", 2))
+    text = assert_killed_search_matches(
+        SCRIPTS / "pydataset_search.py", tmp_path, kills, min_step=7
+    )
+    for trial, epoch in kills:  # mid-epoch checkpoints: not back at the epoch start
         restored = [line for line in text.splitlines() if f"trial {trial} fit 0: restored" in line]
-        assert restored and f"at epoch {epoch} step 0" not in restored[0], restored
-    assert comparable(results(ckpt)) == comparable(results(ref))
-    for trial in ("0", "1"):
-        fit = f"trials/{trial}/fit-0"
-        assert fit_final(ckpt, fit)["history"] == fit_final(ref, fit)["history"]
-        assert fit_weights(ckpt, fit) == fit_weights(ref, fit)
+        assert f"at epoch {epoch} step 0" not in restored[0], restored
 
 
 def test_generator_resumes_at_the_epoch_start_with_a_warning(tmp_path: Path) -> None:

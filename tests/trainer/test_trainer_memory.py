@@ -27,12 +27,16 @@ def _assert_flat(epochs_mb: list[float], before_mb: float, data_mb: float) -> No
     assert max(growth) < MARGIN_MB, f"RSS above the pre-training {before_mb:.0f} MB: {growth}"
 
 
-def test_script_mode_fit_does_not_copy_the_set(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    out = tmp_path / "memory.json"
-    monkeypatch.setenv("MEMORY_OUT", str(out))
+@pytest.fixture
+def out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the script or loader writes its memory record (MEMORY_OUT)."""
+    path = tmp_path / "memory.json"
+    monkeypatch.setenv("MEMORY_OUT", str(path))
     monkeypatch.setenv("MEMORY_MB", str(DATA_MB))
+    return path
+
+
+def test_script_mode_fit_does_not_copy_the_set(tmp_path: Path, out: Path) -> None:
     log = tmp_path / "log"
     proc = start_exec(SCRIPTS / "memory_fit.py", tmp_path / "ckpt", log, devices=1)
     assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
@@ -50,12 +54,7 @@ def _rss_mb(pid: int) -> float | None:
     return None
 
 
-def test_spec_mode_trial_does_not_copy_the_set(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    out = tmp_path / "memory.json"
-    monkeypatch.setenv("MEMORY_OUT", str(out))
-    monkeypatch.setenv("MEMORY_MB", str(DATA_MB))
+def test_spec_mode_trial_does_not_copy_the_set(tmp_path: Path, out: Path) -> None:
     manifest = {
         "hypermodel": "user_models:build_linear",
         "pythonPath": [str(HERE)],

@@ -643,7 +643,8 @@ class ResumableFit:
                     verbose=a["verbose"],
                     callbacks=self.callbacks,
                     validation_data=self.validation_input,
-                    shuffle=False if self.array_input else a["shuffle"],
+                    # Arrays and PyDatasets: the trainer orders the batches itself.
+                    shuffle=a["shuffle"] if self._kind() not in ("arrays", "pydataset") else False,
                     class_weight=a["class_weight"],
                     validation_steps=a["validation_steps"],
                     validation_batch_size=None
