@@ -38,13 +38,39 @@ def _tuples(structure: Any) -> Any:
     return structure
 
 
+class Gathered:
+    """One `tf.data` pipeline over `element` (from `parts`) for a whole fit: `epoch(order)`
+    points it at the next epoch's sample order. Why one: a pipeline made per epoch keeps
+    about 1.5 MB alive in TensorFlow each time (measured over 16 one-epoch fits), so a
+    long fit would grow by that much every epoch."""
+
+    def __init__(self, element: tuple[Any, ...], batch_size: int) -> None:
+        self.element = element
+        self.batch_size = batch_size
+        self.order = np.arange(0, dtype=np.int64)
+        self.dataset = _pipeline(element, lambda: self.order, batch_size)
+
+    def epoch(self, order: np.ndarray) -> tuple[Any, int]:
+        """The pipeline and its number of batches, for an epoch in `order`: Keras gets
+        that count as `steps_per_epoch` (the pipeline's own cardinality is unknown)."""
+        self.order = np.asarray(order, dtype=np.int64)
+        return self.dataset, -(-len(self.order) // self.batch_size)
+
+
 def gathered(element: tuple[Any, ...], order: np.ndarray, batch_size: int) -> Any:
-    """A `tf.data.Dataset` of the batches of `element` (from `parts`) taken in `order`.
-    Each iteration yields the same batches; nothing is copied until a batch is asked."""
+    """A `tf.data.Dataset` of the batches of `element` in a fixed `order` (validation):
+    each iteration yields the same batches; nothing is copied until a batch is asked."""
     import tensorflow as tf
 
-    order = np.asarray(order, dtype=np.int64)
-    count = -(-len(order) // batch_size)
+    fixed = np.asarray(order, dtype=np.int64)
+    count = -(-len(fixed) // batch_size)
+    dataset = _pipeline(element, lambda: fixed, batch_size)
+    return dataset.apply(tf.data.experimental.assert_cardinality(count))
+
+
+def _pipeline(element: tuple[Any, ...], order: Any, batch_size: int) -> Any:
+    """Batches of `element` in the order `order()` gives when an iteration starts."""
+    import tensorflow as tf
 
     def spec(v: np.ndarray) -> Any:
         return tf.TensorSpec((None, *v.shape[1:]), tf.as_dtype(v.dtype))
@@ -52,12 +78,12 @@ def gathered(element: tuple[Any, ...], order: np.ndarray, batch_size: int) -> An
     signature = keras.tree.map_structure(spec, element)
 
     def batches() -> Any:
-        for start in range(0, len(order), batch_size):
-            index = order[start : start + batch_size]
+        indices = order()
+        for start in range(0, len(indices), batch_size):
+            index = indices[start : start + batch_size]
             yield keras.tree.map_structure(lambda v, i=index: v[i], element)
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)

@@ -50,7 +50,7 @@ from . import (
     scope,
     seeds,
 )
-from .batches import gathered, parts
+from .batches import Gathered, gathered, parts
 from .checkpoint import CheckpointStore, model_state, restore_metrics, restore_state
 from .data import Dataset, epoch_order
 from .progress import Reporter
@@ -210,6 +210,7 @@ class ResumableMixin:
         )
         rule = spec.tuner.early_stopping
         validation = gathered(parts(data.x_val, data.y_val), np.arange(len(data.x_val)), bs)
+        training = Gathered(parts(data.x, data.y), bs)
         while epoch < epochs:
             stop = rule is not None and rule.monitor in history
             if stop and early_stopping.should_stop(history[rule.monitor], rule):  # type: ignore[union-attr]
@@ -220,8 +221,10 @@ class ResumableMixin:
             callback = _StepCallback(self, store, epoch, step, steps, history, pending_metrics)
             pending_metrics = None
             t_fit = time.monotonic()
+            batches, count = training.epoch(idx)
             fit = model.fit(
-                gathered(parts(data.x, data.y), idx, bs),
+                batches,
+                steps_per_epoch=count,
                 epochs=1,
                 shuffle=False,
                 verbose=0,

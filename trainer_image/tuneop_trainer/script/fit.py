@@ -190,6 +190,7 @@ class ResumableFit:
         self.pending_metrics: dict[str, np.ndarray] | None = None
         self.saved_callbacks: tuple[list[dict[str, Any]], dict[str, np.ndarray]] | None = None
         self.seed = seeds.derive(self.label)
+        self.training: batches.Gathered | None = None  # array inputs: one pipeline per fit
 
     # -- inputs -----------------------------------------------------------------------
     def _prepare_inputs(self) -> None:
@@ -340,14 +341,16 @@ class ResumableFit:
     def _epoch_inputs(self, epoch: int, start: int) -> dict[str, Any]:
         kind = self._kind()
         if kind == "arrays":
-            element = batches.parts(self.x, self.y, self.sample_weight)
-            indices = self._epoch_indices(epoch, start)
+            if self.training is None:
+                element = batches.parts(self.x, self.y, self.sample_weight)
+                self.training = batches.Gathered(element, self.batch_size)
+            dataset, count = self.training.epoch(self._epoch_indices(epoch, start))
             return {
-                "x": batches.gathered(element, indices, self.batch_size),
+                "x": dataset,
                 "y": None,
                 "sample_weight": None,
                 "batch_size": None,
-                "steps_per_epoch": None,
+                "steps_per_epoch": count,
             }
         x, spe = self.x, self.args["steps_per_epoch"]
         if kind == "tf.data":
