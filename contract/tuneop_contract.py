@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -34,6 +35,10 @@ ENV_METRICS_ADDRESS = "TUNEOP_METRICS_ADDRESS"
 ENV_JOB_NAME = "TUNEOP_JOB_NAME"
 ENV_JOB_NAMESPACE = "TUNEOP_JOB_NAMESPACE"
 """Name/namespace of the owning TuningJob."""
+ENV_JOB_UID = "TUNEOP_JOB_UID"
+"""metadata.uid of the owning TuningJob. The trainer records it on the checkpoint volume
+(OWNER_FILE) and refuses a volume recorded for another uid (a deleted job of the same
+name, another job's claim) unless `spec.checkpoint.adopt` is true. Unset: no check."""
 ENV_PROGRESS_CONFIGMAP = "TUNEOP_PROGRESS_CONFIGMAP"
 """The ConfigMap (in TUNEOP_JOB_NAMESPACE) the trainer reports its progress record to;
 the operator copies it into the TuningJob's `status.progress` (see docs/design.md,
@@ -90,6 +95,9 @@ RESULTS_FILE = "results.json"
 BEST_MODEL_FILE = "best_model.keras"
 TUNER_DIR = "tuner"
 TRIALS_DIR = "trials"
+OWNER_FILE = "owner.json"
+"""Which TuningJob the search on this volume belongs to: {"uid", "namespace", "name",
+"specFingerprint", "adoptedFrom"}; written atomically by the trainer (see ENV_JOB_UID)."""
 
 # --- exit codes ---------------------------------------------------------------------
 EXIT_COMPLETED = 0
@@ -168,6 +176,8 @@ class Progress:
     best_hyperparameters: dict[str, Any] | None = None
     objective: str | None = None
     direction: str | None = None
+    top_trials: list[dict[str, Any]] | None = None
+    """The best `TOP_TRIALS` completed trials so far, best first (`rank_trials`)."""
     message: str = ""
     version: int = CONTRACT_VERSION
 
@@ -227,6 +237,37 @@ def progress_from_configmap(configmap: dict[str, Any] | None, tuner_id: str | No
     return json.loads(text)
 
 
+TOP_TRIALS = 5
+"""How many of the best trials the progress record and the final summary carry; the
+operator keeps them as the TuningJob's `status.topTrials`."""
+
+
+def rank_trials(
+    trials: Any, direction: str | None, limit: int = TOP_TRIALS
+) -> list[dict[str, Any]]:
+    """The best `limit` of `trials` (dicts with trialId, score, hyperparameters and
+    optionally status, as in results.json), best first: only completed trials with a
+    finite score; ties keep the given order. Each as {trialId, score, hyperparameters}."""
+    scored = [
+        t
+        for t in trials
+        if isinstance(t.get("score"), (int, float))
+        and not isinstance(t.get("score"), bool)
+        and math.isfinite(t["score"])
+        and t.get("status", "COMPLETED") == "COMPLETED"
+    ]
+    sign = -1.0 if direction == "max" else 1.0
+    ranked = sorted(scored, key=lambda t: sign * float(t["score"]))[:limit]
+    return [
+        {
+            "trialId": str(t.get("trialId")),
+            "score": float(t["score"]),
+            "hyperparameters": dict(t.get("hyperparameters") or {}),
+        }
+        for t in ranked
+    ]
+
+
 # --- final summary: the termination message of a completed trainer -----------------
 TERMINATION_MESSAGE_LIMIT = 4096
 """The kubelet keeps at most this many bytes of a container's termination message."""
@@ -248,15 +289,23 @@ class FinalSummary:
     best_trial_id: str | None = None
     best_score: float | None = None
     best_hyperparameters: dict[str, Any] | None = None
+    top_trials: list[dict[str, Any]] | None = None
 
     def to_message(self) -> str:
-        """Compact JSON, at most FINAL_SUMMARY_MAX_BYTES (hyperparameters dropped if
-        they would not fit; `hyperparametersOmitted` then says so)."""
+        """Compact JSON, at most FINAL_SUMMARY_MAX_BYTES: if it would not fit, the top
+        trials go first (`topTrialsOmitted`; the progress record still has them), then
+        the best trial's hyperparameters (`hyperparametersOmitted`)."""
         record: dict[str, Any] = {FINAL_SUMMARY_KEY: CONTRACT_VERSION}
         record.update((_camel(k), v) for k, v in dataclasses.asdict(self).items())
         text = json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
         if len(text.encode()) <= FINAL_SUMMARY_MAX_BYTES:
             return text
+        if record["topTrials"] is not None:
+            record["topTrials"] = None
+            record["topTrialsOmitted"] = True
+            text = json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
+            if len(text.encode()) <= FINAL_SUMMARY_MAX_BYTES:
+                return text
         record["bestHyperparameters"] = None
         record["hyperparametersOmitted"] = True
         return json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
@@ -279,6 +328,7 @@ def parse_final_summary(text: str | None) -> FinalSummary | None:
     best_id = data.get("bestTrialId")
     score = data.get("bestScore")
     hps = data.get("bestHyperparameters")
+    top = data.get("topTrials")
     return FinalSummary(
         trials_completed=done,
         trials_total=_count(data.get("trialsTotal")),
@@ -287,6 +337,7 @@ def parse_final_summary(text: str | None) -> FinalSummary | None:
         if isinstance(score, (int, float)) and not isinstance(score, bool)
         else None,
         best_hyperparameters=hps if isinstance(hps, dict) else None,
+        top_trials=top if isinstance(top, list) and all(isinstance(t, dict) for t in top) else None,
     )
 
 

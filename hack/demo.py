@@ -4,14 +4,18 @@ Starts a real control plane and a node agent (tests/localcluster), installs the 
 runs the operator in the background, applies manifests/samples/tuningjob-emg.yaml,
 evicts the trainer pod midway (the Eviction API, as `kubectl drain` does), shows the
 status and the resume, says what the preemption cost (steps redone, seconds from the
-eviction to the next training step), prints the best hyperparameters and tears
-everything down.
+eviction to the next training step), prints the best hyperparameters and a summary
+table, writes a PNG of each trial's objective over time with the preemption marked
+(hack/demo_plot.py; its path is printed; DEMO_PLOT overrides it) and tears everything
+down.
 Exits non-zero if the job did not complete or did not resume after the preemption.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -23,7 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 for sub in ("contract", "operator", "trainer_image", "."):
     sys.path.insert(0, str(ROOT / sub))
 
-from tests.e2e.harness import Kubectl, Operator, sample, wait_for, wait_mid_epoch  # noqa: E402
+from hack import demo_plot  # noqa: E402
+from tests.e2e.harness import (  # noqa: E402
+    Kubectl,
+    Operator,
+    claim_dir,
+    sample,
+    wait_for,
+    wait_mid_epoch,
+)
 from tests.localcluster import disruption  # noqa: E402
 from tests.localcluster.cluster import LocalCluster  # noqa: E402
 from tests.localcluster.controlplane import ControlPlane  # noqa: E402
@@ -50,8 +62,44 @@ def stopped_at_step(status: Any) -> int | None:
     return int((status().get("progress") or {}).get("step", 0))
 
 
-def preemption_cost(status: Any, evicted_at: float, stopped_step: int | None) -> str:
-    """Steps redone and seconds from the eviction to the next training step."""
+def write_plot(
+    kubectl: Kubectl, final: dict[str, Any], applied_at: float, outage: demo_plot.Outage
+) -> Path | None:
+    """The PNG of the search on the claim: results.json's scores, each trial's end from
+    its trial.json (written when the trial ends; this cluster's claims are host
+    directories, so the file times are the host's clock, like `applied_at`). None (and
+    says why) if the claim holds no results."""
+    root = claim_dir(kubectl, NAMESPACE, NAME)
+    try:
+        results = json.loads((root / "results.json").read_text())
+        ended = {
+            trial.parent.name.removeprefix("trial_"): trial.stat().st_mtime - applied_at
+            for trial in (root / "tuner").glob("*/trial_*/trial.json")
+        }
+    except (OSError, ValueError) as err:
+        print(f"no plot: the search on the claim could not be read ({err})")
+        return None
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    default = Path(os.environ.get("TUNEOP_CACHE", Path.home() / ".cache" / "tuneop"))
+    path = Path(os.environ.get("DEMO_PLOT") or default / "demo" / f"{NAME}-{stamp}.png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    objective = results.get("objective") or {}
+    demo_plot.plot(
+        demo_plot.trial_points(results, ended),
+        [outage],
+        path,
+        objective=str(objective.get("name") or (final.get("progress") or {}).get("objective")),
+        direction=str(objective.get("direction") or "max"),
+        title=f"TuningJob {NAMESPACE}/{NAME}: each trial's objective, the preemption marked",
+    )
+    return path
+
+
+def preemption_cost(
+    status: Any, evicted_at: float, stopped_step: int | None
+) -> tuple[str, float | None]:
+    """Steps redone and seconds from the eviction to the next training step, and when
+    (time.monotonic()) that step was seen."""
     progress: dict[str, Any] = {}
 
     def trained_again() -> bool:
@@ -66,8 +114,9 @@ def preemption_cost(status: Any, evicted_at: float, stopped_step: int | None) ->
     try:
         wait_for(trained_again, 300, "the next training step", every=0.2)
     except AssertionError:
-        return ""
-    seconds = time.monotonic() - evicted_at
+        return "", None
+    trained_at = time.monotonic()
+    seconds = trained_at - evicted_at
     resumed = int(progress.get("resumedFromStep") or 0)
     redone = "unknown" if stopped_step is None else str(max(0, stopped_step - resumed))
     return (
@@ -75,7 +124,7 @@ def preemption_cost(status: Any, evicted_at: float, stopped_step: int | None) ->
         f"at step {resumed})\n"
         f"time from the eviction to the next training step: {seconds:.1f} s (old pod's "
         "checkpoint and exit, new pod scheduled, TensorFlow start-up, restore)"
-    )
+    ), trained_at
 
 
 def summary_table(status: dict[str, Any]) -> str:
@@ -123,6 +172,7 @@ def main() -> int:
         )
         say("kubectl apply -f manifests/samples/tuningjob-emg.yaml")
         kubectl.apply(sample(NAME, NAMESPACE))
+        applied_at = time.time()  # wall clock: compared with the claim's file times
 
         def status() -> dict:
             job = kubectl.job(NAMESPACE, NAME) or {}
@@ -141,7 +191,7 @@ def main() -> int:
         )
         show()
         say(f"evicting the trainer pod during trial {p['trial_id']} at step {p['step']}")
-        evicted_at = time.monotonic()
+        evicted_at, evicted_wall = time.monotonic(), time.time()
         disruption.evict_pod(cluster.api, NAMESPACE, f"{NAME}-worker-0")
         wait_for(lambda: status().get("preemptions", 0) >= 1, 120, "the preemption")
         stopped_step = stopped_at_step(status)
@@ -150,7 +200,7 @@ def main() -> int:
         wait_for(lambda: status().get("restores", 0) >= 1, 300, "the restore", every=0.5)
         p = status()["progress"]
         print(f"resumed trial {p['trialId']} at step {p.get('resumedFromStep')}", flush=True)
-        cost = preemption_cost(status, evicted_at, stopped_step=stopped_step)
+        cost, trained_at = preemption_cost(status, evicted_at, stopped_step=stopped_step)
         say("waiting for the search to complete")
         last = ""
         deadline = time.monotonic() + 900
@@ -177,8 +227,22 @@ def main() -> int:
             f"{best.get('score')}):"
         )
         print(json.dumps(best.get("hyperparameters"), indent=2, sort_keys=True))
+        say("the best trials (status.topTrials)")
+        for trial in final.get("topTrials") or []:
+            hps = json.dumps(trial.get("hyperparameters"), sort_keys=True)
+            print(f"{trial['id']:>6}  {trial['score']:.4f}  {hps}")
         say("summary")
         print(summary_table(final), flush=True)
+        lost = evicted_wall - applied_at
+        # the operator's figure (the trainer's own time of its next step); the demo's
+        # own one waits for that step to reach the status, seconds later
+        recovery = (final.get("goodput") or {}).get("lastRecoverySeconds")
+        if recovery is None and trained_at is not None:
+            recovery = trained_at - evicted_at
+        outage = demo_plot.Outage(lost, None if recovery is None else lost + recovery)
+        plot = write_plot(kubectl, final, applied_at, outage)
+        if plot is not None:
+            say(f"plot of each trial's objective over time, the preemption marked: {plot}")
         ok = (
             final.get("phase") == "Succeeded"
             and final.get("preemptions", 0) >= 1

@@ -215,6 +215,7 @@ def build_env(
     env: list[Obj] = [
         {"name": contract.ENV_JOB_NAME, "value": job["metadata"]["name"]},
         {"name": contract.ENV_JOB_NAMESPACE, "value": job["metadata"]["namespace"]},
+        {"name": contract.ENV_JOB_UID, "value": str(job["metadata"].get("uid") or "")},
         {
             "name": contract.ENV_PROGRESS_CONFIGMAP,
             "value": names.progress_configmap_name(job["metadata"]["name"]),

@@ -45,6 +45,9 @@ class Config:
     error_backoff_max_seconds: float = 60.0
     """After consecutive failed passes the next waits reconcile_seconds·2^(n-1), at most
     this long."""
+    unhealthy_after_seconds: float = 300.0
+    """`/healthz` fails when job loops are failing and no pass of any job has succeeded
+    for this long (health.py)."""
     trainer_defaults: Defaults = dataclasses.field(default_factory=Defaults)
     """Cluster-wide trainer defaults (TRAINER_IMAGE, TRAINER_IMAGE_PULL_SECRETS,
     TRAINER_TOLERATIONS, TRAINER_PRIORITY_CLASS_NAME), each filling a job's field the
@@ -105,6 +108,9 @@ class Config:
             ),
             error_backoff_max_seconds=number(
                 "ERROR_BACKOFF_MAX_SECONDS", cls.error_backoff_max_seconds, 1, 3600
+            ),
+            unhealthy_after_seconds=number(
+                "UNHEALTHY_AFTER_SECONDS", cls.unhealthy_after_seconds, 10, 86400
             ),
             trainer_defaults=trainer_defaults(get),
         )

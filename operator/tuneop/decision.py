@@ -18,7 +18,7 @@ from .classify import (
     classify,
 )
 from .goodput import Ledger
-from .progress import ProgressView
+from .progress import ProgressView, top_trials_status
 from .progress import from_configmap as progress_from_configmap
 from .progress import read as read_progress
 from .spec import JobSpec, SpecError, check_script_configmap
@@ -203,6 +203,9 @@ def apply_progress(b: Builder, progress: ProgressView) -> None:
         if progress.values.get("bestHyperparameters") is not None:
             best["hyperparameters"] = progress.values["bestHyperparameters"]
         b.put("bestTrial", best)
+    top = progress.values.get("topTrials")
+    if top is not None:
+        b.put("topTrials", top_trials_status(top))
     for key in ("lastProgressTime", "lastCheckpointTime"):
         if progress.text(key):
             b.put(key, progress.text(key))
@@ -231,6 +234,9 @@ def apply_final(b: Builder, chief: Classification) -> None:
         if hps is not None:
             best["hyperparameters"] = hps
         b.put("bestTrial", best)
+    top = read_progress({"topTrials": summary.top_trials}).values.get("topTrials")
+    if top is not None:  # else: omitted from a summary too long; the progress's stay
+        b.put("topTrials", top_trials_status(top))
     b.put("resultSource", RESULT_FROM_SUMMARY)
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+from collections.abc import Callable
 from typing import Any
 
 import kopf
 
-from . import kube, metrics, names
+from . import health, kube, metrics, names
 from .runtime import Runtime, job_of
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
@@ -32,12 +34,18 @@ log = logging.getLogger(__name__)
 warning into a Kubernetes Event."""
 
 
-def retry_delay(errors: int, interval: float, cap: float) -> float:
+def retry_delay(
+    errors: int, interval: float, cap: float, draw: Callable[[], float] = random.random
+) -> float:
     """Seconds before the next pass after `errors` consecutive failed ones: the normal
-    interval when healthy, then doubling, at most `cap`."""
+    interval when healthy; then a backoff doubling from `interval` up to `cap`, of which
+    a random half is waited ("equal jitter": between half and all of it). Each job's loop
+    draws its own, so jobs that failed together (an API server outage) do not retry in
+    step; waiting at least half keeps the backoff a backoff."""
     if errors <= 0:
         return interval
-    return float(min(cap, interval * 2 ** min(errors - 1, 30)))
+    backoff = float(min(cap, interval * 2 ** min(errors - 1, 30)))
+    return backoff / 2 + draw() * backoff / 2
 
 
 @kopf.on.startup()
@@ -91,30 +99,55 @@ async def pause(stopped: Any, trigger: asyncio.Event | None, seconds: float) -> 
 
 
 async def _pass(
-    runtime: Runtime, namespace: str, name: str, logger: Any, errors: int
+    runtime: Runtime,
+    namespace: str,
+    name: str,
+    logger: Any,
+    errors: int,
+    loops: health.LoopHealth = health.LOOPS,
 ) -> tuple[int, float | None]:
     """One reconcile pass: the number of consecutive failed passes after it, and how
     long the next may wait when longer than the normal interval (a finished job). A 409
     (the job changed since it was read, or a pod group still going) is no error: the
-    next pass, at the normal interval, re-reads."""
-    job = f"{namespace}/{name}"
+    next pass, at the normal interval, re-reads. Each outcome goes to `loops` (the
+    liveness probe and the per-job reconcile metrics)."""
+    job, key = f"{namespace}/{name}", (namespace, name)
     try:
         idle = await asyncio.to_thread(runtime.reconcile_once, namespace, name, logger)
     except kube.StaleGroup as err:
         log.info("%s: %s (waiting)", job, err)
+        loops.succeeded(key)
         return 0, None
     except kube.ApiError as err:
         if err.status == 409:
             log.info("%s: %s (re-reading)", job, err)
+            loops.succeeded(key)
             return 0, None
         log.warning("%s: reconcile: %s (failure %d, backing off)", job, err, errors + 1)
-        metrics.reconcile_failed()
+        _failed(loops, key)
         return errors + 1, None
     except Exception as err:
         log.warning("%s: reconcile failed (failure %d, backing off)", job, errors + 1, exc_info=err)
-        metrics.reconcile_failed()
+        _failed(loops, key)
         return errors + 1, None
+    loops.succeeded(key)
     return 0, idle
+
+
+def _failed(loops: health.LoopHealth, key: tuple[str, str]) -> None:
+    metrics.reconcile_failed()
+    loops.failed(key)
+
+
+@kopf.on.probe(id="reconcile")
+def reconcile_probe(memo: Any, **_: Any) -> dict[str, object]:
+    """`/healthz`: the job loops' report; fails (500) while every loop is failing and
+    none has completed a pass for the configured time (health.py). A PermanentError:
+    kopf would retry any other error inside the probe request, with its backoff."""
+    try:
+        return health.LOOPS.check(_runtime(memo).config.unhealthy_after_seconds)
+    except health.Unhealthy as err:
+        raise kopf.PermanentError(str(err)) from err
 
 
 @kopf.on.event(*RESOURCE)
@@ -149,3 +182,4 @@ def cleanup(
     runtime = _runtime(memo)
     kube.cleanup(runtime.kube, dict(body), logger)
     runtime.forget((namespace, name))
+    health.LOOPS.forget((namespace, name))

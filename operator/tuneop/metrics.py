@@ -19,7 +19,10 @@ or deleted job "Running". Two guards, both in the collector:
 Operator-wide series (no labels): `tuneop_operator_leader`,
 `tuneop_reconcile_passes_total` (passes that reached a decision and applied it, counted
 by `JobMetrics.observe`) and `tuneop_reconcile_errors_total` (passes that failed,
-counted by `reconcile_failed()`, which the reconcile loop calls on a failed pass)."""
+counted by `reconcile_failed()`, which the reconcile loop calls on a failed pass).
+Per job, also while its passes fail (health.py):
+`tuneop_tuningjob_last_reconcile_success_timestamp_seconds` and
+`tuneop_tuningjob_reconcile_consecutive_errors`."""
 
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from . import health
 from . import status as st
 from .spec import FailurePolicy
 
@@ -329,8 +333,22 @@ def follow_peering(jobs: JobMetrics | None = None) -> PeeringLeadership:
     return handler
 
 
+class LoopSeries(Collector):
+    """The job loops' health (health.LoopHealth), exported like the job series: by the
+    active replica only."""
+
+    def __init__(self, loops: health.LoopHealth, jobs: JobMetrics) -> None:
+        self._loops = loops
+        self._jobs = jobs
+
+    def collect(self) -> Iterator[Metric]:
+        if self._jobs.leader:
+            yield from self._loops.collect()
+
+
 def register(registry: CollectorRegistry = REGISTRY) -> None:
     registry.register(JOBS)
+    registry.register(LoopSeries(health.LOOPS, JOBS))
 
 
 def serve(port: int, registry: CollectorRegistry = REGISTRY) -> None:

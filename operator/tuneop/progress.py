@@ -93,6 +93,24 @@ def _hyperparameters(value: Any) -> Obj | None:
     return value if size <= MAX_HYPERPARAMETERS_BYTES else None
 
 
+def _top_trials(value: Any) -> list[Obj] | None:
+    """At most TOP_TRIALS entries, each with a trial id, a finite score and its
+    hyperparameters; one bad entry drops the whole list (it is ranked as a whole)."""
+    if not isinstance(value, list) or len(value) > contract.TOP_TRIALS:
+        return None
+    out: list[Obj] = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            return None
+        trial_id = _text(MAX_TEXT)(entry.get("trialId"))
+        score = _score(entry.get("score"))
+        hps = _hyperparameters(entry.get("hyperparameters", {}))
+        if trial_id is None or score is None or hps is None:
+            return None
+        out.append({"trialId": trial_id, "score": score, "hyperparameters": hps})
+    return out
+
+
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "phase": _enum(contract.PHASES),
     "trialId": _text(MAX_TEXT),
@@ -111,6 +129,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "bestHyperparameters": _hyperparameters,
     "objective": _text(MAX_TEXT),
     "direction": _enum(("min", "max")),
+    "topTrials": _top_trials,
     "message": _text(MAX_MESSAGE, empty=True),
     "version": _integer(1000, low=1),
 }
@@ -136,6 +155,14 @@ def read(raw: Any, source: str = "status.progress") -> ProgressView:
         else:
             values[key] = value
     return ProgressView(values, tuple(ignored))
+
+
+def top_trials_status(entries: list[Obj]) -> list[Obj]:
+    """`status.topTrials` from checked entries: each like `status.bestTrial`."""
+    return [
+        {"id": e["trialId"], "score": e["score"], "hyperparameters": e["hyperparameters"]}
+        for e in entries
+    ]
 
 
 def from_configmap(

@@ -21,6 +21,8 @@ from .spec import JobSpec
 Obj = dict[str, Any]
 Key = tuple[str, str]
 
+log = logging.getLogger(__name__)
+
 FINISHED_RECHECK_SECONDS = 600.0
 """A finished job is re-read this rarely (a level-based safety net); its spec changes,
 its pods' events and its TTL wake it sooner."""
@@ -121,10 +123,10 @@ class Runtime:
                 logger=logger,
             )
         except kube_mod.ChildConflict as err:
-            self._report_blocked(job, CHILD_CONFLICT, str(err), logger)
+            self._report_blocked(job, CHILD_CONFLICT, str(err))
             return None
         except kube_mod.PodRejected as err:
-            self._report_blocked(job, POD_REJECTED, str(err), logger)
+            self._report_blocked(job, POD_REJECTED, str(err))
             return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
@@ -138,7 +140,6 @@ class Runtime:
         job: Obj,
         reason: str,
         message: str,
-        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
     ) -> None:
         """The decision could not be applied (a child's name taken by an object the job
         does not own: ChildConflict; a pod refused by quota or admission: PodRejected):
@@ -147,9 +148,13 @@ class Runtime:
         meta, old = job["metadata"], job.get("status") or {}
         conditions = list(old.get("conditions") or [])
         running = st.get_condition(conditions, st.COND_RUNNING) or {}
-        logger.warning("%s", message)
+        # the module's logger, not kopf's per-object one, which would post every pass's
+        # warning as an Event of its own
+        key = f"{meta['namespace']}/{meta['name']}"
         if running.get("reason") == reason and running.get("message") == message:
+            log.info("%s: still %s: %s", key, reason, message)
             return
+        log.warning("%s: %s: %s", key, reason, message)
         generation = int(meta.get("generation") or 1)
         now = dt.datetime.now(dt.UTC)
         conditions = st.set_condition(

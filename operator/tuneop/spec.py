@@ -60,6 +60,8 @@ class Checkpoint:
     interval_steps: int = 50
     interval_seconds: int = 60
     keep: int = 2
+    adopt: bool = False
+    """The trainer may continue a search its volume records for another job (it checks)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +168,7 @@ class JobSpec:
                 interval_steps=int(ckpt.get("intervalSteps", d_ckpt.interval_steps)),
                 interval_seconds=int(ckpt.get("intervalSeconds", d_ckpt.interval_seconds)),
                 keep=int(ckpt.get("keep", d_ckpt.keep)),
+                adopt=ckpt.get("adopt", d_ckpt.adopt) is True,
             ),
             failure_policy=FailurePolicy(
                 max_failures=int(fp.get("maxFailures", d_fp.max_failures)),
@@ -274,15 +277,6 @@ def validate(spec: JobSpec) -> list[SpecError]:
                 "spec.checkpoint.accessModes",
                 f"parallelTrials > 1 needs {PARALLEL_ACCESS_MODE} (trial groups on different "
                 "nodes share the claim); leave accessModes unset for the default",
-            )
-        )
-    if spec.parallel and spec.multi_worker:
-        errors.append(
-            SpecError(
-                "spec.parallelTrials",
-                "parallelTrials > 1 with distribution.workers > 1 is not supported yet (the "
-                "workers of trial group t0 can disagree on the best trial after the search); "
-                "use distribution.workers: 1 (MirroredStrategy over each pod's GPUs)",
             )
         )
     if "ReadWriteOncePod" in modes and (spec.parallel or spec.multi_worker):

@@ -98,6 +98,13 @@ class Kubectl:
         )
 
 
+def claim_dir(kubectl: Kubectl, namespace: str, job: str) -> Path:
+    """The host directory behind the job's created claim (the local-path provisioner's)."""
+    pvc = kubectl.json("get", "pvc", f"{job}-ckpt", "-n", namespace)
+    pv = kubectl.json("get", "pv", pvc["spec"]["volumeName"])
+    return Path(pv["spec"]["hostPath"]["path"])
+
+
 def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, Any] | None:
     """The trainer's live progress record from its /progress endpoint (pod IP, metrics
     port), fresher than status.progress (which the trainer patches every ~3 s)."""
@@ -227,6 +234,14 @@ class Operator:
             self.process.wait(20)
         except subprocess.TimeoutExpired:
             self.kill()
+
+    def log_count(self, *needles: str) -> int:
+        """Lines of the operator's log that contain every one of `needles`."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return 0
+        return sum(all(n in line for n in needles) for line in lines)
 
     def log_tail(self, lines: int = 60) -> str:
         try:

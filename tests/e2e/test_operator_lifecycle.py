@@ -5,13 +5,19 @@ scenario per behaviour. Disruptions hit the trainer mid-trial after a checkpoint
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+import tuneop_contract as contract
+from tuneop.status import parse_time
 
 from tests.e2e.conftest import SEARCH, Env
-from tests.e2e.harness import Operator, sample, wait_for
+from tests.e2e.harness import ROOT, Operator, claim_dir, sample, wait_for
 from tests.localcluster import disruption
 from tests.localcluster.nodeagent.agent import NodeConfig
 
@@ -25,11 +31,29 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     raise AssertionError(f"no condition {type_} in {status.get('conditions')}")
 
 
-def test_sample_runs_to_completion(e2e: Env):
+def fetch_results(e2e: Env, ns: str, job: str, dest: Path) -> subprocess.CompletedProcess[str]:
+    """hack/fetch-results.sh as README shows it, with this cluster's kubectl."""
+    kubectl = f"{e2e.kubectl.binary} --kubeconfig {e2e.kubectl.kubeconfig}"
+    return subprocess.run(
+        [str(ROOT / "hack" / "fetch-results.sh"), job, ns, str(dest)],
+        env={**os.environ, "KUBECTL": kubectl, "TIMEOUT": "120"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_sample_runs_to_completion(e2e: Env, tmp_path: Path):
     """The example from manifests/samples as is (only the namespace differs)."""
     ns = e2e.namespace("sample")
     job = sample("emg-cnn", ns)
     e2e.kubectl.apply(job)
+    early = fetch_results(e2e, ns, "emg-cnn", tmp_path / "early")
+    assert early.returncode == 1 and "results.json are written when" in early.stderr, early
     status = e2e.wait_phase(ns, "Succeeded", timeout=400, name="emg-cnn")
     assert status["bestTrial"]["id"] and status["bestTrial"]["hyperparameters"]
     assert isinstance(status["bestTrial"]["score"], float)
@@ -63,6 +87,21 @@ def test_sample_runs_to_completion(e2e: Env):
         in (metrics)
     )
     assert f'tuneop_tuningjob_trials_completed{{namespace="{ns}",tuningjob="emg-cnn"}}' in metrics
+    # The best trials in status, best first, the first of them the best trial.
+    top = status["topTrials"]
+    assert 0 < len(top) <= contract.TOP_TRIALS and top[0]["id"] == status["bestTrial"]["id"]
+    assert [t["score"] for t in top] == sorted((t["score"] for t in top), reverse=True)
+    # The results copied off the claim with the one-line recipe are the claim's files.
+    fetched = fetch_results(e2e, ns, "emg-cnn", tmp_path / "out")
+    assert fetched.returncode == 0, fetched.stderr
+    claim = claim_dir(e2e.kubectl, ns, "emg-cnn")
+    for name in (contract.RESULTS_FILE, contract.BEST_MODEL_FILE):
+        assert sha256(tmp_path / "out" / name) == sha256(claim / name), name
+    results = json.loads((tmp_path / "out" / contract.RESULTS_FILE).read_text())
+    assert results["best"]["trialId"] == status["bestTrial"]["id"]
+    wait_for(lambda: not e2e.kubectl.json("get", "pods", "-n", ns, "-l",
+                                          "tuneop.io/results-of=emg-cnn")["items"],
+             60, "the helper pod's deletion")  # fmt: skip
 
 
 def _disrupt_and_finish(e2e: Env, reference: dict[str, Any], prefix: str, disrupt: Any) -> None:
@@ -89,6 +128,24 @@ def _disrupt_and_finish(e2e: Env, reference: dict[str, Any], prefix: str, disrup
     assert final["bestTrial"]["hyperparameters"] == reference["bestTrial"]["hyperparameters"]
     reasons = e2e.reasons(ns)
     assert reasons == ["Created", "Preempted", "Created", "Restored", "Completed"], reasons
+    check_goodput_of_one_loss(e2e, ns, final)
+
+
+def check_goodput_of_one_loss(e2e: Env, ns: str, final: dict[str, Any]) -> None:
+    """status.goodput of a run with one pod (one GPU) at a time and exactly one loss:
+    one recovery; the GPU time lost covers at least the recovery (loss to the next
+    step) and the GPU time given fits in the job's life; the exported gauge agrees."""
+    goodput = final["goodput"]
+    assert goodput["recoveries"] == final["preemptions"] == 1, goodput
+    lost, allocated = goodput["lostGpuSeconds"], goodput["allocatedGpuSeconds"]
+    assert lost >= goodput["lastRecoverySeconds"] - 0.2 > 0, goodput
+    created = e2e.job(ns)["metadata"]["creationTimestamp"]
+    life = (parse_time(final["completionTime"]) - parse_time(created)).total_seconds()
+    assert lost < allocated <= life + 2, (goodput, life)
+    assert goodput["percent"] == pytest.approx(100 * (1 - lost / allocated), abs=0.11)
+    metric = f'tuneop_tuningjob_goodput_percent{{namespace="{ns}",tuningjob="search"}}'
+    line = next(m for m in e2e.operator.metrics().splitlines() if m.startswith(metric))
+    assert float(line.split()[-1]) == pytest.approx(goodput["percent"]), line
 
 
 def test_pod_deleted_mid_trial_resumes(e2e: Env, reference: dict[str, Any]):

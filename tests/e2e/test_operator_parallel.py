@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 import tuneop_contract as contract
-import yaml
 
 from tests.e2e.conftest import Env
-from tests.e2e.harness import sample, script_sample, trainer_progress
+from tests.e2e.harness import claim_dir, sample, script_sample, trainer_progress
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
@@ -55,12 +54,6 @@ def submit(
     return job
 
 
-def claim_dir(e2e: Env, namespace: str, job: str = "search") -> Path:
-    pvc = e2e.kubectl.json("get", "pvc", f"{job}-ckpt", "-n", namespace)
-    pv = e2e.kubectl.json("get", "pv", pvc["spec"]["volumeName"])
-    return Path(pv["spec"]["hostPath"]["path"])
-
-
 def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """keras-tuner's trial records (one per trial) and the oracle's state."""
     (project,) = [p for p in (root / contract.TUNER_DIR).iterdir() if (p / "oracle.json").exists()]
@@ -70,7 +63,7 @@ def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def check_search(e2e: Env, namespace: str, expected: int = TRIALS) -> dict[str, Any]:
     """`expected` distinct trials, each COMPLETED, each ended once; results.json agrees."""
-    root = claim_dir(e2e, namespace)
+    root = claim_dir(e2e.kubectl, namespace, "search")
     trials, oracle = search_on_claim(root)
     ids = [t["trial_id"] for t in trials]
     assert len(ids) == expected == len(set(ids)), ids
@@ -83,6 +76,11 @@ def check_search(e2e: Env, namespace: str, expected: int = TRIALS) -> dict[str, 
     results = json.loads((root / contract.RESULTS_FILE).read_text())
     assert sorted(str(t["trialId"]) for t in results["trials"]) == sorted(ids)
     assert (root / contract.BEST_MODEL_FILE).exists()
+    # The job's status has the best trials of results.json, best first.
+    top = e2e.status(namespace)["topTrials"]
+    ranked = contract.rank_trials(results["trials"], results["objective"]["direction"])
+    assert [(t["id"], t["score"]) for t in top] == [(t["trialId"], t["score"]) for t in ranked]
+    assert top[0]["id"] == results["best"]["trialId"]
     return results
 
 
@@ -174,14 +172,16 @@ def test_the_oracle_preempted_by_the_scheduler_is_recreated(e2e: Env):
     check_search(e2e, ns)
 
 
-def test_multi_worker_trial_groups_are_refused_for_now(e2e: Env):
-    """Parallel trial groups of several workers are not supported yet (after the search
-    the workers of t0 can disagree on the best trial): the API server says so."""
+def test_multi_worker_trial_groups(e2e: Env):
+    """Each trial group a MultiWorkerMirrored group of 2 pods (its own TF_CONFIG)."""
     ns = e2e.namespace("pmwms")
-    job = sample("search", ns, parallelTrials=2, distribution={"workers": 2})
-    result = e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(job), check=False)
-    assert result.returncode != 0
-    assert "spec.parallelTrials > 1 with spec.distribution.workers > 1" in result.stderr
+    submit(e2e, ns, trials=3, epochs=1, distribution={"workers": 2, "gpusPerWorker": 1})
+    final = e2e.wait_phase(ns, "Succeeded", timeout=600)
+    pods = {p["metadata"]["name"] for p in e2e.kubectl.pods(ns, "search")}
+    trial_pods = {f"search-t{g}-worker-{i}" for g in (0, 1) for i in (0, 1)}
+    assert trial_pods <= pods <= trial_pods | {ORACLE}, pods  # the oracle may be gone
+    assert final["failures"] == 0 and final["trials"] == "3/3"
+    check_search(e2e, ns, expected=3)
 
 
 def test_script_mode_with_two_trial_groups(e2e: Env):

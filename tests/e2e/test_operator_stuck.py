@@ -4,6 +4,7 @@ trains here: each case ends before one would matter."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -75,8 +76,17 @@ def test_pods_refused_by_a_quota_are_reported_and_start_once_it_allows(e2e: Env)
         "condition Running reason PodRejected",
     )
     assert "exceeded quota" in condition(status, "Running")["message"], status
-    assert "PodRejected" in e2e.reasons(ns)
     assert not e2e.kubectl.pods(ns, "search")
+    # Several passes (one a second here) try again and are refused again; the job says
+    # so once, not once per pass: one Warning Event, posted once.
+    refused = (f"{ns}/search: ", "PodRejected: pod search-worker-0 was refused")
+    passes = e2e.operator.log_count(*refused)
+    time.sleep(6)
+    assert e2e.operator.log_count(*refused) >= passes + 3, e2e.operator.log_tail()
+    events = e2e.kubectl.events(ns, "search")
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "PodRejected")], events
+    assert (events[0].get("count") or 1) == 1 and not events[0].get("series"), events[0]
+    assert "exceeded quota" in events[0]["message"]
     e2e.kubectl("delete", "resourcequota", "no-gpus", "-n", ns)
     e2e.wait_status(ns, lambda s: s.get("attemptStarted") is True, 60, "the pod group created")
     assert [p["metadata"]["name"] for p in e2e.kubectl.pods(ns, "search")] == ["search-worker-0"]

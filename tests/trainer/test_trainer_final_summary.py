@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 
 from trainer_helpers import SCRIPTS, env, tiny_spec, write_spec
-from tuneop_contract import EXIT_COMPLETED, RESULTS_FILE, parse_final_summary
+from tuneop_contract import (
+    EXIT_COMPLETED,
+    RESULTS_FILE,
+    TOP_TRIALS,
+    parse_final_summary,
+    read_progress,
+)
 
 # The trainer's own entry point with the termination-message path moved into the test's
 # directory (in a pod the kubelet creates /dev/termination-log).
@@ -45,6 +51,19 @@ def _check(log: Path, ckpt: Path) -> None:
     assert summary.best_trial_id == results["best"]["trialId"]
     assert summary.best_score == results["best"]["score"]
     assert summary.best_hyperparameters == results["best"]["hyperparameters"]
+    # The top trials, best first, agree with keras-tuner's own best trial and with
+    # results.json; the last progress record on the volume carries the same list.
+    top = summary.top_trials
+    assert top and len(top) == min(TOP_TRIALS, len(done))
+    assert top[0]["trialId"] == results["best"]["trialId"]
+    assert top[0]["hyperparameters"] == results["best"]["hyperparameters"]
+    by_id = {t["trialId"]: t for t in done}
+    assert all(by_id[t["trialId"]]["score"] == t["score"] for t in top)
+    scores = [t["score"] for t in top]
+    best_first = sorted(scores, reverse=results["objective"]["direction"] == "max")
+    assert scores == best_first
+    last = read_progress(ckpt)
+    assert last is not None and last.top_trials == top
 
 
 def test_spec_mode_writes_the_final_summary(tmp_path: Path) -> None:

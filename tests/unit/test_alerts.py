@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.test_operator_metrics import AGREED, OPERATOR
+from tests.unit.test_operator_metrics import AGREED, LOOP, OPERATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "manifests" / "prometheus" / "tuneop-rules.yaml"
@@ -39,11 +40,12 @@ ALERTS = {
     "TuneopFailureBudgetLow",
     "TuneopJobFailed",
     "TuneopPreemptionStorm",
+    "TuneopReconcileFailing",
     "TuneopOperatorDown",
 }
 # The operator's metric names agreed for the alerts: per job (labels namespace, tuningjob
 # only) and operator-wide (no labels).
-OPERATOR_METRICS = AGREED | OPERATOR
+OPERATOR_METRICS = AGREED | LOOP | OPERATOR
 PHASES = {"Pending", "Running", "Suspended", "Succeeded", "Failed"}
 
 
@@ -172,9 +174,14 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
     alerting (pending), a Running job with fresh progress is not, a Failed job is, a job
     that Succeeded is not kept Running by a standby replica's old snapshot (the standby,
     a second target, exports only its leader gauge 0), and TuneopOperatorDown is silent
-    while the leader is up."""
+    while the leader is up. With a trainer target (the trainer's own metrics registry)
+    beside it, every query of the dashboard runs on that Prometheus and returns series."""
     from prometheus_client import CollectorRegistry, start_http_server
     from tuneop.metrics import JobMetrics
+    from tuneop_trainer.progress import Metrics as TrainerMetrics
+
+    from tests.unit.test_dashboard import exprs as dashboard_exprs
+    from tests.unit.test_dashboard import filled as dashboard_filled
 
     prometheus = Path(promtool).with_name("prometheus")
     now = time.time()
@@ -183,8 +190,18 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
         "ml",
         "stuck",
         {"stallTimeoutSeconds": 60},
-        {"phase": "Running", "lastProgressTime": _rfc3339(now - 600), "preemptions": 1},
+        {
+            "phase": "Running",
+            "lastProgressTime": _rfc3339(now - 600),
+            "lastCheckpointTime": _rfc3339(now - 600),
+            "preemptions": 1,
+            "trialsCompleted": 2,
+            "trialsTotal": 6,
+            "bestTrial": {"id": "1", "score": 0.8},
+            "goodput": {"percent": 90.0, "allocatedGpuSeconds": 100.0, "lostGpuSeconds": 10.0},
+        },
     )
+    jobs.recovered("Preempted", 12.0)
     jobs.observe(
         "ml",
         "advancing",
@@ -218,6 +235,13 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
         port = _free_port()
         servers.append(start_http_server(port, addr="127.0.0.1", registry=registry))
         targets.append(f"127.0.0.1:{port}")
+    # A trainer pod of "stuck", as the PodMonitor labels it (namespace, pod).
+    trainer = TrainerMetrics()
+    trainer.steps.inc(40)
+    trainer.checkpoints.inc(2)
+    trainer.checkpoint_seconds.inc(0.5)
+    trainer_port = _free_port()
+    servers.append(start_http_server(trainer_port, addr="127.0.0.1", registry=trainer.registry))
 
     prom_port = _free_port()
     config = tmp_path / "prometheus.yml"
@@ -231,7 +255,16 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
                         "job_name": "tuneop-metrics",
                         "honor_labels": True,
                         "static_configs": [{"targets": targets}],
-                    }
+                    },
+                    {
+                        "job_name": "tuneop-trainer",
+                        "static_configs": [
+                            {
+                                "targets": [f"127.0.0.1:{trainer_port}"],
+                                "labels": {"namespace": "ml", "pod": "stuck-worker-0"},
+                            }
+                        ],
+                    },
                 ],
             }
         )
@@ -264,7 +297,7 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
                 for rule in group["rules"]
             }
             up = _get(f"{api}/query?query=up%3D%3D1")["data"]["result"]
-            if active.get("TuneopTrialStalled") and active.get("TuneopJobFailed") and len(up) == 2:
+            if active.get("TuneopTrialStalled") and active.get("TuneopJobFailed") and len(up) == 3:
                 break
         assert active.get("TuneopTrialStalled") == {"stuck"}, active
         assert active.get("TuneopJobFailed") == {"broken"}, active
@@ -280,6 +313,25 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
             ("ml", "stuck"),
             ("ml", "advancing"),
         }
+        # Every dashboard query, the variables as Grafana fills them for "All", runs and
+        # returns series (rates once the trainer's counters moved between two scrapes).
+        trainer.steps.inc(40)
+        trainer.checkpoints.inc(1)
+        trainer.checkpoint_seconds.inc(0.25)
+        empty: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            empty = []
+            for title, expr in dashboard_exprs():
+                query = urllib.parse.quote(dashboard_filled(expr))
+                answer = _get(f"{api}/query?query={query}")
+                assert answer["status"] == "success", (title, expr, answer)
+                if not answer["data"]["result"]:
+                    empty.append(f"{title}: {expr}")
+            if not empty:
+                break
+            time.sleep(1)
+        assert not empty, empty
     finally:
         proc.terminate()
         try:

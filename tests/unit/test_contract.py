@@ -106,3 +106,32 @@ def test_failed_trials_round_trip_and_tolerate_junk():
     assert c.parse_failed_trials(text) == {"01": "OOMKilled", "7": "x"}
     assert c.parse_failed_trials(None) == {} == c.parse_failed_trials("")
     assert c.parse_failed_trials(" 3 , ,3:later, 4: ") == {"3": "failed", "4": "failed"}
+
+
+def test_rank_trials_keeps_the_best_completed_scored_trials_best_first():
+    trials = [
+        {"trialId": "0", "status": "COMPLETED", "score": 0.5, "hyperparameters": {"u": 1}},
+        {"trialId": "1", "status": "RUNNING", "score": 0.99, "hyperparameters": {}},
+        {"trialId": "2", "status": "COMPLETED", "score": None, "hyperparameters": {}},
+        {"trialId": "3", "status": "COMPLETED", "score": float("nan"), "hyperparameters": {}},
+        {"trialId": "4", "status": "COMPLETED", "score": 0.9, "hyperparameters": {"u": 4}},
+        {"trialId": "5", "status": "COMPLETED", "score": 0.7, "hyperparameters": {"u": 5}},
+    ]
+    assert [t["trialId"] for t in c.rank_trials(trials, "max")] == ["4", "5", "0"]
+    assert [t["trialId"] for t in c.rank_trials(trials, "min", limit=2)] == ["0", "5"]
+    assert c.rank_trials(trials, "max")[0] == {
+        "trialId": "4", "score": 0.9, "hyperparameters": {"u": 4}
+    }  # fmt: skip
+    many = [{"trialId": str(i), "score": float(i)} for i in range(20)]
+    assert len(c.rank_trials(many, "max")) == c.TOP_TRIALS
+
+
+def test_a_summary_too_long_for_its_top_trials_drops_them_before_the_best_hyperparameters():
+    top = [{"trialId": str(i), "score": 0.5, "hyperparameters": {"p": "x" * 700}} for i in range(5)]
+    summary = c.FinalSummary(6, 6, "0", 0.5, {"units": 8}, top)
+    text = summary.to_message()
+    assert len(text.encode()) <= c.FINAL_SUMMARY_MAX_BYTES
+    assert json.loads(text)["topTrialsOmitted"] is True
+    assert c.parse_final_summary(text) == c.FinalSummary(6, 6, "0", 0.5, {"units": 8}, None)
+    small = c.FinalSummary(6, 6, "0", 0.5, {"units": 8}, top[:1])
+    assert c.parse_final_summary(small.to_message()) == small

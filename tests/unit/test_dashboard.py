@@ -1,7 +1,10 @@
 """tuneop's Grafana dashboard (charts/tuneop/dashboards/tuneop.json, shipped as a ConfigMap
 behind grafana.dashboard.enabled; the chart side is in test_chart.py): every panel's
 PromQL names only metrics the operator or the trainer export, and is valid PromQL for
-the real promtool once Grafana's variables are filled in."""
+the real promtool once Grafana's variables are filled in; and the JSON (the chart's and
+the copy under manifests/grafana) decodes strictly into Grafana's own dashboard types
+(hack/dashboard-check: grafana-foundation-sdk's generated Go types, panel and query
+plugins registered)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.unit.test_alerts import promtool  # noqa: F401  (fixture)
@@ -18,6 +22,7 @@ from tests.unit.test_operator_metrics import AGREED, HISTOGRAMS, OPERATOR, TRAIN
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "charts" / "tuneop" / "dashboards" / "tuneop.json"
+DASHBOARD_COPY = ROOT / "manifests" / "grafana" / "tuneop-dashboard.json"
 EXPORTED = AGREED | OPERATOR | HISTOGRAMS | TRAINER
 # What each required panel shows, by the metric it must read.
 REQUIRED = {
@@ -107,3 +112,42 @@ def test_every_panel_query_is_valid_promql(promtool: str, tmp_path: Path) -> Non
         [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def dashboard_check() -> str:
+    """hack/dashboard-check, built once into the cache (Go and the module proxy)."""
+    built = subprocess.run(
+        [str(ROOT / "hack" / "dashboard-check" / "build.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr
+    return built.stdout.strip().splitlines()[-1]
+
+
+def _check(binary: str, *paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([binary, *map(str, paths)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_dashboard_matches_grafanas_dashboard_schema(dashboard_check: str) -> None:
+    result = _check(dashboard_check, DASHBOARD, DASHBOARD_COPY)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_schema_check_names_what_is_wrong(dashboard_check: str, tmp_path: Path) -> None:
+    board = json.loads(DASHBOARD.read_text())
+    board["refreshEvery"] = "30s"  # not a dashboard field
+    board["panels"][0]["gridPos"]["w"] = "wide"  # not an integer
+    del board["panels"][1]["options"]["reduceOptions"]  # required by the stat panel
+    board["panels"][3]["targets"][0]["legend"] = "{{tuningjob}}"  # a Prometheus query's?
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(board))
+    result = _check(dashboard_check, path)
+    assert result.returncode == 1
+    errors = result.stdout.splitlines()
+    assert any("unexpected field 'refreshEvery'" in e for e in errors), errors
+    assert any("panels[0].gridPos.w" in e for e in errors), errors
+    assert any("panels[1].options.reduceOptions" in e for e in errors), errors
+    assert any("panels[3].targets[0]" in e and "legend" in e for e in errors), errors

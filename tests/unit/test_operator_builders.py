@@ -83,6 +83,8 @@ def test_pod_contract_security_and_gpus():
     env = env_of(pod)
     assert env[contract.ENV_JOB_NAME]["value"] == "emg"
     assert env[contract.ENV_JOB_NAMESPACE]["value"] == "ml"
+    # the job's own uid (not the pod's): what the trainer records on the volume
+    assert env[contract.ENV_JOB_UID]["value"] == "u-1"
     assert env[contract.ENV_PROGRESS_CONFIGMAP]["value"] == "emg-progress"
     assert env[contract.ENV_POD_NAME]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env[contract.ENV_METRICS_ADDRESS]["valueFrom"]["fieldRef"]["fieldPath"] == (

@@ -87,6 +87,8 @@ def check(value: Any, node: dict[str, Any], path: str = "") -> list[str]:
             elif not node.get("x-kubernetes-preserve-unknown-fields") and path != ".metadata":
                 errors.append(f"{path}.{key}: unknown field (would be pruned)")
     if kind == "array":
+        if "maxItems" in node and len(value) > node["maxItems"]:
+            errors.append(f"{path}: more than {node['maxItems']} items")
         for i, item in enumerate(value):
             errors += check(item, node["items"], f"{path}[{i}]")
     return errors
@@ -200,6 +202,7 @@ def test_crd_defaults_match_the_operator_spec_defaults():
         "intervalSteps": Checkpoint.interval_steps,
         "intervalSeconds": Checkpoint.interval_seconds,
         "keep": Checkpoint.keep,
+        "adopt": Checkpoint.adopt,
     }
     minimal = {"image": "x", "hypermodel": "m:H"}
     defaulted = apply_defaults(minimal, schema()["properties"]["spec"])
@@ -349,6 +352,7 @@ def test_status_progress_declares_every_contract_field_with_its_type():
         resumed_from_step=4, resumed_from_epoch=1, last_progress_time="2026-01-01T00:00:00Z",
         last_checkpoint_time="2026-01-01T00:00:00Z", best_trial_id="0001", best_score=0.5,
         best_hyperparameters={"units": 8}, objective="val_loss", direction="min",
+        top_trials=[{"trialId": "0001", "score": 0.5, "hyperparameters": {"units": 8}}],
     ).to_status()  # fmt: skip
     assert check(full, _progress_schema(), ".status.progress") == []
     assert check(contract.Progress().to_status(), _progress_schema()) == []
@@ -359,8 +363,19 @@ def test_status_progress_declares_every_contract_field_with_its_type():
 @pytest.mark.parametrize(
     "bad",
     [{"trialsCompleted": "3"}, {"trialsTotal": -1}, {"step": 1.5}, {"bestScore": "high"},
-     {"phase": "Exploded"}, {"direction": "up"}, {"bestHyperparameters": [1]}],
+     {"phase": "Exploded"}, {"direction": "up"}, {"bestHyperparameters": [1]},
+     {"topTrials": [{"trialId": "1"}]},
+     {"topTrials": [{"trialId": str(i), "score": 1.0} for i in range(contract.TOP_TRIALS + 1)]}],
 )  # fmt: skip
 def test_status_progress_rejects_bad_values_and_keeps_a_newer_trainers_fields(bad):
     assert check(bad, _progress_schema(), ".status.progress") != []
     assert check({"fromANewerTrainer": 1}, _progress_schema()) == []
+
+
+def test_both_top_trial_lists_hold_at_most_the_contracts_number():
+    status = schema()["properties"]["status"]["properties"]
+    assert status["topTrials"]["maxItems"] == contract.TOP_TRIALS
+    assert _progress_schema()["properties"]["topTrials"]["maxItems"] == contract.TOP_TRIALS
+    entry = {"id": "0001", "score": 0.5, "hyperparameters": {"units": 8}}
+    assert check([entry], status["topTrials"], ".status.topTrials") == []
+    assert check([{"id": "0001"}], status["topTrials"], ".status.topTrials") != []

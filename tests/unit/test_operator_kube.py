@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 import pytest
-from tuneop import builders, handlers, kube, names
+from tuneop import builders, handlers, health, kube, names
 from tuneop import runtime as runtime_mod
 from tuneop.config import Config
 from tuneop.runtime import CHILD_CONFLICT, Runtime
@@ -203,12 +203,28 @@ def test_a_conflict_is_surfaced_in_status_and_one_event():
     assert "ServiceAccount j-trainer exists" in fake.patches[-1]["message"]
     assert fake.events == [CHILD_CONFLICT]
     assert not [k for k in fake.objects if k[0] == "Pod"]  # no pods created beside it
+    # the next passes meet the same conflict: no second Event, and nothing logged through
+    # kopf's per-object logger (each of its warnings would be an Event)
+    kopf_logger = EventPostingLogger()
+    job = {**JOB, "status": fake.patches[-1]}
+    fake.get_job = lambda namespace, name: job  # type: ignore[method-assign]
+    for _ in range(3):
+        runtime.reconcile_once("ns", "j", kopf_logger)
+    assert fake.events == [CHILD_CONFLICT] and kopf_logger.posted == []
 
 
-def test_failed_passes_back_off_exponentially_up_to_the_cap():
-    delays = [handlers.retry_delay(n, 2.0, 60.0) for n in range(8)]
-    assert delays == [2.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
-    assert handlers.retry_delay(10_000, 2.0, 60.0) == 60.0
+def test_failed_passes_back_off_exponentially_up_to_the_cap_with_jitter():
+    def delays(draw: float) -> list[float]:
+        return [handlers.retry_delay(n, 2.0, 60.0, lambda: draw) for n in range(8)]
+
+    # the whole backoff at the top of the draw, half of it at the bottom
+    assert delays(1.0) == [2.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert delays(0.0) == [2.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert handlers.retry_delay(10_000, 2.0, 60.0, lambda: 1.0) == 60.0
+    # with the real draw, jobs failing together spread their retries over the window
+    spread = {handlers.retry_delay(5, 2.0, 60.0) for _ in range(50)}
+    assert len(spread) > 40 and all(16.0 <= d <= 32.0 for d in spread)
+    assert handlers.retry_delay(0, 2.0, 60.0) == 2.0  # healthy: the interval, no jitter
 
 
 class FailingRuntime:
@@ -243,8 +259,11 @@ class EventPostingLogger(logging.Logger):
 def test_a_failed_pass_counts_towards_backoff_without_an_event(error: Exception, after: int):
     kopf_logger = EventPostingLogger()
     runtime: Any = FailingRuntime(error)
-    assert asyncio.run(handlers._pass(runtime, "ns", "j", kopf_logger, 2)) == (after, None)
+    loops = health.LoopHealth()
+    passed = asyncio.run(handlers._pass(runtime, "ns", "j", kopf_logger, 2, loops))
+    assert passed == (after, None)
     assert kopf_logger.posted == []
+    assert loops.report()["failing"] == ({"ns/j": 1} if after else {})
 
 
 class NodeCountingKube(MemoryKube):

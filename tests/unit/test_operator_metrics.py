@@ -38,6 +38,12 @@ OPERATOR = {
     "tuneop_reconcile_passes_total",
     "tuneop_reconcile_errors_total",
 }
+# Per job, from the reconcile loops' health (health.py, metrics.LoopSeries); also
+# while a job's passes fail.
+LOOP = {
+    "tuneop_tuningjob_last_reconcile_success_timestamp_seconds",
+    "tuneop_tuningjob_reconcile_consecutive_errors",
+}
 # Operator-wide histograms: no samples until something is observed.
 HISTOGRAMS = {"tuneop_recovery_seconds_bucket", "tuneop_recovery_seconds_count",
               "tuneop_recovery_seconds_sum"}  # fmt: skip

@@ -160,6 +160,25 @@ def test_the_job_succeeds_when_every_trial_group_completed():
     assert not d.create_groups
 
 
+def test_the_top_trials_come_from_the_oracles_record_then_t0s_summary():
+    w = ParallelWorld()
+    start(w)
+    top = [{"trialId": "03", "score": 0.9, "hyperparameters": {"units": 8}}]
+    w.report_as("tuner1", trial_id="05", top_trials=[{"trialId": "x", "score": 1.0}])
+    w.report_as(contract.ORACLE_TUNER_ID, trials_completed=3, trials_total=6, top_trials=top)
+    w.step()
+    assert w.status["topTrials"] == [{"id": "03", "score": 0.9, "hyperparameters": {"units": 8}}]
+    w.terminate(T1, 0)
+    w.step()
+    final = [{"trialId": "04", "score": 0.97, "hyperparameters": {}}, *top]
+    summary = contract.FinalSummary(trials_completed=6, trials_total=6, best_trial_id="04",
+                                    best_score=0.97, top_trials=final)  # fmt: skip
+    w.terminate(T0, 0, summary.to_message())
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+    assert [t["id"] for t in w.status["topTrials"]] == ["04", "03"]
+
+
 def test_the_preemption_budget_counts_every_group():
     w = ParallelWorld()
     start(w)
@@ -279,9 +298,3 @@ def test_an_existing_claim_that_is_not_read_write_many_is_an_invalid_spec():
     assert "ReadWriteMany" in failed["message"]
     ok = decide(w.job, [], now=w.now, claim={"spec": {"accessModes": ["ReadWriteMany"]}})
     assert sorted(n for n, _ in ok.create_groups) == ["oracle", "t0", "t1"]
-
-
-def test_multi_worker_trial_groups_are_refused_for_now():
-    spec = JobSpec.from_dict({"image": "i", "hypermodel": "m:H", "parallelTrials": 2,
-                              "distribution": {"workers": 2}})  # fmt: skip
-    assert [e.field for e in validate(spec)] == ["spec.parallelTrials"]

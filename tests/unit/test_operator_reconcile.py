@@ -525,6 +525,44 @@ def test_a_summary_without_hyperparameters_keeps_those_of_the_same_best_trial():
     assert w.status["bestTrial"] == {"id": "0004", "score": 0.9, "hyperparameters": {"units": 32}}
 
 
+def _top(*scored: tuple[str, float]) -> list[dict[str, Any]]:
+    return [{"trialId": i, "score": v, "hyperparameters": {"units": int(i)}} for i, v in scored]
+
+
+def test_the_top_trials_follow_the_progress_then_the_final_summary():
+    w = World()
+    start(w)
+    w.progress(trials_total=6, trials_completed=2, top_trials=_top(("1", 0.8), ("0", 0.5)))
+    w.step()
+    assert w.status["topTrials"] == [
+        {"id": "1", "score": 0.8, "hyperparameters": {"units": 1}},
+        {"id": "0", "score": 0.5, "hyperparameters": {"units": 0}},
+    ]
+    w.progress(top_trials=_top(("1", 0.8), ("3", 0.6), ("0", 0.5)))
+    w.step()
+    assert [t["id"] for t in w.status["topTrials"]] == ["1", "3", "0"]
+    w.report({**w.status["progress"], "topTrials": [{"trialId": "9"}]})  # a bad entry
+    w.step()
+    assert [t["id"] for t in w.status["topTrials"]] == ["1", "3", "0"]  # kept, not lost
+    summary = _summary(trials_completed=6, trials_total=6, best_trial_id="5", best_score=0.9,
+                       top_trials=_top(("5", 0.9), ("1", 0.8)))  # fmt: skip
+    w.terminate("j-worker-0", 0, summary)
+    w.step()
+    assert [(t["id"], t["score"]) for t in w.status["topTrials"]] == [("5", 0.9), ("1", 0.8)]
+
+
+def test_a_summary_without_top_trials_keeps_those_of_the_progress():
+    w = World()
+    start(w)
+    w.progress(trials_total=2, trials_completed=2, top_trials=_top(("1", 0.7)))
+    w.step()
+    w.terminate("j-worker-0", 0, _summary(trials_completed=2, trials_total=2,
+                                          best_trial_id="1", best_score=0.7))  # fmt: skip
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+    assert w.status["topTrials"] == [{"id": "1", "score": 0.7, "hyperparameters": {"units": 1}}]
+
+
 def test_without_a_summary_the_final_status_comes_from_the_progress():
     w = World()
     start(w)
@@ -685,6 +723,9 @@ def test_whatever_the_trainer_reports_the_copy_passes_the_crds_schema():
         {"trialId": "x" * 257, "message": "m" * 40000, "objective": 5, "bestScore": float("inf")},
         {"bestHyperparameters": {"blob": "x" * 20000}, "lastProgressTime": "2026-13-01T00:00:00Z"},
         {"trialsCompleted": 2.0, "trialsTotal": True, "restores": "3", "message": ""},
+        {"topTrials": [{"trialId": "1", "score": float("nan")}]},
+        {"topTrials": [{"trialId": str(i), "score": 1.0} for i in range(contract.TOP_TRIALS + 1)]},
+        {"topTrials": [{"trialId": "1", "score": 1.0, "hyperparameters": {"b": "x" * 20000}}]},
     ]
     for record in hostile:
         w = World()

@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = load_spec_file(args.spec)
         _check_installed(spec)
+        _check_owner(spec, Path(args.dir))
     except SpecError as exc:
         return fail(EXIT_INVALID_SPEC, str(exc))
     if spec.script is not None:
@@ -122,6 +123,19 @@ def _check_installed(spec: TrainerSpec) -> None:
             "lacks; use Hyperband, RandomSearch or GridSearch, or an image with "
             "keras-tuner[bayesian]",
         )
+
+
+def _check_owner(spec: TrainerSpec, root: Path) -> None:
+    """The volume's search is this job's, or adopted on request (ownership.py). The
+    writer is the process that records the search: the chief, or a parallel search's
+    oracle."""
+    from . import ownership, strategy
+    from .parallel import roles
+
+    write = strategy.is_chief() and not roles.current().is_group
+    if write:
+        root.mkdir(parents=True, exist_ok=True)
+    ownership.check(root, spec, write)
 
 
 def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:

@@ -12,6 +12,15 @@
   `keras.mixed_precision.set_global_policy("mixed_float16")` (or a spec's
   `tuner.dtypePolicy`) would silently train every trial in float32. The policy set
   before the call is set again after it.
+- keras-tuner's `Oracle.reload` fills `trials` in the order the file system lists the
+  trial directories, not the order they were created, and `get_best_trials` breaks ties
+  by that order (BayesianOptimization also feeds its model in it). That order changes
+  when other files of the project directory are written (measured: two workers of one
+  trial group reading 15 ms apart while another group saved its tuner file got
+  ['0', '1', '2'] and ['2', '0', '1']): a resumed search could name another best trial
+  than an uninterrupted one, and the two workers built different "best" models (a
+  collective shape mismatch). Reloaded trials are put back in creation order.
+- GridSearch's walk of the grid survives a reload: gridsearch.py.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from typing import Any
 from keras_tuner.src import utils as kt_utils
 from tuneop_contract import write_atomic
 
-from . import uneven
+from . import gridsearch, uneven
 
 _state = {"write": True, "installed": False}
 
@@ -51,6 +60,30 @@ def install() -> None:
     kt_utils.save_json = _atomic_save_json
     uneven.install()
     _keep_dtype_policy_across_clear_session()
+    _reload_trials_in_creation_order()
+    gridsearch.install()
+
+
+def creation_order(trial_id: str) -> tuple[int, int, str]:
+    """keras-tuner numbers trials as it creates them ("0", "01", ...); any other id
+    comes after, by name."""
+    return (0, int(trial_id), "") if trial_id.isdigit() else (1, 0, trial_id)
+
+
+def in_creation_order(oracle: Any) -> None:
+    oracle.trials = dict(sorted(oracle.trials.items(), key=lambda item: creation_order(item[0])))
+
+
+def _reload_trials_in_creation_order() -> None:
+    from keras_tuner.src.engine import oracle as oracle_module
+
+    original = oracle_module.Oracle.reload
+
+    def reload(self: Any) -> None:
+        original(self)
+        in_creation_order(self)
+
+    oracle_module.Oracle.reload = reload
 
 
 def _keep_dtype_policy_across_clear_session() -> None:

@@ -156,6 +156,11 @@ class Reporter:
         if snapshot.trials_total is not None:
             self.metrics.trials_total.set(snapshot.trials_total)
 
+    def flush(self, timeout: float = 2.0) -> None:
+        """Hand the latest record to the ConfigMap patcher now (bounded wait)."""
+        if self._patcher is not None:
+            self._patcher.flush(timeout)
+
     def close(self) -> None:
         if self._patcher is not None:
             self._patcher.flush()
@@ -214,6 +219,7 @@ class _ProgressPatcher:
         self.token_path = token_path
         self.context = ssl.create_default_context(cafile=str(ca_path))
         self._pending: Progress | None = None
+        self._sending = False
         self._cond = threading.Condition()
         self._last = 0.0
         self._force = False
@@ -240,8 +246,9 @@ class _ProgressPatcher:
             self._cond.notify()
 
     def flush(self, timeout: float = 5.0) -> None:
+        """Until the latest record was sent (or `timeout`)."""
         deadline = time.monotonic() + timeout
-        while self._pending is not None and time.monotonic() < deadline:
+        while (self._pending is not None or self._sending) and time.monotonic() < deadline:
             with self._cond:
                 self._force = True
                 self._cond.notify()
@@ -257,8 +264,12 @@ class _ProgressPatcher:
                     self._cond.wait(wait)
                     continue
                 progress, self._pending, self._force = self._pending, None, False
+                self._sending = True
             self._last = time.monotonic()
-            self._patch(progress)
+            try:
+                self._patch(progress)
+            finally:
+                self._sending = False
 
     def _patch(self, progress: Progress) -> None:
         body = json.dumps(progress_configmap_patch(progress, self.tuner_id)).encode()

@@ -13,6 +13,7 @@ from tuneop_contract import (
     BEST_MODEL_FILE,
     RESULTS_FILE,
     FinalSummary,
+    rank_trials,
     write_atomic,
     write_termination_message,
 )
@@ -34,7 +35,7 @@ def collect(tuner: Any) -> dict[str, Any]:
                 "status": str(trial.status),
                 "score": None if trial.score is None else float(trial.score),
                 "bestStep": trial.best_step,
-                "hyperparameters": {k: v for k, v in values.items() if not k.startswith("tuner/")},
+                "hyperparameters": _user_values(values),
                 "continuesTrial": values.get("tuner/trial_id"),
             }
         )
@@ -48,11 +49,7 @@ def collect(tuner: Any) -> dict[str, Any]:
         else {
             "trialId": str(best[0].trial_id),
             "score": float(best[0].score),
-            "hyperparameters": {
-                k: v
-                for k, v in best[0].hyperparameters.values.items()
-                if not k.startswith("tuner/")
-            },
+            "hyperparameters": _user_values(best[0].hyperparameters.values),
         },
     }
 
@@ -92,6 +89,9 @@ def write_final_summary(results: dict[str, Any], trials_total: int | None, path:
         best_trial_id=best.get("trialId"),
         best_score=best.get("score"),
         best_hyperparameters=best.get("hyperparameters"),
+        top_trials=rank_trials(
+            results.get("trials") or [], (results.get("objective") or {}).get("direction")
+        ),
     )
     write_termination_message(summary.to_message(), path)
 
@@ -107,19 +107,35 @@ def search_progress(oracle: Any) -> dict[str, Any]:
     if local is None:
         return {"trials_total": planned}
     done = sum(1 for t in local.trials.values() if t.status == "COMPLETED")
-    fields: dict[str, Any] = {"trials_completed": done, "trials_total": planned}
+    fields: dict[str, Any] = {
+        "trials_completed": done,
+        "trials_total": planned,
+        "top_trials": rank_trials(
+            (
+                {
+                    "trialId": str(t.trial_id),
+                    "status": str(t.status),
+                    "score": t.score,
+                    "hyperparameters": _user_values(t.hyperparameters.values),
+                }
+                for _, t in sorted(local.trials.items())
+            ),
+            local.objective.direction,
+        ),
+    }
     best = local.get_best_trials(1)
     if best and best[0].score is not None:
         fields.update(
             best_trial_id=str(best[0].trial_id),
             best_score=float(best[0].score),
-            best_hyperparameters={
-                k: v
-                for k, v in best[0].hyperparameters.values.items()
-                if not k.startswith("tuner/")
-            },
+            best_hyperparameters=_user_values(best[0].hyperparameters.values),
         )
     return fields
+
+
+def _user_values(values: dict[str, Any]) -> dict[str, Any]:
+    """Hyperparameter values without keras-tuner's own `tuner/...` bookkeeping."""
+    return {k: v for k, v in values.items() if not k.startswith("tuner/")}
 
 
 def planned_trials(oracle: Any) -> int | None:

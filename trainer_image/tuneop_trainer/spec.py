@@ -69,6 +69,8 @@ class CheckpointSpec:
     interval_steps: int = 50
     interval_seconds: float = 60.0
     keep: int = 2
+    adopt: bool = False
+    """Continue a search the volume records for another TuningJob (ownership.py)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,7 +332,15 @@ def _parse_checkpoint(c: dict[str, Any]) -> CheckpointSpec:
         interval_steps=_int(c, "intervalSteps", "spec.checkpoint.intervalSteps", 50, minimum=0),
         interval_seconds=float(seconds),
         keep=_int(c, "keep", "spec.checkpoint.keep", 2, minimum=1),
+        adopt=_flag(c, "adopt", "spec.checkpoint.adopt"),
     )
+
+
+def _flag(d: dict[str, Any], key: str, field: str) -> bool:
+    value = d.get(key, False)
+    if not isinstance(value, bool):
+        raise SpecError(field, f"{_q(value)} must be true or false")
+    return value
 
 
 def _map(d: dict[str, Any], key: str, field: str) -> dict[str, Any]:

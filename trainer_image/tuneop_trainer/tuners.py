@@ -308,6 +308,11 @@ class ResumableMixin:
         if preemption.requested():  # between trials: the oracle state is already durable
             raise preemption.Preempted()
         super().on_trial_begin(trial)  # type: ignore[misc]
+        # The operator learns which trial runs before the trial builds its model: a model
+        # whose hyperparameters run the trainer out of memory as it is built or trained
+        # is then recorded as this trial (status.oomTrials), not as the previous one.
+        self.ctx.reporter.update(force=True, trial_id=str(trial.trial_id))  # type: ignore[attr-defined]
+        self.ctx.reporter.flush()  # type: ignore[attr-defined]
 
     def on_trial_end(self, trial: Any) -> None:
         super().on_trial_end(trial)  # type: ignore[misc]

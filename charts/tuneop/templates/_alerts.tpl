@@ -119,6 +119,25 @@ groups:
             in {{ $r.preemptionStorm.window }}); each restart costs the work since the last
             checkpoint and eats the preemption budget (spec.failurePolicy.maxPreemptions).
           runbook_url: {{ $r.runbookBaseUrl }}#tuneoppreemptionstorm
+      - alert: TuneopReconcileFailing
+        expr: |-
+          (
+            time() - max by (namespace, tuningjob) (tuneop_tuningjob_last_reconcile_success_timestamp_seconds)
+          )
+          > {{ $r.reconcileFailing.seconds }}
+          and on (namespace, tuningjob)
+            max by (namespace, tuningjob) (tuneop_tuningjob_reconcile_consecutive_errors) > 0
+        for: {{ $r.reconcileFailing.for }}
+        labels:
+          severity: {{ $r.reconcileFailing.severity }}
+        annotations:
+          summary: TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} has not been reconciled for {{`{{ $value | humanizeDuration }}`}}.
+          description: >-
+            Every reconcile pass of TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}}
+            has failed for {{`{{ $value | humanizeDuration }}`}} (more than {{ $r.reconcileFailing.seconds }} s):
+            the operator retries with backoff, but its pods are not recreated and its status
+            is not updated meanwhile. The operator's log names the API error of each pass.
+          runbook_url: {{ $r.runbookBaseUrl }}#tuneopreconcilefailing
       - alert: TuneopOperatorDown
         expr: |-
           absent(up{job="{{ include "tuneop.operatorJob" . }}"} == 1)

@@ -15,7 +15,10 @@ What it does, per node:
 - gives each pod its own loopback address (``127.0.<node>.<n>``, reported as
   ``status.podIP``) and reports truthful pod status; honours restartPolicy and the
   deletion grace period (SIGTERM, wait, SIGKILL, then delete with grace 0);
-- serves container logs over HTTPS on the kubelet port, so ``kubectl logs [-f]`` works.
+- serves container logs over HTTPS on the kubelet port, so ``kubectl logs [-f]`` works;
+- emulates ``resources.limits.memory`` with a watchdog (:mod:`.memory`): a container
+  whose processes' resident memory passes it is SIGKILLed and reported exit 137,
+  reason OOMKilled.
 
 Image mapping rule (images are never pulled): see :func:`.podspec.container_argv`.
 A command starting with ``python``/``python3`` runs with the agent's own interpreter
@@ -25,7 +28,8 @@ for its image in :data:`.podspec.IMAGE_ENTRYPOINTS` (``tuneop/trainer`` →
 ``python -m tuneop_trainer``), else ``sleep infinity`` (like a pause container).
 
 Ignored (documented, not faked): images, probes (containers count as ready once
-started), resource limits (no cgroups: nothing is OOMKilled), runAsUser/runAsGroup
+started), cpu limits and memory requests (no cgroups; the memory limit is emulated as
+above, by sampling), runAsUser/runAsGroup
 (the repository virtualenv lives under /root), network isolation (pods share the host
 network namespace; distinct pod IPs only), Services' cluster IPs (no kube-proxy).
 """

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
-from . import podspec
+from . import memory, podspec
 from .volumes import NotReady, VolumeBuilder, remove_tree
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ class ContainerRun:
     backoff: float = BACKOFF_START
     done: bool = False
     killed: bool = False
+    oom_killed: bool = False
+    """The memory watchdog (memory.py) killed the last run past limits.memory."""
     runs: int = 0
 
     @property
@@ -205,6 +207,7 @@ class PodWorker(threading.Thread):
         policy = self.pod["spec"].get("restartPolicy", "Always")
         inits = [c for c in self.containers if c.init]
         mains = [c for c in self.containers if not c.init]
+        self._enforce_memory_limits()
         # Collect exits.
         for c in self.containers:
             if c.proc is not None and c.proc.poll() is not None and "running" in c.state:
@@ -264,6 +267,7 @@ class PodWorker(threading.Thread):
             c.restart_count += 1
         c.runs += 1
         c.killed = False
+        c.oom_killed = False
         c.log_dir.mkdir(parents=True, exist_ok=True)
         c.term_file.parent.mkdir(parents=True, exist_ok=True)
         c.term_file.write_bytes(b"")
@@ -333,6 +337,21 @@ class PodWorker(threading.Thread):
         c.state = {"running": {"startedAt": c.started_at}}
         self.agent.track(c.proc.pid)
 
+    def _enforce_memory_limits(self) -> None:
+        """SIGKILL a container's processes past its limits.memory (memory.py)."""
+        for c in self.containers:
+            if not c.running or c.oom_killed:
+                continue
+            assert c.proc is not None
+            rss = memory.over_limit(c.proc.pid, memory.memory_limit(c.spec))
+            if rss is not None:
+                log.warning(
+                    "pod %s/%s container %s: %d MiB resident, past its memory limit: OOMKilled",
+                    self.namespace, self.pod_name, c.name, rss >> 20,
+                )  # fmt: skip
+                c.oom_killed = True
+                self._kill_group(c, signal.SIGKILL)
+
     def _record_exit(self, c: ContainerRun) -> None:
         assert c.proc is not None
         code = c.proc.returncode
@@ -358,7 +377,9 @@ class PodWorker(threading.Thread):
                 message = ""
         terminated: dict[str, Any] = {
             "exitCode": code,
-            "reason": podspec.exit_reason(code, c.killed),
+            "reason": memory.OOM_REASON
+            if c.oom_killed and code == memory.OOM_EXIT_CODE
+            else podspec.exit_reason(code, c.killed),
             "startedAt": c.started_at,
             "finishedAt": now(),
             "containerID": self._container_id(c),

@@ -265,8 +265,9 @@ def restart_wanted(policy: str, exit_code: int) -> bool:
 
 
 def exit_reason(exit_code: int, killed_by_agent: bool) -> str:
-    """containerStatuses[].state.terminated.reason. Without cgroups nothing is
-    detectably OOM-killed, so a SIGKILL the agent did not send is reported as Error."""
+    """containerStatuses[].state.terminated.reason of an exit the memory watchdog did
+    not cause (memory.py reports those OOMKilled): a SIGKILL from elsewhere is Error,
+    as the kubelet reports one the kernel's OOM killer did not send."""
     del killed_by_agent
     return "Completed" if exit_code == 0 else "Error"
 
