@@ -18,8 +18,10 @@ endpoint (scraped just before the kill) and by a step-counting callback in the
 baselines; in seconds = (search time of all processes - uninterrupted search time) /
 kills, so it includes re-tracing and restore; start-up (Python + TF import, the same for
 all) is excluded and reported separately. Timings are noisy on a shared machine.
-Also: tuneop's checkpoint overhead at the default interval and its restore time, and
-whether the interrupted tuneop search ended bit-identical to the uninterrupted one.
+Memory row (bench_memory.py): RSS over five epochs of a 320 MB numpy set, tuneop
+`exec` vs plain Keras. Also: tuneop's checkpoint overhead at the default interval and
+its restore time, and whether the interrupted tuneop search ended bit-identical to the
+uninterrupted one.
 Prints a table; writes bench/results/trainer.json.
 """
 
@@ -40,6 +42,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import bench_memory
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -293,6 +296,9 @@ def main() -> None:
     )
     parser.add_argument("--variants", default="tuneop,exec,keras-tuner,kt+backup")
     parser.add_argument("--work", default=None, help="keep the work dir here")
+    parser.add_argument(
+        "--memory-mb", type=int, default=320, help="numpy set of the memory row (0: skip)"
+    )
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-trainer-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -309,7 +315,9 @@ def main() -> None:
     if tuneop is not None:
         tuneop["checkpointOverheadPercentEvery10Steps"] = overhead_at(10, args, work)
         tuneop["sigterm"] = sigterm_exit(spec, work, 130)
+    memory = bench_memory.bench(args.memory_mb, work) if args.memory_mb else []
     report = {
+        "memory": memory,
         "search": {
             "algorithm": "RandomSearch",
             "trials": args.trials,
@@ -358,6 +366,7 @@ def main() -> None:
             f"nothing goes wrong; same trials and scores after kills: "
             f"{e.get('sameTrialsAndScores')}"
         )
+    bench_memory.print_rows(memory)
     print(f"wrote {OUT.relative_to(REPO)}")
 
 

@@ -16,6 +16,7 @@ import yaml
 from tuneop_contract import (
     ENV_LOGICAL_CPU_DEVICES,
     ENV_METRICS_PORT,
+    EXIT_COMPLETED,
     RESULTS_FILE,
     Progress,
     read_progress,
@@ -185,3 +186,35 @@ def comparable(res: dict[str, Any]) -> list[tuple[Any, ...]]:
         (t["trialId"], t["status"], t["score"], json.dumps(t["hyperparameters"], sort_keys=True))
         for t in res["trials"]
     ]
+
+
+def assert_killed_search_matches(
+    script: Path, tmp: Path, kills: tuple[tuple[str, int], ...], min_step: int
+) -> str:
+    """Run `script` uninterrupted, then SIGKILL it once in each (trial, epoch) of `kills`
+    at step >= min_step and resume it to the end: same results, and each trial's first
+    fit has the same history and final weights. Returns the resumed runs' log."""
+    ref, log = tmp / "ref", tmp / "ref.log"
+    proc = start_exec(script, ref, log)
+    assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
+    assert "exact only if" not in log.read_text()  # no inexact-resume warning
+    ckpt, log = tmp / "ckpt", tmp / "log"
+    for trial, epoch in kills:
+        code = kill_exec_when(
+            script,
+            ckpt,
+            log,
+            lambda p, t=trial, e=epoch: p.trial_id == t and p.epoch >= e and p.step >= min_step,
+        )
+        assert code == -signal.SIGKILL
+    proc = start_exec(script, ckpt, log)
+    assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
+    text = log.read_text()
+    for trial, _ in kills:
+        assert f"trial {trial} fit 0: restored" in text
+    assert comparable(results(ckpt)) == comparable(results(ref))
+    for trial, _ in kills:
+        fit = f"trials/{trial}/fit-0"
+        assert fit_final(ckpt, fit)["history"] == fit_final(ref, fit)["history"]
+        assert fit_weights(ckpt, fit) == fit_weights(ref, fit)
+    return text

@@ -13,11 +13,13 @@ place (not atomically). `ResumableMixin` changes exactly that:
 - keras-tuner's JSON writes go through `tuneop_contract.write_atomic`;
 - `run_trial` is our own loop, one `model.fit(epochs=1)` per epoch over the remaining
   batches of a permutation that is a pure function of (seed, execution, epoch), so the
-  data position is (epoch, step); a checkpoint (checkpoint.py) is written every N steps
-  and/or S seconds, at every epoch end and on SIGTERM, written in the background (the
-  training thread waits only for the copy to host memory); on restart the RUNNING trial is
-  retried by the oracle and `run_trial` continues from its latest checkpoint, merging the
-  metric history so the objective covers every epoch;
+  data position is (epoch, step); the batches are gathered one at a time from the arrays
+  (batches.py), never a per-epoch copy of the training set; a checkpoint
+  (checkpoint.py) is written every N steps and/or S seconds, at every epoch end and on
+  SIGTERM, written in the background (the training thread waits only for the copy to
+  host memory); on restart the RUNNING trial is retried by the oracle and `run_trial`
+  continues from its latest checkpoint, merging the metric history so the objective
+  covers every epoch;
 - each trial keeps its best epoch's full state (weights + optimizer), a hard link to that
   epoch-end checkpoint's state file; a Hyperband promotion starts from it, optimizer state
   included; the best model is exported from it. A finished execution's own checkpoints
@@ -52,6 +54,7 @@ from . import (
     scope,
     seeds,
 )
+from .batches import Gathered, gathered, parts
 from .checkpoint import (
     BackgroundWriter,
     CheckpointStore,
@@ -225,6 +228,8 @@ class ResumableMixin:
             force=True, trial_id=str(tid), execution=execution, epoch=epoch, step=step
         )
         rule = spec.tuner.early_stopping
+        validation = gathered(parts(data.x_val, data.y_val), np.arange(len(data.x_val)), bs)
+        training = Gathered(parts(data.x, data.y), bs)
         while epoch < epochs:
             stop = rule is not None and rule.monitor in history
             if stop and early_stopping.should_stop(history[rule.monitor], rule):  # type: ignore[union-attr]
@@ -235,14 +240,14 @@ class ResumableMixin:
             callback = _StepCallback(self, store, epoch, step, steps, history, pending_metrics)
             pending_metrics = None
             t_fit = time.monotonic()
+            batches, count = training.epoch(idx)
             fit = model.fit(
-                data.x[idx],
-                data.y[idx],
-                batch_size=bs,
+                batches,
+                steps_per_epoch=count,
                 epochs=1,
                 shuffle=False,
                 verbose=0,
-                validation_data=(data.x_val, data.y_val),
+                validation_data=validation,
                 callbacks=[callback],
             )
             logs = {k: float(v[-1]) for k, v in fit.history.items()}

@@ -9,7 +9,8 @@ Why per epoch: the data position must be a pure function of (epoch, step). For n
 inputs (arrays, or lists/tuples/dicts of arrays: several inputs and outputs) the
 trainer orders each epoch itself - `shuffle=True` is a permutation seeded by the fit's
 identity and the epoch, `"batch"` permutes whole batches, `False` keeps the order - and
-hands Keras the epoch's remaining samples with `shuffle=False`; batches are Keras's
+hands Keras the epoch's remaining batches, gathered one at a time from the arrays
+(batches.py: no per-epoch copy of the training set); batches are the ones Keras makes
 (`batch_size`, default 32, the last one partial). `validation_split` is Keras's own
 split (the tail, before shuffling). `steps_per_epoch` reads the epochs as a stream over
 passes through the data, as Keras does. So a resumed fit sees the same batches in the
@@ -28,9 +29,10 @@ was done returns its saved history and final weights without training.
 Other inputs: a `tf.data.Dataset` is resumed mid-epoch with `skip(step)` (a repeated,
 infinite one with `skip(epoch * steps_per_epoch + step)`): exact when the dataset's
 order does not depend on how often it was iterated before in the process (no
-`reshuffle_each_iteration`, or a fixed order); generators and `PyDataset`s are resumed
-at the start of the interrupted epoch (checkpoints only at epoch ends). Both log a
-warning saying so.
+`reshuffle_each_iteration`, or a fixed order); a `PyDataset` of known length is resumed
+at the checkpointed batch (pydataset.py); generators and the other PyDatasets are
+resumed at the start of the interrupted epoch (checkpoints only at epoch ends). The
+inexact ones log a warning saying so.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from .. import preemption, seeds
+from .. import batches, preemption, seeds
 from ..checkpoint import (
     CheckpointMismatch,
     CheckpointStore,
@@ -57,7 +59,7 @@ from ..checkpoint import (
     volume_errors,
 )
 from ..fingerprint import digest_arrays
-from . import callback_state, runtime
+from . import callback_state, pydataset, runtime
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +128,14 @@ def _digest(structure: Any) -> str | None:
     return digest_arrays(*keras.tree.flatten(structure))[:16]
 
 
-# tf.data inputs the trainer iterates: spec key → [dataset, iterators made in this
-# process]; with `_record_iterations` on the volume, so a resumed process knows how
-# many iterations an uninterrupted one had made before each fit.
+# Inputs whose state depends on how often they were iterated: key → [input, iterations
+# made in this process] (tf.data: iterators; PyDataset: epochs, pydataset.py); with
+# `_record_iterations` on the volume, so a resumed process knows how many iterations
+# an uninterrupted one had made before each fit.
 _tf_iterations: dict[str, list[Any]] = {}
 TFDATA_RECORD = "tfdata.json"
+# The kinds whose iterations (tf.data) or epochs (PyDataset) are counted that way.
+_COUNTED = ("tf.data", "pydataset")
 
 
 def _tfdata_path(root: Any) -> Any:
@@ -186,6 +191,7 @@ class ResumableFit:
         self.pending_metrics: dict[str, np.ndarray] | None = None
         self.saved_callbacks: tuple[list[dict[str, Any]], dict[str, np.ndarray]] | None = None
         self.seed = seeds.derive(self.label)
+        self.training: batches.Gathered | None = None  # array inputs: one pipeline per fit
 
     # -- inputs -----------------------------------------------------------------------
     def _prepare_inputs(self) -> None:
@@ -228,6 +234,23 @@ class ResumableFit:
                 )
             self.steps = self._dataset_steps(x)
         self.x, self.y, self.sample_weight = x, y, sw
+        self.validation_input = self._validation_input()
+
+    def _validation_input(self) -> Any:
+        """Array validation data as gathered batches (batches.py), which Keras would
+        otherwise convert again at every epoch's fit; other kinds as they are."""
+        val = self.validation_data
+        if not isinstance(val, tuple | list) or not val or not _arrays(val):
+            return val
+        a = self.args
+        parts = [_to_numpy(p) for p in keras.utils.unpack_x_y_sample_weight(tuple(val))]
+        size = len(keras.tree.flatten(parts[0])[0])
+        bs = a["validation_batch_size"] or (
+            self.batch_size if self.array_input else a["batch_size"]
+        )
+        return batches.gathered(
+            batches.parts(*parts), np.arange(size), int(bs or DEFAULT_BATCH_SIZE)
+        )
 
     def _dataset_steps(self, x: Any) -> int:
         if self.args["steps_per_epoch"]:
@@ -247,13 +270,18 @@ class ResumableFit:
 
     def _kind(self) -> str:
         """arrays | tf.data (iterated by the trainer, exact) | tf.data-skip (multi-worker:
-        Keras iterates and shards it) | other (generators, PyDataset)."""
+        Keras iterates and shards it) | pydataset (a finite PyDataset whose batches the
+        trainer picks, exact) | other (generators, infinite PyDatasets, steps_per_epoch
+        over a PyDataset)."""
         if self.array_input:
             return "arrays"
         import tensorflow as tf
 
         from ..multiworker import is_multiworker
 
+        if pydataset.indexable(self.x):
+            spe = self.args["steps_per_epoch"]
+            return "pydataset" if not spe or spe == self.x.num_batches else "other"
         if not isinstance(self.x, tf.data.Dataset):
             return "other"
         return "tf.data-skip" if is_multiworker(self.model.distribute_strategy) else "tf.data"
@@ -314,21 +342,22 @@ class ResumableFit:
     def _epoch_inputs(self, epoch: int, start: int) -> dict[str, Any]:
         kind = self._kind()
         if kind == "arrays":
-            idx = self._epoch_indices(epoch, start)
-
-            def take(s: Any) -> Any:
-                return None if s is None else keras.tree.map_structure(lambda v: v[idx], s)
-
+            if self.training is None:
+                element = batches.parts(self.x, self.y, self.sample_weight)
+                self.training = batches.Gathered(element, self.batch_size)
+            dataset, count = self.training.epoch(self._epoch_indices(epoch, start))
             return {
-                "x": take(self.x),
-                "y": take(self.y),
-                "sample_weight": take(self.sample_weight),
-                "batch_size": self.batch_size,
-                "steps_per_epoch": None,
+                "x": dataset,
+                "y": None,
+                "sample_weight": None,
+                "batch_size": None,
+                "steps_per_epoch": count,
             }
         x, spe = self.x, self.args["steps_per_epoch"]
         if kind == "tf.data":
             return self._owned_epoch(epoch, start)
+        if kind == "pydataset":
+            return self._pydataset_epoch(epoch, start)
         if kind == "tf.data-skip" and start:
             infinite = int(x.cardinality()) == -1  # tf.data.INFINITE_CARDINALITY
             x = x.skip(epoch * self.steps + start if infinite else start)
@@ -344,6 +373,33 @@ class ResumableFit:
             "steps_per_epoch": spe,
         }
 
+    def _catch_up(self, epoch: int, one: Any) -> None:
+        """Before `epoch`: call `one()` for every iteration over `self.x` an
+        uninterrupted process had made by now and this one has not, then count `epoch`."""
+        target = self.ds_base + (epoch - int(self.args["initial_epoch"]))
+        entry = _tf_iterations.setdefault(self.ds_key, [self.x, 0])
+        if entry[0] is not self.x:  # another dataset with the same key: its own count
+            entry[0], entry[1] = self.x, max(entry[1], target)
+        while entry[1] < target:
+            one()
+            entry[1] += 1
+        entry[1] += 1
+        self.ds_iterations = entry[1]
+
+    def _pydataset_epoch(self, epoch: int, start: int) -> dict[str, Any]:
+        """Batches [start, steps) of `epoch` of a PyDataset (pydataset.py), after
+        replaying the epoch hooks of the epochs an uninterrupted process had trained."""
+        self._catch_up(epoch, lambda: pydataset.replay(self.x, 1))
+        indices = pydataset.order(self.steps, self.args["shuffle"], self.seed, epoch)
+        self.x.on_epoch_begin()  # on_epoch_end: after the epoch's fit (_train)
+        return {
+            "x": pydataset.EpochBatches(self.x, indices[start:]),
+            "y": None,
+            "sample_weight": None,
+            "batch_size": None,
+            "steps_per_epoch": None,
+        }
+
     def _owned_epoch(self, epoch: int, start: int) -> dict[str, Any]:
         """The epoch's batches from an iterator the trainer makes itself: `iter(x)` once
         per epoch, so the dataset's own reshuffling (`shuffle(...,
@@ -355,16 +411,8 @@ class ResumableFit:
         `from_generator` with the dataset's element spec."""
         import tensorflow as tf
 
-        target = self.ds_base + (epoch - int(self.args["initial_epoch"]))
-        entry = _tf_iterations.setdefault(self.ds_key, [self.x, 0])
-        if entry[0] is not self.x:  # another dataset with the same spec: its own count
-            entry[0], entry[1] = self.x, max(entry[1], target)
-        while entry[1] < target:
-            iter(self.x)  # an iteration that an uninterrupted process made
-            entry[1] += 1
+        self._catch_up(epoch, lambda: iter(self.x))
         iterator = iter(self.x)
-        entry[1] += 1
-        self.ds_iterations = entry[1]
         for _ in range(start):
             next(iterator)
 
@@ -396,6 +444,10 @@ class ResumableFit:
                 model._symbolic_build(
                     data_batch=(head(self.x), head(self.y), head(self.sample_weight))
                 )
+            elif self._kind() == "pydataset":
+                batch = self.x[0]  # a function of the index: reading it changes nothing
+                batch = tuple(batch) if isinstance(batch, list | tuple) else (batch,)
+                model._symbolic_build(data_batch=batch)
             elif self._kind() == "tf.data":
                 # From the element spec: iterating the dataset here would advance its
                 # reshuffling and change every epoch's order.
@@ -444,7 +496,7 @@ class ResumableFit:
             self.rt.checkpoint_seconds += time.monotonic() - t0
             if done:  # the fit's result is durable before the script goes on
                 self.rt.flush_checkpoints()
-                if self._kind() == "tf.data":
+                if self._kind() in _COUNTED:
                     _record_iterations(self.rt.root, self.ds_key, self.ds_iterations)
 
     def _history_object(self) -> Any:
@@ -476,10 +528,14 @@ class ResumableFit:
             self.epochs_done = list(meta["epochsDone"])
             self.last_logs = meta.get("lastLogs")
         kind = self._kind()
-        self.ds_key = f"x:{getattr(self.x, 'element_spec', None)}"
+        self.ds_key = (
+            f"pydataset:{type(self.x).__module__}.{type(self.x).__qualname__}:{len(self.x)}"
+            if kind == "pydataset"
+            else f"x:{getattr(self.x, 'element_spec', None)}"
+        )
         self.ds_base = 0
         self.ds_iterations = 0
-        if kind == "tf.data":
+        if kind in _COUNTED:
             known = _tf_iterations.get(self.ds_key, [None, 0])[1]
             recorded = meta.get("datasetIterationsBefore")
             self.ds_base = (
@@ -580,8 +636,9 @@ class ResumableFit:
                 start = start_step if epoch == start_epoch else 0
                 self.callbacks.offset = start
                 inputs = self._epoch_inputs(epoch, start)
-                if self._kind() == "tf.data":
-                    # Built already; Keras's first-batch peek would eat an owned batch.
+                if self._kind() in _COUNTED:
+                    # Built already; Keras's first-batch peek would eat an owned batch
+                    # (tf.data) or start an epoch (PyDataset).
                     model._maybe_symbolic_build = lambda *_, **__: None
                 _original_fit(
                     model,
@@ -590,13 +647,18 @@ class ResumableFit:
                     initial_epoch=epoch,
                     verbose=a["verbose"],
                     callbacks=self.callbacks,
-                    validation_data=self.validation_data,
-                    shuffle=False if self.array_input else a["shuffle"],
+                    validation_data=self.validation_input,
+                    # Arrays and PyDatasets: the trainer orders the batches itself.
+                    shuffle=a["shuffle"] if self._kind() not in ("arrays", "pydataset") else False,
                     class_weight=a["class_weight"],
                     validation_steps=a["validation_steps"],
-                    validation_batch_size=a["validation_batch_size"],
+                    validation_batch_size=None
+                    if self.validation_input is not self.validation_data
+                    else a["validation_batch_size"],
                     validation_freq=a["validation_freq"],
                 )
+                if self._kind() == "pydataset":
+                    self.x.on_epoch_end()
                 if model.stop_training:
                     break
         finally:
