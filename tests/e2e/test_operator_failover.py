@@ -157,6 +157,14 @@ def node_worker(e2e: Env, namespace: str, pod: str) -> Any:
     raise AssertionError(f"no node runs {namespace}/{pod}")
 
 
+def controllers_caught_up(e2e: Env, namespace: str) -> None:
+    """After kube-apiserver came back: the controller-manager's informers re-list with
+    their own backoff (seen: over a minute in the full suite), and the tests after this
+    one need its ServiceAccount controller. A new namespace's default ServiceAccount
+    says it works again."""
+    e2e.cluster.create_namespace(f"{namespace}-after", timeout=240)
+
+
 def test_apiserver_killed_and_restarted_mid_run(e2e: Env):
     """kube-apiserver SIGKILLed mid-search, back 5 s later: the same pod finishes the
     search; nothing counted, nothing created twice."""
@@ -167,6 +175,7 @@ def test_apiserver_killed_and_restarted_mid_run(e2e: Env):
     before = pod_uids(e2e, ns)
     e2e.cluster.control_plane.restart_apiserver(down_seconds=5)
     check_final(e2e, ns, trials, preemptions=0, failures=0, restarts=0)
+    controllers_caught_up(e2e, ns)
     assert pod_uids(e2e, ns) == before
     assert e2e.reasons(ns) == ["Created", "Completed"]
 
@@ -189,5 +198,6 @@ def test_apiserver_down_while_the_trainer_finishes(e2e: Env):
     finally:
         cp.start_apiserver()
     check_final(e2e, ns, trials, preemptions=0, failures=0, restarts=0)
+    controllers_caught_up(e2e, ns)
     assert pod_uids(e2e, ns) == before
     assert e2e.reasons(ns) == ["Created", "Completed"]

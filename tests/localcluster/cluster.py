@@ -197,7 +197,7 @@ class LocalCluster:
         blocking = [t for t in node.spec.taints or [] if t.effect in ("NoSchedule", "NoExecute")]
         return ready and not blocking
 
-    def create_namespace(self, name: str) -> str:
+    def create_namespace(self, name: str, timeout: float = 60) -> str:
         """Create a namespace and wait for its ``default`` ServiceAccount (pods need it)."""
         with contextlib.suppress(client.ApiException):
             self.core.create_namespace({"metadata": {"name": name}})
@@ -209,7 +209,7 @@ class LocalCluster:
             except client.ApiException:
                 return False
 
-        self.wait_for(has_sa, 60, f"default ServiceAccount in {name}")
+        self.wait_for(has_sa, timeout, f"default ServiceAccount in {name}")
         return name
 
     def pod(self, namespace: str, name: str) -> client.V1Pod | None:

@@ -9,7 +9,7 @@ import numpy as np
 def batches():
     rng = np.random.default_rng(3)
     while True:
-        time.sleep(0.01)  # a slow source: the kill lands mid-epoch
+        time.sleep(0.02)  # a slow source: 3 s an epoch, several 2 s progress writes in each
         x = rng.normal(size=(8, 4)).astype("float32")
         yield x, (x[:, 0] > 0).astype("int32")
 
