@@ -178,12 +178,15 @@ class JobMetrics(Collector):
         self._recoveries: dict[str, list[float]] = {}
         """reason -> per-bucket counts (RECOVERY_BUCKETS, then +Inf), then the sum."""
 
-    def observe(self, namespace: str, name: str, spec: Obj, status: Obj) -> None:
-        """A pass of the job's reconcile loop finished: export its numbers."""
+    def observe(
+        self, namespace: str, name: str, spec: Obj, status: Obj, *, applied: bool = True
+    ) -> None:
+        """A pass of the job's reconcile loop finished: export its numbers. A pass that
+        decided but could not apply (a pod refused) is not counted in passes."""
         values = snapshot(spec, status)
         with self._lock:
             self._jobs[(namespace, name)] = (self._clock(), values)
-            self._passes += 1
+            self._passes += int(applied)
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:

@@ -14,15 +14,12 @@ Reasons produced here, concurrently:
 - Unschedulable: eight GPUs on a node that has four (the real kube-scheduler says so);
 - CreateContainerConfigError: env from a key of a ConfigMap that does not exist (the
   node agent resolves env like the kubelet and reports that waiting reason);
+- PodRejected: a ResourceQuota of zero GPUs refuses the pods at the API server;
 - NoProgress: a trainer that started and then hangs, its processes stopped with SIGSTOP
   (no training runs, so no TensorFlow work is spent).
 Not produced here:
 - ImagePullBackOff/ErrImagePull: the node agent pulls no images (tests/localcluster);
   the operator's classification of the waiting reason is unit-tested.
-- PodRejected (a ResourceQuota refusing the pods): the operator reports it as condition
-  Running=False reason PodRejected (test_operator_stuck.py) but does not judge it against
-  pendingTimeoutSeconds and exports no series for a pass that could not be applied, so
-  TuneopJobStalled cannot fire for it; see docs/design.md, "Stall".
 - TerminatingOnUnreachableNode and Backoff: they need the session's only node crashed or
   a trainer failing repeatedly; their conditions are covered by unit scenarios.
 """
@@ -200,6 +197,16 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
     env = [{"name": "DATA", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k"}}}]
     e2e.submit(config, env=env, pendingTimeoutSeconds=10)
     expected[config] = "CreateContainerConfigError"
+    quota = e2e.namespace("alert-quota")
+    no_gpus = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-gpus", "namespace": quota},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
+    }
+    e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(no_gpus))
+    e2e.submit(quota, pendingTimeoutSeconds=10)
+    expected[quota] = "PodRejected"
     hung = e2e.namespace("alert-hung")
     e2e.submit(hung, stallTimeoutSeconds=30, terminationGracePeriodSeconds=5)
     expected[hung] = "NoProgress"
@@ -245,5 +252,5 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
             e2e.kubectl("delete", "tj", "search", "-n", ns, "--wait=false")
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGCONT)
-        for ns in (unsched, config):
+        for ns in (unsched, config, quota):
             e2e.kubectl("delete", "tj", "search", "-n", ns, "--wait=false")
