@@ -1,8 +1,8 @@
 """TuneopJobStalled fires end to end: Debian's prometheus scrapes the real operator of the
 session (its /metrics port) under the scrape job the rules expect, evaluates the chart's
-own rules, and `/api/v1/alerts` shows the alert firing for each stuck job, with the job's
-labels, while the job's condition Stalled carries the reason; a job that is not stuck
-has its series scraped and no alert.
+own rules, and `/api/v1/alerts` shows the alert firing for each stuck job with the job's
+labels and the Stalled condition's reason (label reason); a job that is not stuck has its
+series scraped and no alert.
 
 The rules are the chart's, rendered by helm with one value changed:
 prometheusRule.jobStalled.for is 2s instead of 1m. The jobs cross their thresholds fast
@@ -208,11 +208,16 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
     e2e.submit(quota, pendingTimeoutSeconds=10)
     expected[quota] = "PodRejected"
     hung = e2e.namespace("alert-hung")
-    e2e.submit(hung, stallTimeoutSeconds=30, terminationGracePeriodSeconds=5)
+    e2e.submit(
+        hung,
+        distribution={"gpusPerWorker": 0},
+        stallTimeoutSeconds=30,
+        terminationGracePeriodSeconds=5,
+    )
     expected[hung] = "NoProgress"
     # running and quiet too, but within its (default, 900 s) stall timeout
     healthy = e2e.namespace("alert-healthy")
-    e2e.submit(healthy, terminationGracePeriodSeconds=5)
+    e2e.submit(healthy, distribution={"gpusPerWorker": 0}, terminationGracePeriodSeconds=5)
     stopped = [
         (ns, stop_trainer(e2e, ns, "search-worker-0")) for ns in (hung, healthy)
     ]  # fmt: skip
@@ -226,6 +231,8 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
         for ns, reason in expected.items():
             labels = alerts[ns]["labels"]
             assert labels["tuningjob"] == "search" and labels["severity"] == "warning", labels
+            assert labels["reason"] == reason, labels
+            assert f"Stalled ({reason})" in alerts[ns]["annotations"]["summary"]
             assert alerts[ns]["annotations"]["runbook_url"].endswith("#tuneopjobstalled")
             status = e2e.status(ns)
             assert condition(status, "Stalled")["status"] == "True", status

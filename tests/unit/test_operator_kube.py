@@ -225,14 +225,13 @@ class RefusingKube(MemoryKube):
         return super().create(obj)
 
 
-def _stalled_gauge(namespace: str, name: str) -> float | None:
+def _stalled_gauge(namespace: str, name: str) -> tuple[float, str] | None:
+    """The job's tuneop_tuningjob_stalled sample: value and reason label."""
     for family in metrics.JOBS.collect():
         for sample in family.samples:
-            if sample.name == "tuneop_tuningjob_stalled" and sample.labels == {
-                "namespace": namespace,
-                "tuningjob": name,
-            }:
-                return float(sample.value)
+            job = (sample.labels.get("namespace"), sample.labels.get("tuningjob"))
+            if sample.name == "tuneop_tuningjob_stalled" and job == (namespace, name):
+                return float(sample.value), sample.labels["reason"]
     return None
 
 
@@ -244,7 +243,7 @@ def test_pods_refused_past_the_pending_timeout_stall_the_job_once_and_are_export
     running = next(c for c in first["conditions"] if c["type"] == "Running")
     assert running["reason"] == POD_REJECTED and fake.events == [POD_REJECTED]
     assert not [c for c in first["conditions"] if c["type"] == "Stalled"]
-    assert _stalled_gauge("ns", "j") == 0.0  # exported although nothing was applied
+    assert _stalled_gauge("ns", "j") == (0.0, "")  # exported although nothing was applied
     # still refused, 601 s after Running turned False (pendingTimeoutSeconds 600)
     long_ago = st.rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=601))
     conditions = [{**running, "lastTransitionTime": long_ago}]
@@ -256,13 +255,13 @@ def test_pods_refused_past_the_pending_timeout_stall_the_job_once_and_are_export
     assert "PodRejected for 601s (pendingTimeoutSeconds=600)" in stalled["message"]
     assert "exceeded quota: gpus" in stalled["message"]
     assert fake.events == [POD_REJECTED, "Stalled"]
-    assert _stalled_gauge("ns", "j") == 1.0
+    assert _stalled_gauge("ns", "j") == (1.0, POD_REJECTED)
     # once stalled with that reason: no new patch, no new Event
     job["status"] = fake.patches[-1]
     patches = len(fake.patches)
     runtime.reconcile_once("ns", "j", LOG)
     assert len(fake.patches) == patches and fake.events == [POD_REJECTED, "Stalled"]
-    assert _stalled_gauge("ns", "j") == 1.0
+    assert _stalled_gauge("ns", "j") == (1.0, POD_REJECTED)
     metrics.JOBS.forget("ns", "j")
 
 
