@@ -1,5 +1,7 @@
 """Prometheus metrics of the operator (port 8080, /metrics). Per-job series carry only
-the labels `namespace` and `tuningjob` (never trial ids, pod uids or hyperparameters).
+the labels `namespace` and `tuningjob` (never trial ids, pod uids or hyperparameters);
+`tuneop_tuningjob_phase` adds `phase` and `tuneop_tuningjob_stalled` the Stalled
+condition's `reason`, both from small fixed sets.
 Values are taken from each job's status after every reconcile, so counters are the
 status counts (monotonic over a job's life) and a restarted operator reports the same
 numbers.

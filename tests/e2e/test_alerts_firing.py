@@ -16,12 +16,15 @@ Reasons produced here, concurrently:
   node agent resolves env like the kubelet and reports that waiting reason);
 - PodRejected: a ResourceQuota of zero GPUs refuses the pods at the API server;
 - NoProgress: a trainer that started and then hangs, its processes stopped with SIGSTOP
-  (no training runs, so no TensorFlow work is spent).
+  (no training runs, so no TensorFlow work is spent);
+- TerminatingOnUnreachableNode: the trainer's node (one added for it) crashes, the taint
+  manager evicts the pod, which cannot finish terminating on a node that is gone.
 Not produced here:
 - ImagePullBackOff/ErrImagePull: the node agent pulls no images (tests/localcluster);
   the operator's classification of the waiting reason is unit-tested.
-- TerminatingOnUnreachableNode and Backoff: they need the session's only node crashed or
-  a trainer failing repeatedly; their conditions are covered by unit scenarios.
+- Backoff: it needs a trainer that fails and the failure's retry wait to outlast
+  pendingTimeoutSeconds (a real failing trainer, seconds of TensorFlow start-up each);
+  its condition is covered by unit scenarios.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import urllib.request
@@ -43,11 +45,15 @@ from tuneop import names
 
 from tests.e2e.conftest import Env
 from tests.e2e.harness import free_port, wait_for
+from tests.localcluster import disruption
+from tests.localcluster.nodeagent.agent import NodeConfig
+from tests.unit.test_alerts import prometheus_tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tuneop"
+LOST_NODE = "alert-node"
 OPERATOR_JOB = "tuneop-metrics"
 """The scrape job name the plain rules file expects (the metrics Service of release tuneop)."""
 
@@ -130,25 +136,13 @@ def render_rules(helm: Path, out: Path) -> Path:
     return out
 
 
-def prometheus_binary() -> str:
-    """Debian's prometheus, installed by hack/prometheus.sh when missing."""
-    found = shutil.which("prometheus")
-    if found:
-        return found
-    out = subprocess.run(
-        ["bash", str(ROOT / "hack" / "prometheus.sh")],
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-    ).stdout
-    return str(Path(out.strip().splitlines()[-1]) / "prometheus")
-
-
 @pytest.fixture(scope="module")
 def prometheus(e2e: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     workdir = tmp_path_factory.mktemp("prometheus")
     rules = render_rules(e2e.cluster.control_plane.bin_dir / "helm", workdir / "rules.yaml")
-    prom = Prometheus(prometheus_binary(), rules, f"127.0.0.1:{e2e.operator.metrics_port}", workdir)
+    prom = Prometheus(
+        prometheus_tool("prometheus"), rules, f"127.0.0.1:{e2e.operator.metrics_port}", workdir
+    )
     try:
         yield prom
     finally:
@@ -159,9 +153,8 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
 
 
-def stop_trainer(e2e: Env, namespace: str, pod: str) -> int:
-    """SIGSTOP the trainer container's process group once the node agent runs it: the pod
-    stays Running, the trainer never reports progress and uses no CPU."""
+def trainer_pid(e2e: Env, namespace: str, pod: str) -> int:
+    """The trainer container's process, once the node agent runs it."""
 
     def running() -> int | None:
         for agent in e2e.cluster.agents.values():
@@ -173,9 +166,24 @@ def stop_trainer(e2e: Env, namespace: str, pod: str) -> int:
                     return int(run.proc.pid)
         return None
 
-    pid = wait_for(running, 90, f"the trainer of {namespace}/{pod} running")
+    return wait_for(running, 90, f"the trainer of {namespace}/{pod} running")
+
+
+def stop_trainer(e2e: Env, namespace: str, pod: str) -> int:
+    """SIGSTOP the trainer's process group: the pod stays Running, the trainer never
+    reports progress and uses no CPU."""
+    pid = trainer_pid(e2e, namespace, pod)
     os.killpg(pid, signal.SIGSTOP)
     return pid
+
+
+def no_gpus(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-gpus", "namespace": namespace},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
+    }
 
 
 def firing(prom: Prometheus, alert: str) -> dict[str, dict[str, Any]]:
@@ -189,39 +197,61 @@ def firing(prom: Prometheus, alert: str) -> dict[str, dict[str, Any]]:
 
 def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Prometheus):
     expected: dict[str, str] = {}
-    # the local node has 4 GPUs
-    unsched = e2e.namespace("alert-unsched")
-    e2e.submit(unsched, distribution={"gpusPerWorker": 8}, pendingTimeoutSeconds=10)
-    expected[unsched] = "Unschedulable"
-    config = e2e.namespace("alert-config")
-    env = [{"name": "DATA", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k"}}}]
-    e2e.submit(config, env=env, pendingTimeoutSeconds=10)
-    expected[config] = "CreateContainerConfigError"
-    quota = e2e.namespace("alert-quota")
-    no_gpus = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "no-gpus", "namespace": quota},
-        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
-    }
-    e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(no_gpus))
-    e2e.submit(quota, pendingTimeoutSeconds=10)
-    expected[quota] = "PodRejected"
-    hung = e2e.namespace("alert-hung")
-    e2e.submit(
-        hung,
-        distribution={"gpusPerWorker": 0},
-        stallTimeoutSeconds=30,
-        terminationGracePeriodSeconds=5,
-    )
-    expected[hung] = "NoProgress"
-    # running and quiet too, but within its (default, 900 s) stall timeout
-    healthy = e2e.namespace("alert-healthy")
-    e2e.submit(healthy, distribution={"gpusPerWorker": 0}, terminationGracePeriodSeconds=5)
-    stopped = [
-        (ns, stop_trainer(e2e, ns, "search-worker-0")) for ns in (hung, healthy)
-    ]  # fmt: skip
+    # a node of its own for the job whose node is lost; the others stay off it
+    home = {"kubernetes.io/hostname": e2e.cluster.node().name}
+    e2e.cluster.add_node(NodeConfig(name=LOST_NODE, gpus=0))
+    stopped: list[int] = []
+    submitted: list[str] = []
+
+    def submit(prefix: str, quota: bool = False, **spec: Any) -> str:
+        ns = e2e.namespace(prefix)
+        submitted.append(ns)
+        if quota:
+            e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(no_gpus(ns)))
+        e2e.submit(ns, **spec)
+        return ns
+
     try:
+        lost = submit(
+            "alert-lost",
+            distribution={"gpusPerWorker": 0},
+            nodeSelector={"kubernetes.io/hostname": LOST_NODE},
+            pendingTimeoutSeconds=10,
+        )
+        expected[lost] = "TerminatingOnUnreachableNode"
+        # the local node has 4 GPUs
+        unsched = submit(
+            "alert-unsched",
+            distribution={"gpusPerWorker": 8},
+            nodeSelector=home,
+            pendingTimeoutSeconds=10,
+        )
+        expected[unsched] = "Unschedulable"
+        env = [{"name": "DATA", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k"}}}]
+        config = submit("alert-config", env=env, nodeSelector=home, pendingTimeoutSeconds=10)
+        expected[config] = "CreateContainerConfigError"
+        quota = submit("alert-quota", quota=True, pendingTimeoutSeconds=10)
+        expected[quota] = "PodRejected"
+        hung = submit(
+            "alert-hung",
+            distribution={"gpusPerWorker": 0},
+            nodeSelector=home,
+            stallTimeoutSeconds=30,
+            terminationGracePeriodSeconds=5,
+        )
+        expected[hung] = "NoProgress"
+        # running and quiet too, but within its (default, 900 s) stall timeout
+        healthy = submit(
+            "alert-healthy",
+            distribution={"gpusPerWorker": 0},
+            nodeSelector=home,
+            terminationGracePeriodSeconds=5,
+        )
+        stopped += [stop_trainer(e2e, ns, "search-worker-0") for ns in (hung, healthy)]
+        # the node's kubelet dies with the trainer: Ready turns Unknown, the taint manager
+        # evicts the pod, which cannot finish terminating there
+        trainer_pid(e2e, lost, "search-worker-0")
+        disruption.crash_node(e2e.cluster, LOST_NODE)
         alerts = wait_for(
             lambda: (f := firing(prometheus, "TuneopJobStalled")).keys() >= expected.keys() and f,
             120,
@@ -255,9 +285,9 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
         }
         assert ours == {"TuneopJobStalled"}, prometheus.alerts()
     finally:
-        for ns, pid in stopped:
+        for ns in submitted:
             e2e.kubectl("delete", "tj", "search", "-n", ns, "--wait=false")
+        for pid in stopped:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGCONT)
-        for ns in (unsched, config, quota):
-            e2e.kubectl("delete", "tj", "search", "-n", ns, "--wait=false")
+                os.killpg(pid, signal.SIGCONT)  # so the deletion's SIGTERM is handled
+        e2e.cluster.remove_node(LOST_NODE)  # the pod GC then deletes its pod

@@ -49,9 +49,10 @@ OPERATOR_METRICS = AGREED | LOOP | OPERATOR
 PHASES = {"Pending", "Running", "Suspended", "Succeeded", "Failed"}
 
 
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool")
+def prometheus_tool(name: str) -> str:
+    """`promtool` or `prometheus` of Debian's package, installed by hack/prometheus.sh
+    when missing."""
+    found = shutil.which(name)
     if found:
         return found
     out = subprocess.run(
@@ -60,7 +61,12 @@ def promtool() -> str:
         stdout=subprocess.PIPE,
         text=True,
     ).stdout
-    return str(Path(out.strip().splitlines()[-1]) / "promtool")
+    return str(Path(out.strip().splitlines()[-1]) / name)
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    return prometheus_tool("promtool")
 
 
 def rules() -> list[dict[str, Any]]:
