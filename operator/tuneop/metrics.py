@@ -1,5 +1,7 @@
 """Prometheus metrics of the operator (port 8080, /metrics). Per-job series carry only
-the labels `namespace` and `tuningjob` (never trial ids, pod uids or hyperparameters).
+the labels `namespace` and `tuningjob` (never trial ids, pod uids or hyperparameters);
+`tuneop_tuningjob_phase` adds `phase` and `tuneop_tuningjob_stalled` the Stalled
+condition's `reason`, both from small fixed sets.
 Values are taken from each job's status after every reconcile, so counters are the
 status counts (monotonic over a job's life) and a restarted operator reports the same
 numbers.
@@ -59,7 +61,10 @@ GAUGES = {
     "tuneop_tuningjob_trials_completed": "Trials finished.",
     "tuneop_tuningjob_trials_planned": "Trials planned (when the tuner knows).",
     "tuneop_tuningjob_best_score": "Objective value of the best trial so far.",
-    "tuneop_tuningjob_stalled": "1 while the job has condition Stalled=True.",
+    "tuneop_tuningjob_stalled": (
+        "1 while the job has condition Stalled=True, label reason its reason; 0 otherwise "
+        "(no reason)."
+    ),
     "tuneop_tuningjob_parallel_trials": "spec.parallelTrials: trials the job runs at once.",
     "tuneop_tuningjob_running_trials": "Trial groups training now (trainer pods Running).",
     "tuneop_tuningjob_goodput_percent": (
@@ -77,6 +82,10 @@ COUNTERS = {
         "time until training resumed."
     ),
 }
+STALLED = "tuneop_tuningjob_stalled"
+STALLED_REASON = "stalled_reason"
+"""Key of the Stalled condition's reason in a snapshot: label `reason` of STALLED (a
+bounded set: NoProgress and the pending reasons), so the alert can carry it."""
 RECOVERY_BUCKETS = (5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 """Seconds from a pod's loss to its replacement's next training step."""
 STALE_AFTER_SECONDS = 300.0
@@ -129,6 +138,13 @@ def _parallel_trials(spec: Obj) -> float:
 def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
     """The numbers exported for one job, from its spec and (merged) status."""
     best = status.get("bestTrial") or {}
+    conditions = status.get("conditions") or []
+    stalled_reason = ""
+    if st.condition_is(conditions, st.COND_STALLED):
+        stalled_reason = str(
+            (st.get_condition(conditions, st.COND_STALLED) or {}).get("reason") or ""
+        )
+        stalled_reason = stalled_reason or st.COND_STALLED
     return {
         "tuneop_tuningjob_last_progress_timestamp_seconds": _timestamp(
             status.get("lastProgressTime")
@@ -146,9 +162,7 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         "tuneop_tuningjob_best_score": (
             float(best["score"]) if best.get("score") is not None else None
         ),
-        "tuneop_tuningjob_stalled": (
-            1.0 if st.condition_is(status.get("conditions") or [], st.COND_STALLED) else 0.0
-        ),
+        "tuneop_tuningjob_stalled": 1.0 if stalled_reason else 0.0,
         "tuneop_tuningjob_parallel_trials": _parallel_trials(spec),
         "tuneop_tuningjob_running_trials": _running_trials(status),
         "tuneop_tuningjob_goodput_percent": _goodput(status, "percent"),
@@ -159,6 +173,7 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         "tuneop_tuningjob_trial_ooms": float(status.get("trialOOMs") or 0),
         "tuneop_tuningjob_restores": float(status.get("restores") or 0),
         "phase": str(status.get("phase") or st.PHASE_PENDING),
+        STALLED_REASON: stalled_reason,
     }
 
 
@@ -178,12 +193,15 @@ class JobMetrics(Collector):
         self._recoveries: dict[str, list[float]] = {}
         """reason -> per-bucket counts (RECOVERY_BUCKETS, then +Inf), then the sum."""
 
-    def observe(self, namespace: str, name: str, spec: Obj, status: Obj) -> None:
-        """A pass of the job's reconcile loop finished: export its numbers."""
+    def observe(
+        self, namespace: str, name: str, spec: Obj, status: Obj, *, applied: bool = True
+    ) -> None:
+        """A pass of the job's reconcile loop finished: export its numbers. A pass that
+        decided but could not apply (a pod refused) is not counted in passes."""
         values = snapshot(spec, status)
         with self._lock:
             self._jobs[(namespace, name)] = (self._clock(), values)
-            self._passes += 1
+            self._passes += int(applied)
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -254,11 +272,15 @@ class JobMetrics(Collector):
         yield histogram
         jobs = self._exported()
         for metric_name, help_text in GAUGES.items():
-            gauge = GaugeMetricFamily(metric_name, help_text, labels=LABELS)
+            by_reason = metric_name == STALLED
+            gauge = GaugeMetricFamily(
+                metric_name, help_text, labels=[*LABELS, "reason"] if by_reason else LABELS
+            )
             for (ns, name), values in jobs.items():
                 value = values.get(metric_name)
                 if isinstance(value, float):
-                    gauge.add_metric([ns, name], value)
+                    extra = [str(values.get(STALLED_REASON) or "")] if by_reason else []
+                    gauge.add_metric([ns, name, *extra], value)
             yield gauge
         for metric_name, help_text in COUNTERS.items():
             counter = CounterMetricFamily(metric_name, help_text, labels=LABELS)

@@ -140,10 +140,10 @@ class Runtime:
                 logger=logger,
             )
         except kube_mod.ChildConflict as err:
-            self._report_blocked(job, CHILD_CONFLICT, str(err))
+            self._report_blocked(job, spec, CHILD_CONFLICT, str(err))
             return None
         except kube_mod.PodRejected as err:
-            self._report_blocked(job, POD_REJECTED, str(err))
+            self._report_blocked(job, spec, POD_REJECTED, str(err))
             return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
@@ -158,37 +158,56 @@ class Runtime:
             return FINISHED_RECHECK_SECONDS
         return None
 
-    def _report_blocked(
-        self,
-        job: Obj,
-        reason: str,
-        message: str,
-    ) -> None:
+    def _report_blocked(self, job: Obj, spec: JobSpec, reason: str, message: str) -> None:
         """The decision could not be applied (a child's name taken by an object the job
         does not own: ChildConflict; a pod refused by quota or admission: PodRejected):
         say so in status (condition Running=False with that reason) and once as a
-        Warning Event. The next pass tries again."""
+        Warning Event. Past pendingTimeoutSeconds, counted from when condition Running
+        turned False (the group has waited since), also condition Stalled=True with that
+        reason and one Warning Event Stalled. The job's series are exported as after any
+        pass, so TuneopJobStalled sees it. The next pass tries again."""
         meta, old = job["metadata"], job.get("status") or {}
-        conditions = list(old.get("conditions") or [])
-        running = st.get_condition(conditions, st.COND_RUNNING) or {}
-        # the module's logger, not kopf's per-object one, which would post every pass's
-        # warning as an Event of its own
-        key = f"{meta['namespace']}/{meta['name']}"
-        if running.get("reason") == reason and running.get("message") == message:
-            log.info("%s: still %s: %s", key, reason, message)
-            return
-        log.warning("%s: %s: %s", key, reason, message)
+        before = list(old.get("conditions") or [])
         generation = int(meta.get("generation") or 1)
         now = dt.datetime.now(dt.UTC)
         conditions = st.set_condition(
-            conditions, st.COND_RUNNING, False, reason, message, generation, now
+            before, st.COND_RUNNING, False, reason, message, generation, now
         )
+        since = st.parse_time((st.get_condition(conditions, st.COND_RUNNING) or {}).get(
+            "lastTransitionTime"
+        )) or now  # fmt: skip
+        waited = int((now - since).total_seconds())
+        stalled = st.get_condition(before, st.COND_STALLED) or {}
+        events: list[Event] = []
+        if waited > spec.pending_timeout_seconds and not (
+            stalled.get("status") == "True" and stalled.get("reason") == reason
+        ):
+            stall = f"{reason} for {waited}s (pendingTimeoutSeconds="
+            stall += f"{spec.pending_timeout_seconds}): {message}"
+            conditions = st.set_condition(
+                conditions, st.COND_STALLED, True, reason, stall[:32768], generation, now
+            )
+            events.append(Event("Warning", "Stalled", stall))
         patch = {"message": message, "conditions": conditions}
+        metrics.JOBS.observe(
+            meta["namespace"], meta["name"], job.get("spec") or {}, {**old, **patch}, applied=False
+        )
+        # the module's logger, not kopf's per-object one, which would post every pass's
+        # warning as an Event of its own
+        key = f"{meta['namespace']}/{meta['name']}"
+        running = st.get_condition(before, st.COND_RUNNING) or {}
+        if running.get("reason") != reason or running.get("message") != message:
+            log.warning("%s: %s: %s", key, reason, message)
+            events.insert(0, Event("Warning", reason, message))
+        elif not events:
+            log.info("%s: still %s: %s", key, reason, message)
+            return
         self.kube.patch_status(
             meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
         )
-        with contextlib.suppress(kube_mod.ApiError):
-            self.kube.post_event(job, Event("Warning", reason, message))
+        for event in events:
+            with contextlib.suppress(kube_mod.ApiError):
+                self.kube.post_event(job, event)
 
     def _log_ignored(
         self,

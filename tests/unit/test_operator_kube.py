@@ -5,15 +5,17 @@ executor (409s and cleanup) against a FAKE Kube holding objects in memory."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 from typing import Any
 
 import pytest
-from tuneop import builders, handlers, health, kube, names
+from tuneop import builders, handlers, health, kube, metrics, names
 from tuneop import runtime as runtime_mod
+from tuneop import status as st
 from tuneop.config import Config
-from tuneop.runtime import CHILD_CONFLICT, Runtime
+from tuneop.runtime import CHILD_CONFLICT, POD_REJECTED, Runtime
 
 JOB = {
     "metadata": {
@@ -211,6 +213,56 @@ def test_a_conflict_is_surfaced_in_status_and_one_event():
     for _ in range(3):
         runtime.reconcile_once("ns", "j", kopf_logger)
     assert fake.events == [CHILD_CONFLICT] and kopf_logger.posted == []
+
+
+class RefusingKube(MemoryKube):
+    """FAKE: the API server refuses every pod (a ResourceQuota)."""
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        if obj["kind"] == "Pod":
+            body = '{"message": "pods \\"j-worker-0\\" is forbidden: exceeded quota: gpus"}'
+            raise kube.ApiError(403, body, "POST", "/api/v1/namespaces/ns/pods")
+        return super().create(obj)
+
+
+def _stalled_gauge(namespace: str, name: str) -> tuple[float, str] | None:
+    """The job's tuneop_tuningjob_stalled sample: value and reason label."""
+    for family in metrics.JOBS.collect():
+        for sample in family.samples:
+            job = (sample.labels.get("namespace"), sample.labels.get("tuningjob"))
+            if sample.name == "tuneop_tuningjob_stalled" and job == (namespace, name):
+                return float(sample.value), sample.labels["reason"]
+    return None
+
+
+def test_pods_refused_past_the_pending_timeout_stall_the_job_once_and_are_exported():
+    fake = RefusingKube({})
+    runtime = Runtime(Config.from_env({}), fake)
+    runtime.reconcile_once("ns", "j", LOG)
+    (first,) = fake.patches
+    running = next(c for c in first["conditions"] if c["type"] == "Running")
+    assert running["reason"] == POD_REJECTED and fake.events == [POD_REJECTED]
+    assert not [c for c in first["conditions"] if c["type"] == "Stalled"]
+    assert _stalled_gauge("ns", "j") == (0.0, "")  # exported although nothing was applied
+    # still refused, 601 s after Running turned False (pendingTimeoutSeconds 600)
+    long_ago = st.rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=601))
+    conditions = [{**running, "lastTransitionTime": long_ago}]
+    job = {**JOB, "status": {**first, "conditions": conditions}}
+    fake.get_job = lambda namespace, name: job  # type: ignore[method-assign]
+    runtime.reconcile_once("ns", "j", LOG)
+    stalled = next(c for c in fake.patches[-1]["conditions"] if c["type"] == "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == POD_REJECTED
+    assert "PodRejected for 601s (pendingTimeoutSeconds=600)" in stalled["message"]
+    assert "exceeded quota: gpus" in stalled["message"]
+    assert fake.events == [POD_REJECTED, "Stalled"]
+    assert _stalled_gauge("ns", "j") == (1.0, POD_REJECTED)
+    # once stalled with that reason: no new patch, no new Event
+    job["status"] = fake.patches[-1]
+    patches = len(fake.patches)
+    runtime.reconcile_once("ns", "j", LOG)
+    assert len(fake.patches) == patches and fake.events == [POD_REJECTED, "Stalled"]
+    assert _stalled_gauge("ns", "j") == (1.0, POD_REJECTED)
+    metrics.JOBS.forget("ns", "j")
 
 
 def test_failed_passes_back_off_exponentially_up_to_the_cap_with_jitter():

@@ -78,7 +78,7 @@ def test_series_names_labels_and_values():
         "trialOOMs": 4,
         "restores": 2,
         "completionTime": "2026-01-01T00:00:20Z",
-        "conditions": [{"type": "Stalled", "status": "True"}],
+        "conditions": [{"type": "Stalled", "status": "True", "reason": "Unschedulable"}],
         "goodput": {"allocatedGpuSeconds": 50.0, "lostGpuSeconds": 5.0, "percent": 90.0},
     }
     jobs.observe("ml", "emg", {"stallTimeoutSeconds": 600}, status)
@@ -91,7 +91,10 @@ def test_series_names_labels_and_values():
         if name in OPERATOR or name.endswith("_created"):
             continue
         for sample in series:
-            assert set(sample.labels) <= {"namespace", "tuningjob", "phase"}
+            # phase on the phase gauge; the Stalled reason only on the stalled gauge
+            extra = {"phase"} if name == "tuneop_tuningjob_phase" else set()
+            extra |= {"reason"} if name == "tuneop_tuningjob_stalled" else set()
+            assert set(sample.labels) == {"namespace", "tuningjob", *extra}, name
             assert sample.labels["tuningjob"] == "emg"
     one = {n: s[0].value for n, s in samples.items() if n != "tuneop_tuningjob_phase"}
     assert one["tuneop_tuningjob_last_progress_timestamp_seconds"] == 1767225610.0
@@ -109,6 +112,16 @@ def test_series_names_labels_and_values():
     assert one["tuneop_tuningjob_trial_ooms_total"] == 4
     assert one["tuneop_tuningjob_restores_total"] == 2
     assert one["tuneop_tuningjob_stalled"] == 1
+    assert samples["tuneop_tuningjob_stalled"][0].labels["reason"] == "Unschedulable"
+    # not stalled: 0 and no reason (an empty label is no label to Prometheus)
+    jobs.observe(
+        "ml",
+        "emg",
+        {},
+        {**status, "conditions": [{"type": "Stalled", "status": "False", "reason": "Progressing"}]},
+    )
+    (quiet,) = _group_from(jobs)["tuneop_tuningjob_stalled"]
+    assert quiet.value == 0 and quiet.labels["reason"] == ""
     phases = {s.labels["phase"]: s.value for s in samples["tuneop_tuningjob_phase"]}
     assert phases == {"Pending": 0, "Running": 1, "Suspended": 0, "Succeeded": 0, "Failed": 0}
     jobs.forget("ml", "emg")

@@ -5,7 +5,8 @@ hack/render-manifests.sh. One runbook section per alert: docs/runbooks.md.
 The operator exports one series per TuningJob (labels namespace, tuningjob); only the
 active replica exports them (a standby's leader gauge is 0 and it exports none), but
 during a hand-over both may, so every per-job expression aggregates with max by
-(namespace, tuningjob) first.
+(namespace, tuningjob) first (TuneopJobStalled keeps the Stalled reason too: label
+reason of tuneop_tuningjob_stalled).
 */}}
 {{- define "tuneop.alertRules" -}}
 {{- $r := .Values.prometheusRule -}}
@@ -32,17 +33,19 @@ groups:
           runbook_url: {{ $r.runbookBaseUrl }}#tuneoptrialstalled
       - alert: TuneopJobStalled
         expr: |-
-          max by (namespace, tuningjob) (tuneop_tuningjob_stalled) == 1
+          max by (namespace, tuningjob, reason) (tuneop_tuningjob_stalled) == 1
         for: {{ $r.jobStalled.for }}
         labels:
           severity: {{ $r.jobStalled.severity }}
         annotations:
-          summary: The operator marked TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} Stalled.
+          summary: The operator marked TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} Stalled ({{`{{ $labels.reason }}`}}).
           description: >-
             TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} has condition
-            Stalled=True: its trainer reported no progress for longer than
-            spec.stallTimeoutSeconds, counted from the trainer's start when it never
-            reported any. The condition's reason and message say which.
+            Stalled=True with reason {{`{{ $labels.reason }}`}}: its trainer reported no
+            progress for longer than spec.stallTimeoutSeconds (NoProgress, counted from
+            the trainer's start when it never reported any), or its pods have not started
+            for longer than spec.pendingTimeoutSeconds (the reason says why). The
+            condition's message says how long and what the cluster said.
           runbook_url: {{ $r.runbookBaseUrl }}#tuneopjobstalled
       - alert: TuneopCheckpointTooOld
         expr: |-
