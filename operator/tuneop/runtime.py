@@ -11,8 +11,8 @@ import logging
 import threading
 from typing import Any
 
+from . import executor, metrics, names, podtemplate, queue
 from . import kube as kube_mod
-from . import metrics, names, podtemplate, queue
 from . import status as st
 from .config import Config
 from .reconcile import Event, decide, nodes_to_read
@@ -131,7 +131,7 @@ class Runtime:
         )
         self._log_ignored((namespace, name), decision.ignored, logger)
         try:
-            kube_mod.apply(
+            executor.apply(
                 self.kube,
                 job,
                 decision,
@@ -142,7 +142,7 @@ class Runtime:
         except kube_mod.ChildConflict as err:
             self._report_blocked(job, CHILD_CONFLICT, str(err))
             return None
-        except kube_mod.PodRejected as err:
+        except executor.PodRejected as err:
             self._report_blocked(job, POD_REJECTED, str(err))
             return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
