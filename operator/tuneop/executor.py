@@ -103,10 +103,13 @@ def apply(
     metrics_port: int,
     uid: int,
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
+    spec: JobSpec | None = None,
 ) -> None:
+    """Carry out `decision` for `job` (`spec`: its parsed spec, parsed here when not
+    given)."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    spec = JobSpec.from_dict(job.get("spec") or {})
+    spec = spec or JobSpec.from_dict(job.get("spec") or {})
     if decision.ensure_children:
         for child in builders.build_children(job, spec):
             if ensure_child(kube, job, child):

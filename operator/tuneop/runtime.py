@@ -98,11 +98,11 @@ class Runtime:
             return None
         # what the job leaves unset comes from the cluster-wide trainer defaults
         job = podtemplate.with_defaults(job, self.config.trainer_defaults)
+        spec = JobSpec.from_dict(job.get("spec") or {})  # once per pass, passed down
         pods = self.kube.list_pods(namespace, name)
-        nodes = {node: self.kube.get_node(node) for node in nodes_to_read(job, pods)}
+        nodes = {node: self.kube.get_node(node) for node in nodes_to_read(job, pods, spec)}
         reported = self.kube.get_configmap(namespace, names.progress_configmap_name(name))
         configmaps: dict[str, Obj | None] = {}
-        spec = JobSpec.from_dict(job.get("spec") or {})
         if spec.script_configmap:
             configmaps[spec.script_configmap] = self.kube.get_configmap(
                 namespace, spec.script_configmap
@@ -121,6 +121,7 @@ class Runtime:
         decision = decide(
             job,
             pods,
+            spec=spec,
             now=dt.datetime.now(dt.UTC),
             nodes=nodes,
             last_seen=self.last_seen((namespace, name)),
@@ -138,6 +139,7 @@ class Runtime:
                 metrics_port=self.config.trainer_metrics_port,
                 uid=self.config.trainer_uid,
                 logger=logger,
+                spec=spec,
             )
         except kube_mod.ChildConflict as err:
             self._report_blocked(job, CHILD_CONFLICT, str(err))
