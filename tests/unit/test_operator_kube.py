@@ -310,6 +310,24 @@ def test_a_running_job_is_read_with_its_pods_nodes_and_a_finished_one_rests():
     assert idle is not None and 0 < idle <= 1
 
 
+def test_a_node_read_serves_every_pass_for_a_while(monkeypatch: pytest.MonkeyPatch):
+    spec = builders.JobSpec.from_dict(_running_job()["spec"])
+    pod = builders.build_pod(JOB, spec, 0, 0)
+    pod["spec"]["nodeName"] = "n1"
+    pod["status"] = {"phase": "Running"}
+    fake = NodeCountingKube(_running_job(phase="Running"), {("Pod", "j-worker-0"): pod})
+    runtime = Runtime(Config.from_env({}), fake)
+    clock = [1000.0]
+    monkeypatch.setattr(runtime_mod.time, "monotonic", lambda: clock[0])
+    for _ in range(3):  # passes of this job (or of other jobs on n1) within the window
+        runtime.reconcile_once("ns", "j", LOG)
+        clock[0] += 1.0
+    assert fake.nodes == ["n1"]
+    clock[0] += runtime_mod.NODE_CACHE_SECONDS
+    runtime.reconcile_once("ns", "j", LOG)
+    assert fake.nodes == ["n1", "n1"]  # read again once the window has passed
+
+
 class Stopped:
     """Stands in for kopf's async daemon stopper (`bool(stopped)`, `await stopped.wait()`)."""
 
