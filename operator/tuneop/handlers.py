@@ -13,7 +13,7 @@ from typing import Any
 
 import kopf
 
-from . import health, kube, metrics, names
+from . import executor, health, kube, metrics, names
 from .fence import Frozen
 from .runtime import Runtime, job_of
 
@@ -132,7 +132,7 @@ async def _pass(
     job, key = f"{namespace}/{name}", (namespace, name)
     try:
         idle = await asyncio.to_thread(runtime.reconcile_once, namespace, name, logger)
-    except kube.StaleGroup as err:
+    except executor.StaleGroup as err:
         log.info("%s: %s (waiting)", job, err)
         loops.succeeded(key)
         return 0, None
@@ -201,6 +201,6 @@ def cleanup(
 ) -> None:
     assert namespace is not None
     runtime = _runtime(memo)
-    kube.cleanup(runtime.kube, dict(body), logger)
+    executor.cleanup(runtime.kube, dict(body), logger)
     runtime.forget((namespace, name))
     health.LOOPS.forget((namespace, name))

@@ -57,6 +57,7 @@ from .group_step import (
     waiting_stuck,
 )
 from .groups import pod_groups, sequential_group
+from .progress import ProgressView
 from .queue import QUEUED
 from .spec import JobSpec, validate
 
@@ -65,13 +66,14 @@ Obj = dict[str, Any]
 __all__ = ["Decision", "Event", "PodRef", "decide", "nodes_to_read"]
 
 
-def nodes_to_read(job: Obj, pods: list[Obj]) -> list[str]:
+def nodes_to_read(job: Obj, pods: list[Obj], spec: JobSpec | None = None) -> list[str]:
     """The nodes `decide` will consult: those of the running pod groups' pods that are
-    bound and have not ended. Nothing while no group runs or once the job is finished."""
+    bound and have not ended. Nothing while no group runs or once the job is finished.
+    `spec`: the job's parsed spec (parsed here when not given)."""
     status = job.get("status") or {}
     if status.get("phase") in st.TERMINAL_PHASES:
         return []
-    spec = JobSpec.from_dict(job.get("spec") or {})
+    spec = spec or JobSpec.from_dict(job.get("spec") or {})
     name = job["metadata"]["name"]
     attempts: dict[str, str] = {}  # pod name -> the attempt of its group that runs
     if spec.parallel:
@@ -106,6 +108,7 @@ def decide(
     progress_configmap: Obj | None = None,
     claim: Obj | None = None,
     workloads: Mapping[str, Obj | None] | None = None,
+    spec: JobSpec | None = None,
 ) -> Decision:
     """What to do next for `job`. `pods`: the job's pods (by label). `nodes`: Node objects
     by name, None for a node known not to exist (names absent = unknown). `last_seen`:
@@ -116,13 +119,14 @@ def decide(
     valid fields are copied into status.progress (None or empty: status.progress as it is).
     `claim`: spec.checkpoint.existingClaim as read (parallel jobs check its access modes;
     None: not read or not found). `workloads`: Kueue Workloads of the job's queued pod
-    groups, by name (their admission message)."""
+    groups, by name (their admission message). `spec`: the job's parsed spec (parsed
+    here when not given)."""
     nodes = nodes or {}
     last_seen = last_seen or {}
     configmaps = configmaps or {}
     b = Builder(job, now)
     b.workloads = workloads or {}
-    spec = JobSpec.from_dict(job.get("spec") or {})
+    spec = spec or JobSpec.from_dict(job.get("spec") or {})
     b.put("observedGeneration", b.generation)
     for counter in ("preemptions", "failures", "trialOOMs", "restarts", "restores"):
         if b.get(counter) is None:
@@ -159,15 +163,15 @@ def _decide_sequential(
     configmaps: Mapping[str, Obj | None],
     progress_configmap: Obj | None,
 ) -> Decision:
+    """The sequential job (one pod group) in three phases: stop what must stop (a
+    finished, invalid or suspended job), start a group when none runs, or follow the
+    running one."""
     job = b.job
-    name = job["metadata"]["name"]
     progress = copy_progress(b, progress_configmap)
     b.decision.ignored = progress.ignored
     apply_progress(b, progress)
 
-    group = sequential_group(name, spec)
-    slot = Slot(b, group)
-    workers = len(group.pod_names)
+    slot = Slot(b, sequential_group(job["metadata"]["name"], spec))
     others = [p for p in pods if foreign(p, job)]
     pods = [p for p in pods if not foreign(p, job)]
     current = current_pods(slot, pods)
@@ -175,66 +179,113 @@ def _decide_sequential(
     delete_alive(b, stale)
     stopping = b.get("phase") in st.TERMINAL_PHASES or spec.suspend
     release_held(b, pods, set(current), stopping)
+
+    kept = _stop_phase(b, spec, slot, pods, current, configmaps)
+    if kept is None:
+        return b.decision
+    if not slot.started:
+        _start_phase(b, spec, slot, stale, others, configmaps, progress)
+    else:
+        _follow_phase(b, spec, slot, kept, nodes, last_seen, configmaps, progress)
+    return b.decision
+
+
+def _stop_phase(
+    b: Builder,
+    spec: JobSpec,
+    slot: Slot,
+    pods: list[Obj],
+    current: dict[str, Obj],
+    configmaps: Mapping[str, Obj | None],
+) -> dict[str, Obj] | None:
+    """A finished job stays finished (or reopens), an invalid spec fails the job, a
+    suspended job stops its group. None: the decision is complete; else the current
+    pods the job goes on with."""
     errors = validate(spec)
-    bad_script = script_error(spec, configmaps)
-
     if b.get("phase") in st.TERMINAL_PHASES:
+        bad_script = script_error(spec, configmaps)
         if reopen_or_stay(b, spec, [slot], list(current.values()), errors, bad_script):
-            return b.decision
+            return None
         current = {}
-
     gpus = spec.distribution.gpus_per_worker
     if errors:
         message = INVALID_SPEC_PREFIX + "; ".join(str(e) for e in errors)
         delete_alive(b, list(current.values()))
         b.ledger.close(current.values(), gpus)
         finish(b, succeeded=False, reason="InvalidSpec", message=message)
-        return b.decision
-
+        return None
     if spec.suspend:
         if slot.started:
             b.ledger.close(current.values(), gpus)
         suspend(b, [slot], pods)
-        return b.decision
+        return None
     resume_if_suspended(b)
+    return current
 
-    if not slot.started:
-        if stale:
-            b.put("message", f"waiting for {len(stale)} old trainer pod(s) to terminate")
-            return b.decision
-        if others:
-            b.put("message", f"waiting for {len(others)} pod(s) of an earlier TuningJob {name!r}")
-            return b.decision
-        waiting = backoff_wait(b, slot)
-        if waiting is not None:
-            b.put("message", waiting)
-            b.cond(st.COND_RUNNING, False, "Backoff", waiting)
-            if b.get("phase") == st.PHASE_RUNNING:
-                b.put("phase", st.PHASE_PENDING)
-            return b.decision
-        # checked before every pod group: the map may have changed since the last one
-        if bad_script is not None:
-            message = INVALID_SPEC_PREFIX + str(bad_script)
-            finish(b, succeeded=False, reason="InvalidSpec", message=message)
-            return b.decision
-        if script_missing(spec, configmaps):
-            wait_for_script(b, spec)
-            return b.decision
-        start_group(b, slot)
-        attempt = slot.attempt
-        if not b.get("startTime"):
-            b.put("startTime", st.rfc3339(b.now))
-        if attempt > 0:
-            # what the new trainer reports from now on is about this group
-            b.decision.status["progress"] = {
-                **(b.decision.status.get("progress") or {}),
-                "resumedFromStep": None,
-                "resumedFromEpoch": None,
-            }
-            b.put("restoreBaseline", progress.count("restores") or 0)
-        b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
-        return b.decision
 
+def _start_phase(
+    b: Builder,
+    spec: JobSpec,
+    slot: Slot,
+    stale: list[Obj],
+    others: list[Obj],
+    configmaps: Mapping[str, Obj | None],
+    progress: ProgressView,
+) -> None:
+    """No group runs: wait for old pods, the backoff and the script's ConfigMap, then
+    start the next pod group."""
+    name = b.job["metadata"]["name"]
+    if stale:
+        b.put("message", f"waiting for {len(stale)} old trainer pod(s) to terminate")
+        return
+    if others:
+        b.put("message", f"waiting for {len(others)} pod(s) of an earlier TuningJob {name!r}")
+        return
+    waiting = backoff_wait(b, slot)
+    if waiting is not None:
+        b.put("message", waiting)
+        b.cond(st.COND_RUNNING, False, "Backoff", waiting)
+        if b.get("phase") == st.PHASE_RUNNING:
+            b.put("phase", st.PHASE_PENDING)
+        return
+    # checked before every pod group: the map may have changed since the last one
+    bad_script = script_error(spec, configmaps)
+    if bad_script is not None:
+        finish(
+            b, succeeded=False, reason="InvalidSpec", message=INVALID_SPEC_PREFIX + str(bad_script)
+        )
+        return
+    if script_missing(spec, configmaps):
+        wait_for_script(b, spec)
+        return
+    start_group(b, slot)
+    attempt = slot.attempt
+    if not b.get("startTime"):
+        b.put("startTime", st.rfc3339(b.now))
+    if attempt > 0:
+        # what the new trainer reports from now on is about this group
+        b.decision.status["progress"] = {
+            **(b.decision.status.get("progress") or {}),
+            "resumedFromStep": None,
+            "resumedFromEpoch": None,
+        }
+        b.put("restoreBaseline", progress.count("restores") or 0)
+    workers = len(slot.group.pod_names)
+    b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
+
+
+def _follow_phase(
+    b: Builder,
+    spec: JobSpec,
+    slot: Slot,
+    current: dict[str, Obj],
+    nodes: Mapping[str, Obj | None],
+    last_seen: Mapping[str, Obj],
+    configmaps: Mapping[str, Obj | None],
+    progress: ProgressView,
+) -> None:
+    """The group runs: classify its pods, apply the outcome (success, recreate, backoff),
+    judge a stall, and report the phase, condition and message."""
     outcomes = classify_group(slot, current, nodes, last_seen)
     held = held_pods(slot, current, last_seen)
     result = run_group(b, spec, slot, current, outcomes, progress, held)
@@ -243,11 +294,11 @@ def _decide_sequential(
         apply_final(b, result.chief)
         finish(b, succeeded=True, reason="Completed", message=f"search completed: {best_text(b)}")
         ttl(b, spec)
-        return b.decision
+        return
     if result.kind == "invalid":
         delete_alive(b, list(current.values()))
         finish(b, succeeded=False, reason="InvalidSpec", message=result.message)
-        return b.decision
+        return
     queued = result.kind == "pending" and result.reason == QUEUED
     queued_condition(b, result.message if queued else None)
     if result.kind in ("running", "pending", "terminating") and not queued:
@@ -261,20 +312,16 @@ def _decide_sequential(
         if acted is not None:
             result = acted
     if result.kind == "ended":
-        return b.decision
+        return
     if result.kind != "running" and b.get("phase") == st.PHASE_RUNNING:
         b.put("phase", st.PHASE_PENDING)  # no trainer trains while the group is replaced
-    if result.kind == "recreate":
+    if result.kind in ("recreate", "terminating"):
         b.put("message", result.summary)
         b.cond(st.COND_RUNNING, False, result.reason, result.message)
-        return b.decision
-    if result.kind == "terminating":
-        b.put("message", result.summary)
-        b.cond(st.COND_RUNNING, False, result.reason, result.message)
-        return b.decision
-    if result.kind == "running":
+    elif result.kind == "running":
         if b.get("phase") != st.PHASE_RUNNING:
             b.put("phase", st.PHASE_RUNNING)
+        workers = len(slot.group.pod_names)
         b.cond(st.COND_RUNNING, True, "TrainerRunning", f"{workers} trainer pod(s) running")
         trial = b.get("currentTrial")
         b.put(
@@ -291,4 +338,3 @@ def _decide_sequential(
             )
         b.cond(st.COND_RUNNING, False, result.reason, pending)
         b.put("message", f"waiting for trainer pods ({pending})")
-    return b.decision

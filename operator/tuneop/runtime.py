@@ -9,10 +9,11 @@ import contextlib
 import datetime as dt
 import logging
 import threading
+import time
 from typing import Any
 
+from . import executor, metrics, names, podtemplate, queue
 from . import kube as kube_mod
-from . import metrics, names, podtemplate, queue
 from . import status as st
 from .config import Config
 from .reconcile import Event, decide, nodes_to_read
@@ -31,6 +32,7 @@ CHILD_CONFLICT = "ChildConflict"
 """Reason (condition Running, Warning Event) while a child's name is taken by an object
 the job does not own."""
 POD_REJECTED = "PodRejected"
+NODE_CACHE_SECONDS = 5.0
 """Reason while the API server refuses the job's pods (a ResourceQuota, Pod Security or
 another admission check), with its message."""
 
@@ -43,7 +45,25 @@ class Runtime:
         self._triggers: dict[Key, asyncio.Event] = {}
         self._seen: dict[Key, dict[str, Obj]] = {}
         self._ignored: dict[Key, tuple[str, ...]] = {}
+        self._nodes: dict[str, tuple[float, Obj | None]] = {}
         self.fence_task: asyncio.Task[None] | None = None
+
+    def node(self, name: str) -> Obj | None:
+        """The Node `name` as read at most NODE_CACHE_SECONDS ago: one read serves every
+        job with pods on that node, so node reads grow with nodes, not with jobs or
+        passes. Node loss is seen that much later, next to the node lifecycle
+        controller's own 40 s before it marks a node NotReady."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._nodes.get(name)
+        if cached is not None and now - cached[0] < NODE_CACHE_SECONDS:
+            return cached[1]
+        node = self.kube.get_node(name)
+        with self._lock:
+            fresh = {n: v for n, v in self._nodes.items() if now - v[0] < NODE_CACHE_SECONDS}
+            fresh[name] = (now, node)
+            self._nodes = fresh
+        return node
 
     def trigger(self, key: Key) -> asyncio.Event:
         with self._lock:
@@ -98,11 +118,11 @@ class Runtime:
             return None
         # what the job leaves unset comes from the cluster-wide trainer defaults
         job = podtemplate.with_defaults(job, self.config.trainer_defaults)
+        spec = JobSpec.from_dict(job.get("spec") or {})  # once per pass, passed down
         pods = self.kube.list_pods(namespace, name)
-        nodes = {node: self.kube.get_node(node) for node in nodes_to_read(job, pods)}
+        nodes = {node: self.node(node) for node in nodes_to_read(job, pods, spec)}
         reported = self.kube.get_configmap(namespace, names.progress_configmap_name(name))
         configmaps: dict[str, Obj | None] = {}
-        spec = JobSpec.from_dict(job.get("spec") or {})
         if spec.script_configmap:
             configmaps[spec.script_configmap] = self.kube.get_configmap(
                 namespace, spec.script_configmap
@@ -121,6 +141,7 @@ class Runtime:
         decision = decide(
             job,
             pods,
+            spec=spec,
             now=dt.datetime.now(dt.UTC),
             nodes=nodes,
             last_seen=self.last_seen((namespace, name)),
@@ -131,18 +152,19 @@ class Runtime:
         )
         self._log_ignored((namespace, name), decision.ignored, logger)
         try:
-            kube_mod.apply(
+            executor.apply(
                 self.kube,
                 job,
                 decision,
                 metrics_port=self.config.trainer_metrics_port,
                 uid=self.config.trainer_uid,
                 logger=logger,
+                spec=spec,
             )
         except kube_mod.ChildConflict as err:
             self._report_blocked(job, spec, CHILD_CONFLICT, str(err))
             return None
-        except kube_mod.PodRejected as err:
+        except executor.PodRejected as err:
             self._report_blocked(job, spec, POD_REJECTED, str(err))
             return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))

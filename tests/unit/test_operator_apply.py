@@ -1,4 +1,4 @@
-"""The order in which tuneop.kube.apply carries out a Decision (what makes a crash at
+"""The order in which tuneop.executor.apply carries out a Decision (what makes a crash at
 any instant safe): children, pods, status, deletions, events, job deletion.
 `RecordingKube` is a FAKE of the API layer that only records calls: the ordering is the
 property under test; the real API calls are exercised by tests/e2e."""
@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 import pytest
-from tuneop import builders, kube, names
+from tuneop import builders, executor, kube, names
 from tuneop.config import Config
 from tuneop.reconcile import Decision, Event, PodRef
 from tuneop.runtime import Runtime
@@ -75,7 +75,7 @@ def test_apply_order_create_then_status_then_delete_then_events():
         delete_pods=[PodRef("old", "uid-old")],
         delete_job=True,
     )
-    kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     assert fake.calls == [
         ("create", "PersistentVolumeClaim/j-ckpt"),
         ("create", "ConfigMap/j-spec"),
@@ -96,18 +96,18 @@ def test_apply_order_create_then_status_then_delete_then_events():
 def test_a_pod_of_an_older_group_blocks_the_status_patch():
     fake = RecordingKube(existing_pod_attempt="0")
     decision = Decision(status={"attemptStarted": True}, create_pods=[0], create_attempt=1)
-    with pytest.raises(kube.StaleGroup):
-        kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    with pytest.raises(executor.StaleGroup):
+        executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     assert ("patch_status", "attemptStarted") not in fake.calls
     same_group = RecordingKube(existing_pod_attempt="1")  # created before a crash: fine
-    kube.apply(same_group, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(same_group, JOB, decision, metrics_port=9464, uid=1000)
     assert same_group.calls[-1] == ("patch_status", "attemptStarted")
 
 
 def test_the_spec_configmap_follows_spec_changes_at_the_next_group():
     fake = RecordingKube(existing={"ConfigMap": True})
     decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
-    kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     i = fake.calls.index(("create", "ConfigMap/j-spec"))
     assert fake.calls[i + 1 : i + 3] == [
         ("delete", "ConfigMap/j-spec"),
@@ -125,7 +125,7 @@ def test_the_progress_configmap_is_emptied_before_each_pod_group():
 
     fake = ConfigMapsExist()
     decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
-    kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     i = fake.calls.index(("create", "ConfigMap/j-progress"))
     assert fake.calls[i + 1 : i + 3] == [
         ("delete", "ConfigMap/j-progress"),
@@ -155,13 +155,13 @@ def test_a_trainer_role_from_an_older_operator_gets_the_current_rule():
 
     decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
     fake = RoleExists()
-    kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     i = fake.calls.index(("create", "Role/j-trainer"))
     assert fake.calls[i + 1 : i + 3] == [("delete", "Role/j-trainer"), ("create", "Role/j-trainer")]
     assert fake.calls.index(("create", "Pod/j-worker-0")) > i + 2
     current = RoleExists()
     current.rules = builders.build_role(JOB)["rules"]
-    kube.apply(current, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(current, JOB, decision, metrics_port=9464, uid=1000)
     assert ("delete", "Role/j-trainer") not in current.calls
 
 
@@ -214,12 +214,12 @@ def test_pods_get_the_out_of_memory_trials_of_the_status_the_decision_writes() -
 
     job = {**JOB, "status": {"oomTrials": ["3"]}}
     decision = Decision(create_pods=[0, 1], create_attempt=2, status={"oomTrials": ["3", "5"]})
-    kube.apply(Capturing(), job, decision, metrics_port=9464, uid=1000)
+    executor.apply(Capturing(), job, decision, metrics_port=9464, uid=1000)
     for pod in created:
         env = {v["name"]: v.get("value") for v in pod["spec"]["containers"][0]["env"]}
         assert env["TUNEOP_FAILED_TRIALS"] == "3:OOMKilled,5:OOMKilled"
     assert len(created) == 2
     created.clear()
-    kube.apply(Capturing(), JOB, Decision(create_pods=[0]), metrics_port=9464, uid=1000)
+    executor.apply(Capturing(), JOB, Decision(create_pods=[0]), metrics_port=9464, uid=1000)
     env = [v["name"] for v in created[0]["spec"]["containers"][0]["env"]]
     assert "TUNEOP_FAILED_TRIALS" not in env

@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 import pytest
-from tuneop import builders, handlers, health, kube, metrics, names
+from tuneop import builders, executor, handlers, health, kube, metrics, names
 from tuneop import runtime as runtime_mod
 from tuneop import status as st
 from tuneop.config import Config
@@ -144,7 +144,7 @@ def _obj(
 
 def test_a_409_on_the_jobs_own_child_is_fine_and_on_someone_elses_a_conflict():
     mine = MemoryKube({("ConfigMap", "j-spec"): _obj("ConfigMap", "j-spec", "u")})
-    assert not kube.ensure_child(
+    assert not executor.ensure_child(
         mine, JOB, builders.build_configmap(JOB, builders.JobSpec.from_dict(JOB["spec"]))
     )
     for owner in ("older-job-uid", None):  # an older job's, or a user's own object
@@ -154,7 +154,7 @@ def test_a_409_on_the_jobs_own_child_is_fine_and_on_someone_elses_a_conflict():
         with pytest.raises(
             kube.ChildConflict, match="ServiceAccount j-trainer exists and is not owned"
         ):
-            kube.ensure_child(theirs, JOB, builders.build_service_account(JOB))
+            executor.ensure_child(theirs, JOB, builders.build_service_account(JOB))
 
 
 def test_a_retained_claim_of_this_job_name_is_reused():
@@ -163,15 +163,15 @@ def test_a_retained_claim_of_this_job_name_is_reused():
     fake = MemoryKube({("PersistentVolumeClaim", "j-ckpt"): claim})
     spec = builders.JobSpec.from_dict({**JOB["spec"], "checkpoint": {"reclaimPolicy": "Retain"}})
     pvc = builders.build_pvc(JOB, spec)
-    assert pvc is not None and not kube.ensure_child(fake, JOB, pvc)
+    assert pvc is not None and not executor.ensure_child(fake, JOB, pvc)
 
 
 def test_a_pod_of_an_older_job_of_the_same_name_is_waited_for_not_adopted():
     spec = builders.JobSpec.from_dict(JOB["spec"])
     old = _obj("Pod", "j-worker-0", "older-job-uid", **{names.LABEL_ATTEMPT: "0"})
     fake = MemoryKube({("Pod", "j-worker-0"): old})
-    with pytest.raises(kube.StaleGroup, match="another TuningJob"):
-        kube.create_pod(fake, JOB, builders.build_pod(JOB, spec, 0, 0))
+    with pytest.raises(executor.StaleGroup, match="another TuningJob"):
+        executor.create_pod(fake, JOB, builders.build_pod(JOB, spec, 0, 0))
 
 
 def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
@@ -186,7 +186,7 @@ def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
     }
     fake = MemoryKube(dict(objects))
     job = {**JOB, "spec": {**JOB["spec"], "checkpoint": {"reclaimPolicy": "Delete"}}}
-    kube.cleanup(fake, job, LOG)
+    executor.cleanup(fake, job, LOG)
     assert sorted(fake.deleted) == [
         ("ConfigMap", "j-progress", "c2"),
         ("ConfigMap", "j-spec", "c1"),
@@ -305,7 +305,7 @@ class EventPostingLogger(logging.Logger):
         (kube.ApiError(500, "{}", "GET", "/x"), 3),
         (TimeoutError("read timed out"), 3),
         (kube.ApiError(409, "{}", "PATCH", "/x"), 0),  # the job changed: re-read, no backoff
-        (kube.StaleGroup("old pod"), 0),
+        (executor.StaleGroup("old pod"), 0),
     ],
 )
 def test_a_failed_pass_counts_towards_backoff_without_an_event(error: Exception, after: int):
@@ -360,6 +360,24 @@ def test_a_running_job_is_read_with_its_pods_nodes_and_a_finished_one_rests():
     )
     idle = Runtime(Config.from_env({}), NodeCountingKube(job, {})).reconcile_once("ns", "j", LOG)
     assert idle is not None and 0 < idle <= 1
+
+
+def test_a_node_read_serves_every_pass_for_a_while(monkeypatch: pytest.MonkeyPatch):
+    spec = builders.JobSpec.from_dict(_running_job()["spec"])
+    pod = builders.build_pod(JOB, spec, 0, 0)
+    pod["spec"]["nodeName"] = "n1"
+    pod["status"] = {"phase": "Running"}
+    fake = NodeCountingKube(_running_job(phase="Running"), {("Pod", "j-worker-0"): pod})
+    runtime = Runtime(Config.from_env({}), fake)
+    clock = [1000.0]
+    monkeypatch.setattr(runtime_mod.time, "monotonic", lambda: clock[0])
+    for _ in range(3):  # passes of this job (or of other jobs on n1) within the window
+        runtime.reconcile_once("ns", "j", LOG)
+        clock[0] += 1.0
+    assert fake.nodes == ["n1"]
+    clock[0] += runtime_mod.NODE_CACHE_SECONDS
+    runtime.reconcile_once("ns", "j", LOG)
+    assert fake.nodes == ["n1", "n1"]  # read again once the window has passed
 
 
 class Stopped:

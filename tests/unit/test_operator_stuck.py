@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tuneop import kube
+from tuneop import executor, kube
 from tuneop import status as st
 from tuneop.classify import Outcome, classify, pending_reason
 from tuneop.reconcile import Decision
@@ -148,6 +148,6 @@ class QuotaKube(RecordingKube):
 def test_a_pod_refused_by_quota_is_reported_and_nothing_else_applied():
     fake = QuotaKube()
     decision = Decision(status={"attemptStarted": True}, create_pods=[0], create_attempt=0)
-    with pytest.raises(kube.PodRejected, match="exceeded quota: gpus"):
-        kube.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    with pytest.raises(executor.PodRejected, match="exceeded quota: gpus"):
+        executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     assert not [c for c in fake.calls if c[0] == "patch_status"]
