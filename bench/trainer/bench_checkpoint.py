@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import bench_trainer
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,21 +204,8 @@ def trainer(
     d.mkdir(parents=True)
     spec = d / "job.yaml"
     spec.write_text(yaml.safe_dump(manifest(samples, checkpoint)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(str(REPO / p) for p in ("contract", "trainer_image"))
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["TUNEOP_METRICS_PORT"] = "0"
-    env["PYTHONUNBUFFERED"] = "1"
-    cmd = [
-        sys.executable,
-        "-m",
-        "tuneop_trainer",
-        "run",
-        "--spec",
-        str(spec),
-        "--dir",
-        str(d / "ckpt"),
-    ]
+    env = bench_trainer.trainer_env(0)
+    cmd = bench_trainer.command("tuneop", spec, d / "ckpt")
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )

@@ -71,18 +71,24 @@ def manifest(samples: int, trials: int, epochs: int, **checkpoint: Any) -> dict[
     }
 
 
+def trainer_env(metrics_port: int) -> dict[str, str]:
+    """The environment of a trainer process run from the work tree (0: no metrics port)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(str(REPO / p) for p in ("contract", "trainer_image"))
+    env["TUNEOP_METRICS_PORT"] = str(metrics_port)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 class Proc:
     """A subprocess whose output lines are timestamped as they arrive."""
 
     def __init__(self, cmd: list[str], log: Path) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(str(REPO / p) for p in ("contract", "trainer_image"))
-        env["TUNEOP_LOGICAL_CPU_DEVICES"] = "2"
         self.port = free_port()
-        env["TUNEOP_METRICS_PORT"] = str(self.port)
+        env = trainer_env(self.port)
+        env["TUNEOP_LOGICAL_CPU_DEVICES"] = "2"
         env["TUNEOP_METRICS_ADDRESS"] = "127.0.0.1"
-        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-        env["PYTHONUNBUFFERED"] = "1"
         self.steps_file = log.with_name(f"{log.stem}.steps")
         self.steps_file.unlink(missing_ok=True)
         if "kt_baseline.py" in " ".join(cmd):
