@@ -254,6 +254,15 @@ class LocalCluster:
             args += ["-c", container]
         return str(self.kubectl(*args).stdout)
 
+    def wait_for_log(self, namespace: str, name: str, text: str, timeout: float = 60) -> str:
+        """Wait until the pod's log contains ``text``; a container not started yet is no error."""
+
+        def found() -> str | None:
+            result = self.kubectl("logs", "-n", namespace, name, check=False)
+            return str(result.stdout) if result.returncode == 0 and text in result.stdout else None
+
+        return self.wait_for(found, timeout, f"{text!r} in {namespace}/{name}'s log")
+
 
 @pytest.fixture(scope="session")
 def cluster(

@@ -30,7 +30,7 @@ def disruption_target(pod: dict[str, Any]) -> dict[str, Any] | None:
 
 def start_and_watch(cluster: LocalCluster, ns: str, name: str) -> tuple[threading.Thread, dict]:
     """Wait until the pod's process runs, then watch it until it is deleted."""
-    cluster.wait_for(lambda: "started" in cluster.logs(ns, name), 60, f"{name} started")
+    cluster.wait_for_log(ns, name, "started", 60)
     rv = cluster.core.read_namespaced_pod(name, ns).metadata.resource_version
     final: dict[str, Any] = {}
     thread = threading.Thread(
@@ -85,7 +85,7 @@ def test_crashed_node_goes_not_ready_and_its_pods_are_evicted(cluster: LocalClus
     ns = cluster.create_namespace("disrupt-crash")
     body = python_pod("doomed", PY_SLEEP, nodeSelector={"kubernetes.io/hostname": "crash-node"})
     create(cluster, ns, body)
-    cluster.wait_for(lambda: "started" in cluster.logs(ns, "doomed"), 60, "doomed started")
+    cluster.wait_for_log(ns, "doomed", "started", 60)
     assert agent.live_processes()
     disruption.crash_node(cluster, "crash-node")
     assert agent.live_processes() == []

@@ -490,7 +490,7 @@ def test_kubectl_logs_follow_streams_until_the_container_exits(cluster: LocalClu
             print("line", i, flush=True)
     """
     create(cluster, ns, python_pod("talker", script))
-    cluster.wait_for(lambda: "started" in cluster.logs(ns, "talker"), 60, "talker started")
+    cluster.wait_for_log(ns, "talker", "started", 60)
     followed = cluster.kubectl("logs", "-f", "-n", ns, "talker").stdout
     assert followed.splitlines() == ["started", "line 0", "line 1", "line 2"]
 
@@ -517,7 +517,7 @@ def test_deletion_sends_sigterm_then_sigkill_after_grace(cluster: LocalCluster) 
     create(cluster, ns, python_pod("stubborn", stubborn, terminationGracePeriodSeconds=1))
     finals = {}
     for name in ("graceful", "stubborn"):
-        cluster.wait_for(lambda n=name: "started" in cluster.logs(ns, n), 60, f"{name} started")
+        cluster.wait_for_log(ns, name, "started", 60)
     for name in ("graceful", "stubborn"):
         rv = cluster.core.read_namespaced_pod(name, ns).metadata.resource_version
         result: dict[str, Any] = {}
@@ -710,7 +710,7 @@ def test_pods_listen_on_the_same_wildcard_port(cluster: LocalCluster) -> None:
     for name in ("srv-a", "srv-b"):
         create(cluster, ns, python_pod(name, server))
     for name in ("srv-a", "srv-b"):
-        cluster.wait_for(lambda n=name: "started" in cluster.logs(ns, n), 60, f"{name} started")
+        cluster.wait_for_log(ns, name, "started", 60)
         ip = cluster.core.read_namespaced_pod(name, ns).status.pod_ip
         assert f"started {ip}" in cluster.logs(ns, name)
         with socket.create_connection((ip, 47001), timeout=10) as conn:

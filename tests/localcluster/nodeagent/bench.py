@@ -57,7 +57,7 @@ def run(pods: int) -> dict[str, float]:
                 cluster.core.create_namespaced_pod(ns, _pod(name, sleeper))
                 cluster.wait_for_pod_running(ns, name)
                 record("pod_create_to_running_seconds", time.monotonic() - start)
-                cluster.wait_for(lambda n=name: "up" in cluster.logs(ns, n), 30, "log line")
+                cluster.wait_for_log(ns, name, "up", 30)
                 start = time.monotonic()
                 cluster.logs(ns, name)
                 record("kubectl_logs_seconds", time.monotonic() - start)

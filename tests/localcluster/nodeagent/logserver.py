@@ -49,8 +49,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         _, ns, pod, container = parts
         worker = self.server.agent.worker(ns, pod)
         run = worker.find(container) if worker else None
-        if worker is None or run is None or run.runs == 0:
+        if worker is None or run is None:
             self._send(404, f"container {container!r} of pod {ns}/{pod} not found".encode())
+            return
+        if run.runs == 0:  # kubelet answers 400 for a container that has not started yet
+            msg = f"container {container!r} in pod {pod!r} is waiting to start: ContainerCreating"
+            self._send(400, msg.encode())
             return
         previous = query.get("previous", ["false"])[0] == "true"
         if previous and run.runs < 2:
