@@ -198,7 +198,7 @@ def _check_fingerprint(spec: TrainerSpec, dataset: Any, root: Path, write: bool,
     from . import fingerprint
 
     record = {
-        "data": fingerprint.digest_arrays(dataset.x, dataset.y, dataset.x_val, dataset.y_val),
+        "data": dataset.digest(),
         "hypermodel": spec.hypermodel,
         "tuner": dataclasses.asdict(spec.tuner),
     }

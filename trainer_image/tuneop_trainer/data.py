@@ -1,19 +1,24 @@
 """Training data: the built-in synthetic EMG-like set, .npz/.npy files, or a loader.
 
-Everything ends up as four numpy arrays (x, y, x_val, y_val) held in memory: batches
-are then a pure function of (seed, execution, epoch, step) — see `epoch_order` — so the
-data-pipeline position in a checkpoint is just (epoch, step).
+Everything ends up as four arrays (x, y, x_val, y_val) indexed by sample: batches are
+then a pure function of (seed, execution, epoch, step) — see `epoch_order` — so the
+data-pipeline position in a checkpoint is just (epoch, step). The synthetic set, a
+.npz and a loader's arrays are held in memory; a directory of .npy files is opened
+memory-mapped (`npy.py`), so a set larger than memory trains with the same batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import fingerprint, npy
+from .shards import Sharded
 from .spec import DataSpec, SpecError
 
 # Synthetic EMG: windows of TIMESTEPS samples x CHANNELS electrodes, CLASSES gestures.
@@ -24,10 +29,14 @@ CLASSES = 4
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    x: np.ndarray
-    y: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
+    """The four arrays: numpy arrays, memory-mapped ones, or `Sharded` memory-mapped
+    shards; `files` are the .npy files they are read from (none when held in memory)."""
+
+    x: Any
+    y: Any
+    x_val: Any
+    y_val: Any
+    files: tuple[Path, ...] = ()
 
     @property
     def input_shape(self) -> list[int]:
@@ -35,7 +44,18 @@ class Dataset:
 
     @property
     def output_shape(self) -> list[int]:
+        # y.max() reads all of y once: labels, 8 bytes a sample at most (one-hot y: no read)
         return [int(self.y.shape[-1])] if self.y.ndim > 1 else [int(self.y.max()) + 1]
+
+    def digest(self) -> str:
+        """What a resume compares with the first run's data (fingerprint.py): the arrays'
+        bytes when in memory; the files' names, sizes and contents (sampled when large)
+        with the four arrays' shapes and dtypes (the validation split) when mapped."""
+        arrays = (self.x, self.y, self.x_val, self.y_val)
+        if not self.files:
+            return fingerprint.digest_arrays(*arrays)
+        shapes = json.dumps([[list(a.shape), str(a.dtype)] for a in arrays])
+        return fingerprint.digest_files(self.files, shapes)
 
 
 def synthetic_emg(samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -57,33 +77,43 @@ def synthetic_emg(samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def load(spec: DataSpec) -> Dataset:
     """Load the data the spec names; SpecError (field `spec.data.*`) if it cannot."""
-    val: tuple[np.ndarray, np.ndarray] | None = None
+    val: tuple[Any, Any] | None = None
+    files: tuple[Path, ...] = ()
     if spec.path:
-        x, y, val = _load_path(spec.path)
+        x, y, val, files = _load_path(spec.path)
     elif spec.loader:
         x, y, val = _load_loader(spec.loader)
     else:
         x, y = synthetic_emg(spec.synthetic_samples or 256, spec.synthetic_seed)
-    try:
-        x = np.asarray(x)
-        y = np.asarray(y)
-    except ValueError as exc:  # ragged lists
-        raise SpecError("spec.data", f"x and y must be arrays: {exc}") from exc
-    if x.ndim == 3:  # (n, h, w) → (n, h, w, 1): the CNN wants a channel axis
-        x = x[..., None]
+    x, y = _channel(_array(x)), _array(y)
     if len(x) != len(y):
         raise SpecError("spec.data", f"x has {len(x)} samples but y has {len(y)}")
     if val is None:
         n_val = round(len(x) * spec.validation_split)
         if n_val == 0:
             raise SpecError("spec.data.validationSplit", "leaves no validation samples")
-        # The tail, like Keras' validation_split: deterministic, no shuffling.
+        # The tail, like Keras' validation_split: deterministic, no shuffling; slices
+        # are views (of a mapped file too): nothing is copied.
         val = (x[-n_val:], y[-n_val:])
         x, y = x[:-n_val], y[:-n_val]
-    x_val = np.asarray(val[0])
-    if x_val.ndim == 3:
-        x_val = x_val[..., None]
-    return Dataset(x, y, x_val, np.asarray(val[1]))
+    return Dataset(x, y, _channel(_array(val[0])), _array(val[1]), files)
+
+
+def _array(value: Any) -> Any:
+    """`value` as an array: no copy for an ndarray, a memmap (it stays mapped) or shards."""
+    if isinstance(value, np.ndarray | Sharded):
+        return value
+    try:
+        return np.asarray(value)
+    except ValueError as exc:  # ragged lists
+        raise SpecError("spec.data", f"x and y must be arrays: {exc}") from exc
+
+
+def _channel(x: Any) -> Any:
+    """(n, h, w) → (n, h, w, 1): the CNN wants a channel axis. A view, per shard too."""
+    if x.ndim != 3:
+        return x
+    return Sharded([s[..., None] for s in x.shards]) if isinstance(x, Sharded) else x[..., None]
 
 
 def epoch_order(n: int, seed: int, execution: int, epoch: int) -> np.ndarray:
@@ -91,21 +121,24 @@ def epoch_order(n: int, seed: int, execution: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, execution, epoch]).permutation(n)
 
 
-def _load_path(path: str) -> tuple[np.ndarray, np.ndarray, Any]:
+def _load_path(path: str) -> tuple[Any, Any, Any, tuple[Path, ...]]:
     p = Path(path)
+    files: tuple[Path, ...] = ()
     if p.is_file() and p.suffix == ".npz":
-        with np.load(p) as f:
+        with np.load(p) as f:  # read whole: a .npz cannot be memory-mapped
             arrays = {k: f[k] for k in f.files}
     elif p.is_dir():
-        arrays = {f.stem: np.load(f) for f in p.glob("*.npy")}
+        arrays, files = npy.open_directory(p)
     elif p.exists():
         raise SpecError("spec.data.path", f'"{path}" is neither a .npz file nor a directory')
     else:
         raise SpecError("spec.data.path", f'"{path}" does not exist')
     if "x" not in arrays or "y" not in arrays:
         raise SpecError("spec.data.path", f'"{path}" must hold arrays x and y (x_val, y_val)')
+    if ("x_val" in arrays) != ("y_val" in arrays):
+        raise SpecError("spec.data.path", f'"{path}" must hold both x_val and y_val or neither')
     val = (arrays["x_val"], arrays["y_val"]) if "x_val" in arrays else None
-    return arrays["x"], arrays["y"], val
+    return arrays["x"], arrays["y"], val, files
 
 
 def _load_loader(ref: str) -> tuple[np.ndarray, np.ndarray, Any]:

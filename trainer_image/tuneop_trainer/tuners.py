@@ -142,10 +142,12 @@ class ResumableMixin:
             raise InvalidSearch(str(exc)) from exc
         data = self.ctx.data
         bs = self.ctx.spec.tuner.batch_size
+        # one batch as real arrays (the data may be memory-mapped shards)
+        batch = (np.asarray(data.x[:bs]), np.asarray(data.y[:bs]), None)
         with self.ctx.strategy.scope():
             # Create optimizer slots and metric accumulators now (Keras creates them
             # lazily at the first step) so save/restore see the complete state.
-            model._symbolic_build(data_batch=(data.x[:bs], data.y[:bs], None))
+            model._symbolic_build(data_batch=batch)
             model.optimizer.build(model.trainable_variables)
         scope.check_model(model, self.ctx.strategy)
         return model
