@@ -41,7 +41,7 @@ def test_npz_file_and_npy_directory(tmp_path: Path) -> None:
     data = load(DataSpec(synthetic_samples=None, path=str(npy), validation_split=0.25))
     assert (len(data.x), len(data.x_val)) == (9, 3)
     np.save(tmp_path / "lonely.npy", x)
-    with pytest.raises(SpecError, match=r"^spec.data.path: .* must hold arrays x and y"):
+    with pytest.raises(SpecError, match=r"^spec.data.path: .* must hold x.npy and y.npy"):
         load(DataSpec(synthetic_samples=None, path=str(tmp_path)))
 
 
