@@ -4,11 +4,10 @@ history, so a trial killed mid-epoch stops at the same epoch as an undisturbed o
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import pytest
-from trainer_helpers import comparable, kill_when, results, run, tiny_spec, write_spec
+from trainer_helpers import comparable, kill_and_resume, results, run, tiny_spec, write_spec
 from tuneop_contract import EXIT_COMPLETED
 from tuneop_trainer.early_stopping import should_stop
 from tuneop_trainer.spec import EarlyStoppingSpec, SpecError, parse
@@ -62,10 +61,6 @@ def test_a_killed_trial_stops_at_the_same_epoch(tmp_path: Path) -> None:
     assert any(n < 8 for n in stopped), stopped
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     first = results(ref)["trials"][0]["trialId"]
-    code = kill_when(
-        spec, ckpt, log, lambda p: p.trial_id == first and p.epoch >= 1 and p.step >= 3
-    )
-    assert code == -signal.SIGKILL
-    assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
+    kill_and_resume(spec, ckpt, log, lambda p: p.trial_id == first and p.epoch >= 1 and p.step >= 3)
     assert comparable(results(ckpt)) == comparable(results(ref))
     assert [epochs(ckpt, t["trialId"]) for t in results(ckpt)["trials"]] == stopped

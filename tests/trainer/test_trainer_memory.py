@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from trainer_helpers import SCRIPTS, start, start_exec, write_spec
+from trainer_helpers import SCRIPTS, start, start_exec, status_mb, write_spec
 from tuneop_contract import EXIT_COMPLETED, read_progress
 
 HERE = Path(__file__).parent
@@ -44,16 +44,6 @@ def test_script_mode_fit_does_not_copy_the_set(tmp_path: Path, out: Path) -> Non
     _assert_flat(record["epochsMB"], record["beforeMB"], record["dataMB"])
 
 
-def _rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
 def test_spec_mode_trial_does_not_copy_the_set(tmp_path: Path, out: Path) -> None:
     manifest = {
         "hypermodel": "user_models:build_linear",
@@ -72,10 +62,10 @@ def test_spec_mode_trial_does_not_copy_the_set(tmp_path: Path, out: Path) -> Non
     proc = start(write_spec(tmp_path, manifest), ckpt, log, devices=1)
     peak: dict[int, float] = {}  # epoch in progress → highest RSS seen during it
     while proc.poll() is None:
-        rss = _rss_mb(proc.pid)
+        rss = status_mb(proc.pid, "VmRSS")
         progress = read_progress(ckpt) if ckpt.exists() else None
         if rss is not None and progress is not None and progress.trial_id:
-            peak[progress.epoch] = max(peak.get(progress.epoch, 0.0), rss)
+            peak[progress.epoch] = max(peak.get(progress.epoch, 0.0), rss[0])
         time.sleep(0.02)
     assert proc.returncode == EXIT_COMPLETED, log.read_text()[-3000:]
     record = json.loads(out.read_text())

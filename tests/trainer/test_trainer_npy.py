@@ -4,14 +4,22 @@ keeps the trainer's anonymous memory where a set of a few MB leaves it."""
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from trainer_helpers import comparable, kill_when, results, run, start, tiny_spec, write_spec
+from trainer_helpers import (
+    comparable,
+    kill_and_resume,
+    results,
+    run,
+    start,
+    status_mb,
+    tiny_spec,
+    write_spec,
+)
 from tuneop_contract import EXIT_COMPLETED
 from tuneop_trainer.data import synthetic_emg
 
@@ -39,17 +47,15 @@ def test_shards_resume_exactly_and_train_as_one_file(tmp_path: Path) -> None:
     for i, (lo, hi) in enumerate(((0, 50), (50, 80))):  # split elsewhere than x
         np.save(sharded / f"y-{i:05d}.npy", y[lo:hi])
 
-    ref = tmp_path / "ref"
-    assert run(write_spec(tmp_path, _spec(one), "one.yaml"), ref, tmp_path / "ref.log") == 0
+    ref, ref_log = tmp_path / "ref", tmp_path / "ref.log"
+    assert run(write_spec(tmp_path, _spec(one), "one.yaml"), ref, ref_log) == EXIT_COMPLETED
     spec = write_spec(tmp_path, _spec(sharded), "sharded.yaml")
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     first = results(ref)["trials"][0]["trialId"]
-    code = kill_when(
+    text = kill_and_resume(
         spec, ckpt, log, lambda p: p.trial_id == first and p.epoch >= 1 and p.step >= 4
     )
-    assert code == -signal.SIGKILL
-    assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
-    assert "restored ckpt-" in log.read_text()
+    assert "restored ckpt-" in text
     got, want = results(ckpt), results(ref)
     assert comparable(got) == comparable(want)
     assert got["best"]["weightsSha256"] == want["best"]["weightsSha256"]
@@ -80,18 +86,6 @@ def _write_set(directory: Path, samples: int, shards: int) -> None:
     np.save(directory / "y.npy", np.eye(4, dtype=np.float32)[labels])
 
 
-def _memory_mb(pid: int) -> tuple[float, float] | None:
-    """(RssAnon, RssFile) of a process: its own memory, and the mapped file pages it
-    touched (page cache the kernel reclaims under pressure, never a cause of OOM)."""
-    try:
-        fields = dict(
-            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-        )
-        return int(fields["RssAnon"].split()[0]) / 1024, int(fields["RssFile"].split()[0]) / 1024
-    except (OSError, KeyError, ValueError):
-        return None
-
-
 def _peak_memory(tmp: Path, data: Path) -> tuple[float, float]:
     """Peak (RssAnon, RssFile) of a 2-epoch spec-mode search over `data`."""
     manifest = {
@@ -111,7 +105,7 @@ def _peak_memory(tmp: Path, data: Path) -> tuple[float, float]:
     proc = start(write_spec(tmp, manifest, f"{data.name}.yaml"), ckpt, log, devices=1)
     anon = file = 0.0
     while proc.poll() is None:
-        sample = _memory_mb(proc.pid)
+        sample = status_mb(proc.pid, "RssAnon", "RssFile")
         if sample is not None:
             anon, file = max(anon, sample[0]), max(file, sample[1])
         time.sleep(0.02)

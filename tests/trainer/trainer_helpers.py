@@ -176,6 +176,27 @@ def signal_when(
             proc.wait()
 
 
+def kill_and_resume(spec: Path, ckpt: Path, log: Path, pred: Any) -> str:
+    """SIGKILL the trainer once pred(progress) holds, run it again to the end; its log."""
+    assert kill_when(spec, ckpt, log, pred) == -signal.SIGKILL
+    assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
+    return log.read_text()
+
+
+def status_mb(pid: int, *fields: str) -> tuple[float, ...] | None:
+    """Memory fields of /proc/PID/status in MB (VmRSS; RssAnon, the process's own
+    memory; RssFile, the mapped file pages it touched: page cache the kernel reclaims
+    under pressure), or None once the process is gone (a zombie has no memory fields)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    values = dict(line.split(":", 1) for line in lines)
+    if any(f not in values for f in fields):
+        return None
+    return tuple(int(values[f].split()[0]) / 1024 for f in fields)
+
+
 def results(ckpt: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((ckpt / RESULTS_FILE).read_text())
     return data
