@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_helpers import comparable, env, results, tiny_spec, write_spec
+from trainer_helpers import (
+    SCRIPTS,
+    comparable,
+    env,
+    fit_weights,
+    results,
+    tiny_spec,
+    write_records,
+    write_spec,
+)
 from tuneop_contract import (
     ENV_TF_CONFIG,
     EXIT_COMPLETED,
@@ -222,3 +231,47 @@ def test_script_mode_group_sigkilled_mid_trial_resumes_exactly(tmp_path: Path) -
     for log in logs:
         assert "trial 1 fit 0: restored" in log.read_text()
     assert comparable(results(ckpt)) == comparable(results(ref))
+
+
+def test_tfrecord_script_group_killed_at_two_points_resumes_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tf.data pipeline over TFRecord files, reshuffled each iteration
+    (scripts/tfrecord_search.py): every worker iterates it and keeps its part of each
+    global batch; the group SIGKILLed in trial 0 and again in trial 1 (which replays
+    trial 0's iterations on both workers) ends as an uninterrupted group."""
+    monkeypatch.delenv("TFRECORD_MODE", raising=False)
+    write_records(tmp_path / "records")
+    script = SCRIPTS / "tfrecord_search.py"
+    spec = write_spec(tmp_path, {"checkpoint": {"intervalSteps": 3, "intervalSeconds": 0}})
+    ref, ref_logs = tmp_path / "ref", [tmp_path / "ref0", tmp_path / "ref1"]
+    codes = _wait_all(_start_group(spec, ref, ref_logs, script))
+    assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in ref_logs)
+
+    ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
+    for trial, epoch in (("0", 1), ("1", 2)):
+        procs = _start_group(spec, ckpt, logs, script)
+        try:
+            _wait_progress(
+                procs,
+                ckpt,
+                lambda p, t=trial, e=epoch: p.trial_id == t and p.epoch >= e and p.step >= 3,
+            )
+            for proc in procs:
+                proc.send_signal(signal.SIGKILL)
+            assert [proc.wait(timeout=30) for proc in procs] == [-signal.SIGKILL] * 2
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    codes = _wait_all(_start_group(spec, ckpt, logs, script))
+    assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
+    for log in logs:
+        text = log.read_text()
+        assert "trial 0 fit 0: restored" in text and "trial 1 fit 0: restored" in text
+        assert "iteration(s) of an input (_PrefetchDataset)" in text
+    assert comparable(results(ckpt)) == comparable(results(ref))
+    for trial in ("0", "1"):
+        fit = f"trials/{trial}/fit-0"
+        assert fit_weights(ckpt, fit) == fit_weights(ref, fit)

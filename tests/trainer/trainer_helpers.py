@@ -239,3 +239,28 @@ def assert_killed_search_matches(
         assert fit_final(ckpt, fit)["history"] == fit_final(ref, fit)["history"]
         assert fit_weights(ckpt, fit) == fit_weights(ref, fit)
     return text
+
+
+def write_records(directory: Path, files: int = 4, per_file: int = 16) -> None:
+    """`files` training shards and one validation file of (x: 6 floats, y: 0/1)."""
+    import numpy as np
+    import tensorflow as tf
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(11)
+
+    def write(path: Path, n: int) -> None:
+        x = rng.normal(size=(n, 6)).astype("float32")
+        y = (x[:, 0] - x[:, 2] > 0).astype("int64")
+        with tf.io.TFRecordWriter(str(path)) as writer:
+            for xi, yi in zip(x, y, strict=True):
+                feature = {
+                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=xi)),
+                    "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[yi])),
+                }
+                example = tf.train.Example(features=tf.train.Features(feature=feature))
+                writer.write(example.SerializeToString())
+
+    for i in range(files):
+        write(directory / f"train-{i:05d}.tfrecord", per_file)
+    write(directory / "val.tfrecord", 16)

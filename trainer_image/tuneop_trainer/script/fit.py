@@ -26,13 +26,11 @@ callbacks' state after their `on_train_begin`, the metric accumulators of a mid-
 checkpoint after Keras resets them, and skips the batches already trained. A fit that
 was done returns its saved history and final weights without training.
 
-Other inputs: a `tf.data.Dataset` is resumed mid-epoch with `skip(step)` (a repeated,
-infinite one with `skip(epoch * steps_per_epoch + step)`): exact when the dataset's
-order does not depend on how often it was iterated before in the process (no
-`reshuffle_each_iteration`, or a fixed order); a `PyDataset` of known length is resumed
-at the checkpointed batch (pydataset.py); generators and the other PyDatasets are
-resumed at the start of the interrupted epoch (checkpoints only at epoch ends). The
-inexact ones log a warning saying so.
+Other inputs: a `tf.data.Dataset` is iterated by the trainer as Keras would and
+resumed mid-epoch, replaying the iterations made before (tfdata.py, iterations.py); a
+`PyDataset` of known length is resumed at the checkpointed batch (pydataset.py);
+generators and the other PyDatasets are resumed at the start of the interrupted epoch
+(checkpoints only at epoch ends), with a warning saying so.
 """
 
 from __future__ import annotations
@@ -59,7 +57,7 @@ from ..checkpoint import (
     volume_errors,
 )
 from ..fingerprint import digest_arrays
-from . import callback_state, pydataset, runtime
+from . import callback_state, iterations, pydataset, runtime, tfdata
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +80,7 @@ def install() -> None:
     global _original_fit
     if _original_fit is not None:
         return
+    iterations.install()
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
     original = TensorFlowTrainer.fit
@@ -128,41 +127,8 @@ def _digest(structure: Any) -> str | None:
     return digest_arrays(*keras.tree.flatten(structure))[:16]
 
 
-# Inputs whose state depends on how often they were iterated: key → [input, iterations
-# made in this process] (tf.data: iterators; PyDataset: epochs, pydataset.py); with
-# `_record_iterations` on the volume, so a resumed process knows how many iterations
-# an uninterrupted one had made before each fit.
-_tf_iterations: dict[str, list[Any]] = {}
-TFDATA_RECORD = "tfdata.json"
-# The kinds whose iterations (tf.data) or epochs (PyDataset) are counted that way.
+# The kinds whose iterations (tf.data) or epochs (PyDataset) are counted (iterations.py).
 _COUNTED = ("tf.data", "pydataset")
-
-
-def _tfdata_path(root: Any) -> Any:
-    """`tfdata.json`; with parallel trials one per trial group (`tfdata.<tuner id>.json`):
-    the count is of this process lineage's iterations, and each file has one writer."""
-    from ..parallel import current
-
-    return root / current().own_file(TFDATA_RECORD)
-
-
-def _recorded_iterations(root: Any, key: str) -> int:
-    try:
-        return int(json.loads(_tfdata_path(root).read_text()).get(key, 0))
-    except (OSError, ValueError):
-        return 0
-
-
-def _record_iterations(root: Any, key: str, count: int) -> None:
-    from tuneop_contract import write_atomic
-
-    path = _tfdata_path(root)
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        record = {}
-    record[key] = count
-    write_atomic(path, json.dumps(record, sort_keys=True).encode())
 
 
 def _spec_batch(spec: Any) -> Any:
@@ -192,6 +158,9 @@ class ResumableFit:
         self.saved_callbacks: tuple[list[dict[str, Any]], dict[str, np.ndarray]] | None = None
         self.seed = seeds.derive(self.label)
         self.training: batches.Gathered | None = None  # array inputs: one pipeline per fit
+        self.stream: tfdata.Stream | None = None  # tf.data inputs (tfdata.py)
+        self.epoch_steps = 0  # batches of the current epoch trained so far
+        self.in_epoch = False
 
     # -- inputs -----------------------------------------------------------------------
     def _prepare_inputs(self) -> None:
@@ -241,7 +210,7 @@ class ResumableFit:
         otherwise convert again at every epoch's fit; other kinds as they are."""
         val = self.validation_data
         if not isinstance(val, tuple | list) or not val or not _arrays(val):
-            return val
+            return tfdata.data_sharded(val, self.model.distribute_strategy)
         a = self.args
         parts = [_to_numpy(p) for p in keras.utils.unpack_x_y_sample_weight(tuple(val))]
         size = len(keras.tree.flatten(parts[0])[0])
@@ -269,22 +238,17 @@ class ResumableFit:
         return 0  # unknown: the epoch ends when the input does
 
     def _kind(self) -> str:
-        """arrays | tf.data (iterated by the trainer, exact) | tf.data-skip (multi-worker:
-        Keras iterates and shards it) | pydataset (a finite PyDataset whose batches the
-        trainer picks, exact) | other (generators, infinite PyDatasets, steps_per_epoch
-        over a PyDataset)."""
+        """arrays | tf.data (iterated by the trainer, exact) | pydataset (a finite
+        PyDataset whose batches the trainer picks, exact) | other (generators, infinite
+        PyDatasets, steps_per_epoch over a PyDataset)."""
         if self.array_input:
             return "arrays"
         import tensorflow as tf
 
-        from ..multiworker import is_multiworker
-
         if pydataset.indexable(self.x):
             spe = self.args["steps_per_epoch"]
             return "pydataset" if not spe or spe == self.x.num_batches else "other"
-        if not isinstance(self.x, tf.data.Dataset):
-            return "other"
-        return "tf.data-skip" if is_multiworker(self.model.distribute_strategy) else "tf.data"
+        return "tf.data" if isinstance(self.x, tf.data.Dataset) else "other"
 
     def _fingerprint(self) -> dict[str, Any]:
         a = self.args
@@ -353,38 +317,33 @@ class ResumableFit:
                 "batch_size": None,
                 "steps_per_epoch": count,
             }
-        x, spe = self.x, self.args["steps_per_epoch"]
         if kind == "tf.data":
-            return self._owned_epoch(epoch, start)
+            assert self.stream is not None
+            return {
+                "x": self.stream.pipeline,
+                "y": None,
+                "sample_weight": None,
+                "batch_size": None,
+                "steps_per_epoch": self.stream.begin_epoch(start),
+            }
         if kind == "pydataset":
             return self._pydataset_epoch(epoch, start)
-        if kind == "tf.data-skip" and start:
-            infinite = int(x.cardinality()) == -1  # tf.data.INFINITE_CARDINALITY
-            x = x.skip(epoch * self.steps + start if infinite else start)
-            if spe:
-                spe = spe - start
-        elif kind == "tf.data-skip" and int(x.cardinality()) == -1 and epoch and spe:
-            x = x.skip(epoch * self.steps)
         return {
-            "x": x,
+            "x": self.x,
             "y": self.y,
             "sample_weight": self.sample_weight,
             "batch_size": self.args["batch_size"],
-            "steps_per_epoch": spe,
+            "steps_per_epoch": self.args["steps_per_epoch"],
         }
 
     def _catch_up(self, epoch: int, one: Any) -> None:
-        """Before `epoch`: call `one()` for every iteration over `self.x` an
-        uninterrupted process had made by now and this one has not, then count `epoch`."""
+        """Before `epoch`: call `one()` for every epoch an uninterrupted process had
+        trained on `self.x` by now and this one has not, then count `epoch`."""
         target = self.ds_base + (epoch - int(self.args["initial_epoch"]))
-        entry = _tf_iterations.setdefault(self.ds_key, [self.x, 0])
-        if entry[0] is not self.x:  # another dataset with the same key: its own count
-            entry[0], entry[1] = self.x, max(entry[1], target)
-        while entry[1] < target:
-            one()
-            entry[1] += 1
-        entry[1] += 1
-        self.ds_iterations = entry[1]
+        iterations.catch_up(self.x, target, one)
+        count = iterations.counter(self.x)
+        count[0] += 1
+        self.ds_iterations = count[0]
 
     def _pydataset_epoch(self, epoch: int, start: int) -> dict[str, Any]:
         """Batches [start, steps) of `epoch` of a PyDataset (pydataset.py), after
@@ -398,35 +357,6 @@ class ResumableFit:
             "sample_weight": None,
             "batch_size": None,
             "steps_per_epoch": None,
-        }
-
-    def _owned_epoch(self, epoch: int, start: int) -> dict[str, Any]:
-        """The epoch's batches from an iterator the trainer makes itself: `iter(x)` once
-        per epoch, so the dataset's own reshuffling (`shuffle(...,
-        reshuffle_each_iteration=True)`, seeded) gives epoch e the order of its e-th
-        iteration. A resumed process first creates (and drops) as many iterators as an
-        uninterrupted one had made before this epoch - across earlier fits on the same
-        dataset too (`_tf_iterations`, recorded in the checkpoints) - then skips the
-        `start` batches already trained. Keras gets the batches through
-        `from_generator` with the dataset's element spec."""
-        import tensorflow as tf
-
-        self._catch_up(epoch, lambda: iter(self.x))
-        iterator = iter(self.x)
-        for _ in range(start):
-            next(iterator)
-
-        def batches() -> Any:
-            yield from iterator
-
-        spe = self.args["steps_per_epoch"]
-        remaining = (spe or self.steps or 0) - start
-        return {
-            "x": tf.data.Dataset.from_generator(batches, output_signature=self.x.element_spec),
-            "y": None,
-            "sample_weight": None,
-            "batch_size": None,
-            "steps_per_epoch": remaining if remaining > 0 else None,
         }
 
     # -- state ------------------------------------------------------------------------
@@ -452,11 +382,6 @@ class ResumableFit:
                 # From the element spec: iterating the dataset here would advance its
                 # reshuffling and change every epoch's order.
                 model._symbolic_build(data_batch=_spec_batch(self.x.element_spec))
-            elif not model.built:
-                import tensorflow as tf
-
-                if isinstance(self.x, tf.data.Dataset):
-                    model._symbolic_build(data_batch=next(iter(self.x.take(1))))
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
 
@@ -489,7 +414,13 @@ class ResumableFit:
             "callbacks": described,
             "fingerprint": self.fingerprint,
             "datasetIterationsBefore": self.ds_base,
+            "datasetIterations": self._iterations(),
         }
+        if self.stream is not None:
+            at_end = self.in_epoch and step == 0  # the epoch-end save, before end_epoch
+            meta["datasetStream"] = self.stream.state(
+                self.epoch_steps if self.in_epoch else 0, epoch_end=at_end
+            )
         with volume_errors(self.rt.root):
             self.rt.writer.submit(self.store, arrays, meta)
             self.rt.checkpoints += 1
@@ -497,7 +428,11 @@ class ResumableFit:
             if done:  # the fit's result is durable before the script goes on
                 self.rt.flush_checkpoints()
                 if self._kind() in _COUNTED:
-                    _record_iterations(self.rt.root, self.ds_key, self.ds_iterations)
+                    iterations.record(self.rt.root, self.x, self.ds_key, self._iterations())
+
+    def _iterations(self) -> int:
+        """Iterators (tf.data) or epochs (PyDataset) made on the input so far."""
+        return self.stream.iterations if self.stream is not None else self.ds_iterations
 
     def _history_object(self) -> Any:
         history = self.callbacks._history if hasattr(self, "callbacks") else None
@@ -536,22 +471,41 @@ class ResumableFit:
         self.ds_base = 0
         self.ds_iterations = 0
         if kind in _COUNTED:
-            known = _tf_iterations.get(self.ds_key, [None, 0])[1]
             recorded = meta.get("datasetIterationsBefore")
             self.ds_base = (
                 int(recorded)
                 if recorded is not None
-                else max(known, _recorded_iterations(self.rt.root, self.ds_key))
+                else iterations.before_fit(self.x, self.rt.root, self.ds_key)
             )
             self.ds_iterations = self.ds_base
         elif kind != "arrays":
             log.warning(
-                "%s: input is %s: resumes %s; exact only if its order does not depend on "
-                "how often it was iterated before (docs/design.md, script mode)",
+                "%s: input is %s: resumes at the epoch start; exact only if its order does "
+                "not depend on how often it was iterated before (docs/design.md, script mode)",
                 self.label,
                 type(self.x).__name__,
-                "mid-epoch with skip()" if kind == "tf.data-skip" else "at the epoch start",
             )
+        if kind == "tf.data":
+            self.stream = tfdata.Stream(self.x, self.args["steps_per_epoch"])
+            made = int(meta.get("datasetIterations", self.ds_base))
+            if meta.get("done"):  # what the finished fit had made, for the fits after it
+                iterations.catch_up(self.x, made, lambda: iter(self.x))
+            elif "datasetStream" in meta:
+                self.stream.restore(meta["datasetStream"])
+            else:
+                self.stream.start(self.ds_base)
+            if self.ds_base and self.stream.repeats and iterations.shared(self.x):
+                log.warning(
+                    "%s: a repeated tf.data pipeline made before this trial was iterated by "
+                    "an earlier fit: how far TensorFlow read ahead into its next pass "
+                    "changes its next orders, so this fit's order is not reproducible, "
+                    "not even without interruptions; make the pipeline inside the trial "
+                    "(e.g. in HyperModel.fit) for exact results",
+                    self.label,
+                )
+        elif kind == "pydataset" and meta.get("done"):
+            made = int(meta.get("datasetIterations", self.ds_base))
+            iterations.catch_up(self.x, made, lambda: pydataset.replay(self.x, 1))
         self._prebuild()
         if found is not None:
             self._restore(arrays, ("model", "optimizer"))
@@ -635,7 +589,9 @@ class ResumableFit:
                     break
                 start = start_step if epoch == start_epoch else 0
                 self.callbacks.offset = start
+                self.epoch_steps = start
                 inputs = self._epoch_inputs(epoch, start)
+                self.in_epoch = True
                 if self._kind() in _COUNTED:
                     # Built already; Keras's first-batch peek would eat an owned batch
                     # (tf.data) or start an epoch (PyDataset).
@@ -657,6 +613,9 @@ class ResumableFit:
                     else a["validation_batch_size"],
                     validation_freq=a["validation_freq"],
                 )
+                self.in_epoch = False
+                if self.stream is not None:
+                    self.stream.end_epoch(self.epoch_steps)
                 if self._kind() == "pydataset":
                     self.x.on_epoch_end()
                 if model.stop_training:
@@ -739,6 +698,9 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         fit, rt = self.fit, self.fit.rt
         step = batch + 1
+        fit.epoch_steps = step
+        if fit.stream is not None:  # Keras leaves the epoch at once: no next iterator
+            fit.stream.stopped = bool(self.model.stop_training)
         rt.steps += 1
         rt.reporter.step(fit.epoch, step)
         self.since_steps += 1

@@ -14,6 +14,7 @@ from .. import seeds
 from ..checkpoint import BackgroundWriter
 from ..progress import Reporter
 from ..spec import CheckpointSpec
+from . import iterations
 
 FITS_DIR = "fits"  # fits outside any trial (e.g. the best model's final fit)
 
@@ -58,9 +59,11 @@ class Runtime:
 
     def begin_trial(self, trial_id: str) -> None:
         self.trial_id, self.trial_fits, self.trial_builds = str(trial_id), 0, 0
+        iterations.boundary()
 
     def end_trial(self) -> None:
         self.trial_id = None
+        iterations.boundary()
 
     def next_fit(self) -> FitId:
         """The fit that starts now: `trials/<id>/fit-<n>` inside a trial, `fits/fit-<n>`

@@ -9,6 +9,8 @@ runs, for every tuner class: the four built-in ones and user subclasses).
   the oracle's seed, the trial and the build's ordinal, then the scope guard's check;
   the trials named in TUNEOP_FAILED_TRIALS are recorded FAILED (failed_trials.py).
 - `Tuner.__init__`: `distribution_strategy` is the trainer's strategy.
+- `BaseTuner.search`: a phase of the script for counting input iterations
+  (iterations.py).
 - `BaseTuner._try_run_and_update_trial`: tells the Runtime which trial runs (fit
   checkpoints live under `trials/<id>/`), seeds the trial, and stops between trials on
   SIGTERM (the oracle's state is on disk).
@@ -36,7 +38,7 @@ from tuneop_contract import TRIALS_DIR, TUNER_DIR
 from .. import failed_trials, parallel, preemption, scope, seeds
 from ..checkpoint import CheckpointStore
 from ..results import planned_trials, search_progress
-from . import runtime
+from . import iterations, runtime
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ def install() -> None:
     _installed = True
     _patch_base_init()
     _patch_tuner_init()
+    _patch_search()
     _patch_trial_run()
     _patch_trial_end()
     _patch_save_best_epoch()
@@ -159,6 +162,22 @@ def _wrap_build(tuner: Any) -> None:
 def _trial_seed(tuner: Any, trial_id: str) -> int:
     text = f"{parallel.config_oracle(tuner.oracle).seed}/trial/{trial_id}"
     return seeds.derive(text)
+
+
+def _patch_search() -> None:
+    """A search starts and ends a phase of the script (iterations.py): data sets made
+    after it (for a final fit) are new, whether or not a resumed process ran trials."""
+    original = base_tuner.BaseTuner.search
+
+    @functools.wraps(original)
+    def search(self: Any, *args: Any, **kwargs: Any) -> Any:
+        iterations.boundary()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            iterations.boundary()
+
+    base_tuner.BaseTuner.search = search
 
 
 def _patch_trial_run() -> None:
