@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tuneop_contract import CHECKPOINT_INTERVAL_AUTO
 
 ALGORITHMS = ("Hyperband", "RandomSearch", "BayesianOptimization", "GridSearch")
 DIRECTIONS = ("max", "min")
@@ -68,6 +69,9 @@ class TunerSpec:
 class CheckpointSpec:
     interval_steps: int = 50
     interval_seconds: float = 60.0
+    """Fixed interval (0 = off); with auto_interval the interval before any save is measured."""
+    auto_interval: bool = False
+    """`intervalSeconds: auto`: the interval adapts to the save cost and the MTBF (cadence.py)."""
     keep: int = 2
     adopt: bool = False
     """Continue a search the volume records for another TuningJob (ownership.py)."""
@@ -323,14 +327,19 @@ def infer_direction(name: str) -> str:
 
 
 def _parse_checkpoint(c: dict[str, Any]) -> CheckpointSpec:
-    seconds = c.get("intervalSeconds", 60)
+    seconds = c.get("intervalSeconds", CheckpointSpec.interval_seconds)
+    auto = seconds == CHECKPOINT_INTERVAL_AUTO
+    if auto:
+        seconds = CheckpointSpec.interval_seconds
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise SpecError(
-            "spec.checkpoint.intervalSeconds", f"{_q(seconds)} must be a number >= 0 (0 = off)"
+            "spec.checkpoint.intervalSeconds",
+            f'{_q(seconds)} must be a number >= 0 (0 = off) or "{CHECKPOINT_INTERVAL_AUTO}"',
         )
     return CheckpointSpec(
         interval_steps=_int(c, "intervalSteps", "spec.checkpoint.intervalSteps", 50, minimum=0),
         interval_seconds=float(seconds),
+        auto_interval=auto,
         keep=_int(c, "keep", "spec.checkpoint.keep", 2, minimum=1),
         adopt=_flag(c, "adopt", "spec.checkpoint.adopt"),
     )
