@@ -153,3 +153,17 @@ def test_mtbf_from_env():
         with pytest.raises(SpecError) as err:
             mtbf_from_env({contract.ENV_MTBF_SECONDS: bad})
         assert str(err.value).startswith(f"{contract.ENV_MTBF_SECONDS}: ")
+
+
+def test_auto_stays_within_the_jobs_stall_timeout():
+    spec = parse({"stallTimeoutSeconds": 45, "checkpoint": {"intervalSeconds": "auto"}})
+    assert spec.checkpoint.max_interval_seconds == 45.0
+    c = Cadence(spec.checkpoint, mtbf=1e9)
+    assert c.interval == 45.0  # the start interval (60 s) is capped too
+    c.blocked(0.5)  # sqrt(2 * 0.5 * 1e9) = 31,623 s
+    assert c.interval == 45.0
+    c.blocked(10.0)
+    c.blocked(10.0)  # the overhead budget still wins: C / 0.02 > 45 s
+    assert c.interval == pytest.approx(c.cost / cadence.OVERHEAD_BUDGET)
+    with pytest.raises(SpecError, match=r"^spec.stallTimeoutSeconds: "):
+        parse({"stallTimeoutSeconds": "long"})

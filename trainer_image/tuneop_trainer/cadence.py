@@ -33,13 +33,13 @@ COST_WEIGHT = 0.3
 few saves (a larger model after a trial change) without jumping on one slow save."""
 
 
-def optimal_interval(cost: float, mtbf: float) -> float:
+def optimal_interval(cost: float, mtbf: float, maximum: float = MAX_INTERVAL_SECONDS) -> float:
     """The interval of `cost`-second saves that wastes least at `mtbf`, within the caps:
-    sqrt(2 C M), at most MAX_INTERVAL_SECONDS, then at least
-    max(MIN_INTERVAL_SECONDS, C / OVERHEAD_BUDGET)."""
+    sqrt(2 C M), at most `maximum`, then at least max(MIN_INTERVAL_SECONDS,
+    C / OVERHEAD_BUDGET)."""
     young_daly = math.sqrt(2.0 * max(cost, 0.0) * mtbf)
     lower = max(MIN_INTERVAL_SECONDS, cost / OVERHEAD_BUDGET)
-    return max(lower, min(young_daly, MAX_INTERVAL_SECONDS))
+    return max(lower, min(young_daly, maximum))
 
 
 def mtbf_from_env(environ: Mapping[str, str] | None = None) -> float:
@@ -67,7 +67,11 @@ class Cadence:
         self._lock = threading.Lock()
         self._blocked: float | None = None  # EMA, training-thread seconds per save
         self._writer_cpu: float | None = None  # EMA, writer-thread CPU seconds per save
+        self.maximum = min(MAX_INTERVAL_SECONDS, spec.max_interval_seconds or math.inf)
+        """The interval's upper cap: MAX_INTERVAL_SECONDS, or the job's stall timeout."""
         self._interval = spec.interval_seconds
+        if spec.auto_interval:  # until a save is measured
+            self._interval = min(self._interval, self.maximum)
 
     def due(self, steps_since: int, seconds_since: float) -> bool:
         """A periodic checkpoint is due after `steps_since` steps and `seconds_since`
@@ -112,7 +116,7 @@ class Cadence:
     def _adapt(self) -> None:
         cost = self._cost()
         if self.spec.auto_interval and cost is not None:
-            self._interval = optimal_interval(cost, self.mtbf)
+            self._interval = optimal_interval(cost, self.mtbf, self.maximum)
 
     def report(self) -> dict[str, Any]:
         """The Progress fields of the cadence (auto: interval, MTBF and waste too)."""

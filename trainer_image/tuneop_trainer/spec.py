@@ -72,6 +72,9 @@ class CheckpointSpec:
     """Fixed interval (0 = off); with auto_interval the interval before any save is measured."""
     auto_interval: bool = False
     """`intervalSeconds: auto`: the interval adapts to the save cost and the MTBF (cadence.py)."""
+    max_interval_seconds: float | None = None
+    """`spec.stallTimeoutSeconds` when the spec has it: an auto interval stays within it,
+    so the checkpoint-age alert (a checkpoint older than that) keeps its meaning."""
     keep: int = 2
     adopt: bool = False
     """Continue a search the volume records for another TuningJob (ownership.py)."""
@@ -148,7 +151,9 @@ def parse(doc: Any) -> TrainerSpec:
         python_path=tuple(python_path),
         data=_parse_data(_map(doc, "data", "spec.data")),
         tuner=_parse_tuner(_map(doc, "tuner", "spec.tuner")),
-        checkpoint=_parse_checkpoint(_map(doc, "checkpoint", "spec.checkpoint")),
+        checkpoint=_parse_checkpoint(
+            _map(doc, "checkpoint", "spec.checkpoint"), doc.get("stallTimeoutSeconds")
+        ),
         strategy=strategy,
         workers=workers,
         job_name=job_name,
@@ -326,7 +331,7 @@ def infer_direction(name: str) -> str:
     return str(direction)
 
 
-def _parse_checkpoint(c: dict[str, Any]) -> CheckpointSpec:
+def _parse_checkpoint(c: dict[str, Any], stall_timeout: Any = None) -> CheckpointSpec:
     seconds = c.get("intervalSeconds", CheckpointSpec.interval_seconds)
     auto = seconds == CHECKPOINT_INTERVAL_AUTO
     if auto:
@@ -340,9 +345,18 @@ def _parse_checkpoint(c: dict[str, Any]) -> CheckpointSpec:
         interval_steps=_int(c, "intervalSteps", "spec.checkpoint.intervalSteps", 50, minimum=0),
         interval_seconds=float(seconds),
         auto_interval=auto,
+        max_interval_seconds=_stall_timeout(stall_timeout),
         keep=_int(c, "keep", "spec.checkpoint.keep", 2, minimum=1),
         adopt=_flag(c, "adopt", "spec.checkpoint.adopt"),
     )
+
+
+def _stall_timeout(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError("spec.stallTimeoutSeconds", f"{_q(value)} must be an integer >= 1")
+    return float(value)
 
 
 def _flag(d: dict[str, Any], key: str, field: str) -> bool:
