@@ -205,11 +205,12 @@ class Progress:
     """What one checkpoint costs training, as measured (moving average of this process's
     saves: training-thread time blocked plus the background writer's CPU time)."""
     checkpoint_interval_seconds: float | None = None
-    """With intervalSeconds auto: the periodic checkpoint interval in use."""
+    """With intervalSeconds auto, once a save is measured: the periodic checkpoint
+    interval chosen."""
     mtbf_seconds: float | None = None
     """With intervalSeconds auto: the mean time between disruptions it was chosen for."""
     expected_waste_seconds_per_hour: float | None = None
-    """With intervalSeconds auto: `expected_waste_per_hour` of the interval in use."""
+    """With checkpoint_interval_seconds: `expected_waste_per_hour` of it at the measured cost."""
     last_progress_time: str | None = None
     last_checkpoint_time: str | None = None
     best_trial_id: str | None = None

@@ -119,18 +119,22 @@ class Cadence:
             self._interval = optimal_interval(cost, self.mtbf, self.maximum)
 
     def report(self) -> dict[str, Any]:
-        """The Progress fields of the cadence (auto: interval, MTBF and waste too)."""
+        """The Progress fields of the cadence: the cost once a save is measured; with
+        auto the MTBF, and once a save is measured the interval chosen and its expected
+        waste (a process that never saves, like a parallel search's oracle, reports no
+        interval: the start value was not chosen for anything)."""
         with self._lock:
             cost = self._cost()
             fields: dict[str, Any] = {}
-            if cost is not None:
-                fields["checkpoint_cost_seconds"] = round(cost, 6)
             if self.spec.auto_interval:
-                fields["checkpoint_interval_seconds"] = round(self._interval, 3)
                 fields["mtbf_seconds"] = round(self.mtbf, 1)
-                if cost is not None:
-                    waste = expected_waste_per_hour(self._interval, cost, self.mtbf)
-                    fields["expected_waste_seconds_per_hour"] = round(waste, 3)
+            if cost is None:
+                return fields
+            fields["checkpoint_cost_seconds"] = round(cost, 6)
+            if self.spec.auto_interval:
+                waste = expected_waste_per_hour(self._interval, cost, self.mtbf)
+                fields["checkpoint_interval_seconds"] = round(self._interval, 3)
+                fields["expected_waste_seconds_per_hour"] = round(waste, 3)
             return fields
 
 
