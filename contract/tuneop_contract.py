@@ -53,6 +53,34 @@ marks each one the oracle still has RUNNING (or queued for retry) FAILED before 
 search goes on; ids it does not know are ignored."""
 FAILED_REASON_OOM = "OOMKilled"
 """Reason in TUNEOP_FAILED_TRIALS of a trial whose trainer ran out of memory."""
+ENV_MTBF_SECONDS = "TUNEOP_MTBF_SECONDS"
+"""The job's mean time between disruptions as the operator estimates it when it builds
+the pod (`mtbf_estimate`), in seconds; with `spec.checkpoint.intervalSeconds: auto` the
+trainer checkpoints at the interval that wastes least for it. Unset: MTBF_PRIOR_SECONDS."""
+
+# --- checkpoint cadence ------------------------------------------------------------
+CHECKPOINT_INTERVAL_AUTO = "auto"
+"""`spec.checkpoint.intervalSeconds: auto`: the trainer chooses the interval (Young/Daly
+from its measured save cost and the job's MTBF; docs/design.md, "Checkpoint cadence")."""
+MTBF_PRIOR_SECONDS = 4 * 3600.0
+"""The MTBF assumed before a job has seen a disruption: about a spot/preemptible VM's
+typical mean time to reclaim. It counts as one observed interval in `mtbf_estimate`."""
+
+
+def mtbf_estimate(running_seconds: float, disruptions: int) -> float:
+    """Mean time between disruptions of a job that has run `running_seconds` (pod-group
+    time) and been disrupted `disruptions` times: (prior + running) / (1 + disruptions),
+    the prior standing for one interval seen before the job started. With no disruption
+    it grows with the running time; each disruption pulls it toward the observed rate."""
+    return (MTBF_PRIOR_SECONDS + max(0.0, running_seconds)) / (1 + max(0, disruptions))
+
+
+def expected_waste_per_hour(interval: float, cost: float, mtbf: float) -> float:
+    """Seconds per hour lost to checkpointing every `interval` seconds at `cost` seconds
+    a save, with disruptions every `mtbf` seconds on average: the saves (3600 C/T) plus
+    the work redone after a disruption, half an interval on average (3600 T/(2M))."""
+    return 3600.0 * (cost / interval + interval / (2.0 * mtbf))
+
 
 # --- parallel trials: keras-tuner's own distributed tuning ---------------------------
 # With `spec.parallelTrials > 1` one oracle pod serves keras-tuner's oracle over gRPC and
@@ -173,6 +201,16 @@ class Progress:
     """Bytes under the checkpoint directory (all trials), after the last checkpoint."""
     volume_free_bytes: int | None = None
     """Bytes free on the checkpoint volume, after the last checkpoint."""
+    checkpoint_cost_seconds: float | None = None
+    """What one checkpoint costs training, as measured (moving average of this process's
+    saves: training-thread time blocked plus the background writer's CPU time)."""
+    checkpoint_interval_seconds: float | None = None
+    """With intervalSeconds auto, once a save is measured: the periodic checkpoint
+    interval chosen."""
+    mtbf_seconds: float | None = None
+    """With intervalSeconds auto: the mean time between disruptions it was chosen for."""
+    expected_waste_seconds_per_hour: float | None = None
+    """With checkpoint_interval_seconds: `expected_waste_per_hour` of it at the measured cost."""
     last_progress_time: str | None = None
     last_checkpoint_time: str | None = None
     best_trial_id: str | None = None

@@ -11,6 +11,9 @@ In this process (the model built directly, no search):
               the writer works (synchronous store: the save); as overhead at one save per
               50 steps of this model and per 60 s (the defaults: whichever comes first)
   restore     reading + sha256 verification + assigning into a fresh model
+  auto        what `intervalSeconds: auto` would choose: its cost estimate (blocked + the
+              writer's CPU time) beside the measured cost, and per MTBF the interval and
+              the expected waste per hour there and at the fixed 60 s (measured cost)
 In `python -m tuneop_trainer run` subprocesses (one trial, 3 epochs, batch 64):
   overhead    the fastest epoch after the first (3 epochs per run, 2 runs per setting,
               alternating) with the default interval (50 steps / 60 s) over the same with
@@ -128,7 +131,8 @@ def in_process(work: Path, repeats: int) -> dict[str, Any]:
     latest = sync  # restored below: the background store's if there is one
     if hasattr(ck, "BackgroundWriter"):
         store = latest = ck.CheckpointStore(work / "async", keep=2)
-        writer = ck.BackgroundWriter()
+        done: list[Any] = []  # SaveDone of each save: the writer's CPU time
+        writer = ck.BackgroundWriter(on_saved=done.append)
         saves, blocked, peaks, steps_during, costs = [], [], [], [], []
         for i in range(repeats):
             with PeakRss() as mem:
@@ -151,7 +155,9 @@ def in_process(work: Path, repeats: int) -> dict[str, Any]:
             "peak_extra_mb": round(max(peaks) / MIB, 1),
             "steps_during_save": min(steps_during),
             "cost_to_training_seconds": round(min(costs), 3),
+            "writer_cpu_seconds": round(min(d.cpu_seconds for d in done), 3),
         }
+        out["auto"] = auto_interval(min(blocked) + min(d.cpu_seconds for d in done), min(costs))
     for name in ("sync", "background"):
         if name in out:
             cost = out[name].get("cost_to_training_seconds", out[name]["save_seconds"])
@@ -167,6 +173,33 @@ def in_process(work: Path, repeats: int) -> dict[str, Any]:
         restores.append(time.monotonic() - t0)
         del found
     out["restore_seconds"] = round(min(restores), 3)
+    return out
+
+
+def auto_interval(estimated: float, measured: float) -> dict[str, Any]:
+    """What `intervalSeconds: auto` chooses for this model: its cost estimate C (blocked
+    + the writer's CPU time, what the trainer measures) beside the cost measured above,
+    and per MTBF the interval and the expected waste per hour, also at the fixed 60 s."""
+    import tuneop_contract as contract
+    from tuneop_trainer import cadence
+
+    out: dict[str, Any] = {
+        "estimated_cost_seconds": round(estimated, 3),
+        "measured_cost_seconds": round(measured, 3),
+        "by_mtbf": {},
+    }
+    for hours in (1, 4, 24):
+        mtbf = hours * 3600.0
+        interval = cadence.optimal_interval(estimated, mtbf)
+        out["by_mtbf"][f"{hours}h"] = {
+            "interval_seconds": round(interval, 1),
+            "waste_seconds_per_hour": round(
+                contract.expected_waste_per_hour(interval, measured, mtbf), 2
+            ),
+            "waste_seconds_per_hour_at_60s": round(
+                contract.expected_waste_per_hour(60.0, measured, mtbf), 2
+            ),
+        }
     return out
 
 
@@ -315,6 +348,18 @@ def main() -> None:
                 f"{r['overhead_pct_every_60s']:>9}"
             )
     print(f"restore (read + verify + assign): {ip['restore_seconds']} s")
+    if "auto" in ip:
+        auto = ip["auto"]
+        print(
+            f"intervalSeconds auto: cost estimate (blocked + writer CPU) "
+            f"{auto['estimated_cost_seconds']} s, measured {auto['measured_cost_seconds']} s"
+        )
+        print(f"{'MTBF':<6}{'interval s':>12}{'waste s/h':>11}{'at 60 s':>9}")
+        for mtbf, row in auto["by_mtbf"].items():
+            print(
+                f"{mtbf:<6}{row['interval_seconds']:>12}{row['waste_seconds_per_hour']:>11}"
+                f"{row['waste_seconds_per_hour_at_60s']:>9}"
+            )
     if "overhead" in report:
         ov, st = report["overhead"], report["sigterm"]
         print(

@@ -6,6 +6,7 @@ the job). Unit-tested in tests/unit/test_operator_builders.py."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -13,6 +14,7 @@ import tuneop_contract as contract
 import yaml
 
 from . import names, podtemplate, queue
+from . import status as st
 from .groups import PodGroup, sequential_group
 from .spec import JobSpec
 
@@ -209,8 +211,27 @@ def oom_trials(status: Obj) -> list[str]:
     return [str(v) for v in value if isinstance(v, (str, int)) and not isinstance(v, bool)]
 
 
+def mtbf_seconds(job: Obj, spec: JobSpec, now: dt.datetime) -> float:
+    """The job's mean time between disruptions so far (contract.mtbf_estimate): its pod
+    groups' time since `status.startTime` (x parallelTrials: each group can be disrupted)
+    over `status.preemptions`. Time a lost group waited to be recreated counts as running
+    time too: a slight overestimate, small beside the prior's uncertainty."""
+    status = job.get("status") or {}
+    start = st.parse_time(status.get("startTime"))
+    running = max(0.0, (now - start).total_seconds()) if start is not None else 0.0
+    preemptions = status.get("preemptions")
+    if not isinstance(preemptions, int) or isinstance(preemptions, bool):
+        preemptions = 0
+    return contract.mtbf_estimate(running * spec.parallel_trials, preemptions)
+
+
 def build_env(
-    job: Obj, spec: JobSpec, index: int, metrics_port: int, group: PodGroup | None = None
+    job: Obj,
+    spec: JobSpec,
+    index: int,
+    metrics_port: int,
+    group: PodGroup | None = None,
+    now: dt.datetime | None = None,
 ) -> list[Obj]:
     env: list[Obj] = [
         {"name": contract.ENV_JOB_NAME, "value": job["metadata"]["name"]},
@@ -226,6 +247,11 @@ def build_env(
         {"name": contract.ENV_WORKER_INDEX, "value": str(index)},
         {"name": contract.ENV_CHECKPOINT_DIR, "value": contract.DEFAULT_CHECKPOINT_DIR},
         {"name": contract.ENV_SPEC_FILE, "value": contract.DEFAULT_SPEC_FILE},
+        {
+            # read at each (re)creation: a recreated pod gets the MTBF its losses give
+            "name": contract.ENV_MTBF_SECONDS,
+            "value": str(round(mtbf_seconds(job, spec, now or dt.datetime.now(dt.UTC)))),
+        },
     ]
     failed = oom_trials(job.get("status") or {})
     if failed:
@@ -274,6 +300,7 @@ def build_pod(
     metrics_port: int = contract.DEFAULT_METRICS_PORT,
     uid: int = names.TRAINER_UID,
     group: PodGroup | None = None,
+    now: dt.datetime | None = None,
 ) -> Obj:
     """Trainer pod `index` of pod group `attempt`: restricted pod security, fsGroup for
     the volume, GPU limits + toleration, the grace period the trainer needs to write its
@@ -283,7 +310,8 @@ def build_pod(
     mode with `spec.script.configMap` the user's ConfigMap is mounted too; the command
     is the same in both modes (the trainer reads `spec.script` from the spec file).
     `group` (default: the sequential one) names the pod; the oracle of a parallel job
-    gets no GPU, the oracle's resources and port, and a DNS name."""
+    gets no GPU, the oracle's resources and port, and a DNS name. `now` (default: the
+    current time) dates the MTBF estimate passed in TUNEOP_MTBF_SECONDS."""
     job_name = job["metadata"]["name"]
     group = group or sequential_group(job_name, spec)
     pod_name = group.pod_names[index]
@@ -303,7 +331,7 @@ def build_pod(
             "--dir",
             contract.DEFAULT_CHECKPOINT_DIR,
         ],
-        "env": build_env(job, spec, index, metrics_port, group),
+        "env": build_env(job, spec, index, metrics_port, group, now),
         "ports": [{"name": "metrics", "containerPort": metrics_port}],
         "resources": build_resources(spec, group),
         "volumeMounts": [

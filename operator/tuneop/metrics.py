@@ -70,6 +70,14 @@ GAUGES = {
     "tuneop_tuningjob_goodput_percent": (
         "Share of the job's GPU time not lost to preemption (status.goodput.percent)."
     ),
+    "tuneop_tuningjob_checkpoint_interval_seconds": (
+        "Checkpoint interval the trainer chose (intervalSeconds auto; "
+        "status.progress.checkpointIntervalSeconds)."
+    ),
+    "tuneop_tuningjob_checkpoint_expected_waste_seconds_per_hour": (
+        "Seconds per hour expected lost to checkpoints and redone work at that interval "
+        "(status.progress.expectedWasteSecondsPerHour)."
+    ),
 }
 COUNTERS = {
     "tuneop_tuningjob_preemptions": "Trainer pod groups lost to disruption.",
@@ -130,6 +138,14 @@ def _goodput(status: Obj, key: str) -> float | None:
     return None
 
 
+def _progress_number(status: Obj, key: str) -> float | None:
+    progress = status.get("progress")
+    value = progress.get(key) if isinstance(progress, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def _parallel_trials(spec: Obj) -> float:
     raw = spec.get("parallelTrials", 1)
     return float(raw) if isinstance(raw, int) and not isinstance(raw, bool) else 1.0
@@ -166,6 +182,12 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         "tuneop_tuningjob_parallel_trials": _parallel_trials(spec),
         "tuneop_tuningjob_running_trials": _running_trials(status),
         "tuneop_tuningjob_goodput_percent": _goodput(status, "percent"),
+        "tuneop_tuningjob_checkpoint_interval_seconds": _progress_number(
+            status, "checkpointIntervalSeconds"
+        ),
+        "tuneop_tuningjob_checkpoint_expected_waste_seconds_per_hour": _progress_number(
+            status, "expectedWasteSecondsPerHour"
+        ),
         "tuneop_tuningjob_allocated_gpu_seconds": _goodput(status, "allocatedGpuSeconds") or 0.0,
         "tuneop_tuningjob_lost_gpu_seconds": _goodput(status, "lostGpuSeconds") or 0.0,
         "tuneop_tuningjob_preemptions": float(status.get("preemptions") or 0),

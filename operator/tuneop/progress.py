@@ -79,6 +79,15 @@ def _score(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _seconds(high: float) -> Callable[[Any], float | None]:
+    def check(value: Any) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return float(value) if math.isfinite(value) and 0 <= value <= high else None
+
+    return check
+
+
 def _time(value: Any) -> str | None:
     return value if st.parse_time(value) is not None else None
 
@@ -124,6 +133,10 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "restores": _integer(10**9),
     "checkpointBytes": _integer(10**18),
     "volumeFreeBytes": _integer(10**18),
+    "checkpointCostSeconds": _seconds(1e9),
+    "checkpointIntervalSeconds": _seconds(1e9),
+    "mtbfSeconds": _seconds(1e12),
+    "expectedWasteSecondsPerHour": _seconds(1e12),
     "lastProgressTime": _time,
     "lastCheckpointTime": _time,
     "bestTrialId": _text(MAX_TEXT),

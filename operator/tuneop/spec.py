@@ -58,7 +58,9 @@ class Checkpoint:
     access_modes: tuple[str, ...] = ("ReadWriteOnce",)
     reclaim_policy: str = "Retain"
     interval_steps: int = 50
-    interval_seconds: int = 60
+    interval_seconds: int | str = 60
+    """Seconds (0 = off) or contract.CHECKPOINT_INTERVAL_AUTO; the trainer applies it (any
+    other value is kept as given for `validate` to name)."""
     keep: int = 2
     adopt: bool = False
     """The trainer may continue a search its volume records for another job (it checks)."""
@@ -166,7 +168,7 @@ class JobSpec:
                 access_modes=tuple(ckpt.get("accessModes") or default_modes),
                 reclaim_policy=ckpt.get("reclaimPolicy", d_ckpt.reclaim_policy),
                 interval_steps=int(ckpt.get("intervalSteps", d_ckpt.interval_steps)),
-                interval_seconds=int(ckpt.get("intervalSeconds", d_ckpt.interval_seconds)),
+                interval_seconds=_interval(ckpt.get("intervalSeconds", d_ckpt.interval_seconds)),
                 keep=int(ckpt.get("keep", d_ckpt.keep)),
                 adopt=ckpt.get("adopt", d_ckpt.adopt) is True,
             ),
@@ -207,6 +209,20 @@ class JobSpec:
     def script_configmap(self) -> str:
         """The ConfigMap the trainer pods mount, or "" (spec mode, or script.path)."""
         return self.script.config_map if self.script is not None else ""
+
+
+def _interval(value: Any) -> int | str:
+    """`checkpoint.intervalSeconds` as an int when it is one, else as text."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return str(value)
+
+
+def _interval_valid(value: int | str) -> bool:
+    """What the CRD accepts: an integer >= 0 or "auto"."""
+    if isinstance(value, int):
+        return value >= 0
+    return value == contract.CHECKPOINT_INTERVAL_AUTO
 
 
 def _quantity(value: Any) -> Decimal | None:
@@ -257,6 +273,14 @@ def validate(spec: JobSpec) -> list[SpecError]:
             SpecError(
                 "spec.checkpoint.reclaimPolicy",
                 "Delete cannot be used with existingClaim (an existing claim is never deleted)",
+            )
+        )
+    if not _interval_valid(spec.checkpoint.interval_seconds):
+        errors.append(
+            SpecError(
+                "spec.checkpoint.intervalSeconds",
+                f"{spec.checkpoint.interval_seconds!r} must be an integer >= 0 (0 = off) or "
+                f'"{contract.CHECKPOINT_INTERVAL_AUTO}"',
             )
         )
     if not spec.checkpoint.existing_claim and _quantity(spec.checkpoint.size) is None:

@@ -41,6 +41,11 @@ def rejected(kubectl: Kubectl, job: dict) -> str:
         ({"tuner": {"algorithm": "Genetic"}}, "spec.tuner.algorithm"),
         ({"tuner": {"maxEpochs": 0}}, "spec.tuner.maxEpochs"),
         ({"distribution": {"gpusPerWorker": 99}}, "spec.distribution.gpusPerWorker"),
+        (
+            {"checkpoint": {"intervalSeconds": "fast"}},
+            'spec.checkpoint.intervalSeconds must be an integer >= 0 (0 = off) or "auto"',
+        ),
+        ({"checkpoint": {"intervalSeconds": -1}}, "spec.checkpoint.intervalSeconds must be"),
     ],
 )
 def test_invalid_specs_are_rejected_with_a_clear_message(kubectl, change, message):
@@ -156,3 +161,13 @@ def test_kubectl_explain_and_defaults(kubectl):
         "maxTrialOOMs": 10,
     }
     assert spec["tuner"]["factor"] == 3 and spec["suspend"] is False
+
+
+def test_checkpoint_interval_seconds_accepts_auto_and_integers(kubectl):
+    for value in ("auto", 0, 300):
+        job = sample("interval", "default")
+        job["spec"]["checkpoint"] = {"intervalSeconds": value}
+        out = kubectl(
+            "create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(job)
+        ).stdout
+        assert json.loads(out)["spec"]["checkpoint"]["intervalSeconds"] == value

@@ -72,6 +72,7 @@ def test_sample_runs_to_completion(e2e: Env, tmp_path: Path):
     # The trainer reported its progress to its ConfigMap, the operator copied it; the
     # trainer's token may write that map and nothing of the TuningJob.
     assert status["progress"]["trialsTotal"] == status["trialsTotal"], status["progress"]
+    assert status["progress"]["checkpointCostSeconds"] > 0, status["progress"]  # measured
     trainer = f"system:serviceaccount:{ns}:emg-cnn-trainer"
 
     def can_i(*args: str) -> str:
@@ -109,7 +110,8 @@ def _disrupt_and_finish(e2e: Env, reference: dict[str, Any], prefix: str, disrup
     e2e.submit(ns)
     e2e.wait_mid_trial(ns)
     pod = "search-worker-0"
-    uid = e2e.cluster.pod(ns, pod).metadata.uid
+    first = e2e.cluster.pod(ns, pod)
+    uid = first.metadata.uid
     disrupt(ns, pod)
     status = e2e.wait_status(ns, lambda s: s.get("preemptions", 0) >= 1, 120, "the preemption")
     assert status["failures"] == 0
@@ -121,6 +123,7 @@ def _disrupt_and_finish(e2e: Env, reference: dict[str, Any], prefix: str, disrup
     new_pod = e2e.cluster.pod(ns, pod)
     assert new_pod is not None and new_pod.metadata.uid != uid
     assert new_pod.metadata.labels["tuneop.io/attempt"] == "1"
+    check_mtbf_of_one_loss(restored, first, new_pod)
     final = e2e.wait_phase(ns, "Succeeded", timeout=400)
     assert final["preemptions"] == 1 and final["failures"] == 0 and final["restores"] == 1
     assert final["bestTrial"]["id"] == reference["bestTrial"]["id"]
@@ -129,6 +132,21 @@ def _disrupt_and_finish(e2e: Env, reference: dict[str, Any], prefix: str, disrup
     reasons = e2e.reasons(ns)
     assert reasons == ["Created", "Preempted", "Created", "Restored", "Completed"], reasons
     check_goodput_of_one_loss(e2e, ns, final)
+
+
+def check_mtbf_of_one_loss(status: dict[str, Any], first: Any, second: Any) -> None:
+    """Each pod gets the MTBF of the job as it stood when the pod was built: the first
+    the prior plus the time run, the replacement after one loss half of that."""
+
+    def mtbf(pod: Any) -> tuple[float, float]:
+        env = {e.name: e.value for e in pod.spec.containers[0].env}
+        running = pod.metadata.creation_timestamp - parse_time(status["startTime"])
+        return float(env[contract.ENV_MTBF_SECONDS]), running.total_seconds()
+
+    (before, ran_before), (after, ran_after) = mtbf(first), mtbf(second)
+    assert before == pytest.approx(contract.mtbf_estimate(ran_before, 0), abs=3)
+    assert after == pytest.approx(contract.mtbf_estimate(ran_after, 1), abs=3)
+    assert after < before
 
 
 def check_goodput_of_one_loss(e2e: Env, ns: str, final: dict[str, Any]) -> None:

@@ -214,7 +214,12 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
         "ml",
         "advancing",
         {"stallTimeoutSeconds": 60},
-        {"phase": "Running", "lastProgressTime": _rfc3339(now)},
+        {
+            "phase": "Running",
+            "lastProgressTime": _rfc3339(now),
+            # checkpoint.intervalSeconds auto: the trainer's choice, copied into status
+            "progress": {"checkpointIntervalSeconds": 85.8, "expectedWasteSecondsPerHour": 16.6},
+        },
     )
     jobs.observe(
         "ml", "broken", {}, {"phase": "Failed", "failures": 3, "completionTime": _rfc3339(now)}

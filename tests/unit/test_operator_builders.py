@@ -3,6 +3,7 @@ TF_CONFIG, the trainer's least-privilege Role."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import tuneop_contract as contract
@@ -237,3 +238,22 @@ def test_gpu_pods_get_an_in_memory_dev_shm_of_the_configured_size():
     assert volume is not None and volume["emptyDir"]["sizeLimit"] == "8Gi"
     assert shm({"gpusPerWorker": 0}) == (None, None)  # CPU pods keep the runtime's
     assert shm({"gpusPerWorker": 1, "shmSize": "0"}) == (None, None)
+
+
+def test_trainer_env_carries_the_jobs_mtbf_at_each_creation():
+    now = dt.datetime(2026, 1, 1, 6, 0, tzinfo=dt.UTC)
+    prior = contract.MTBF_PRIOR_SECONDS
+
+    def mtbf(status: dict, spec: JobSpec | None = None) -> float:
+        pod = builders.build_pod({**JOB, "status": status}, spec or spec_with(), 0, 0, now=now)
+        return float(env_of(pod)[contract.ENV_MTBF_SECONDS]["value"])
+
+    assert mtbf({}) == prior  # not started: the prior
+    started = {"startTime": "2026-01-01T04:00:00Z"}  # two hours ago
+    assert mtbf(started) == prior + 2 * 3600  # no disruption yet
+    # the pod recreated after three losses gets the rate they show
+    assert mtbf({**started, "preemptions": 3}) == round((prior + 2 * 3600) / 4)
+    # each of 2 trial groups runs (and can be lost) for the whole time
+    parallel = spec_with(parallelTrials=2, checkpoint={"accessModes": ["ReadWriteMany"]})
+    assert mtbf({**started, "preemptions": 3}, parallel) == round((prior + 4 * 3600) / 4)
+    assert mtbf({**started, "preemptions": "many"}) == prior + 2 * 3600  # forged: none

@@ -379,3 +379,22 @@ def test_both_top_trial_lists_hold_at_most_the_contracts_number():
     entry = {"id": "0001", "score": 0.5, "hyperparameters": {"units": 8}}
     assert check([entry], status["topTrials"], ".status.topTrials") == []
     assert check([{"id": "0001"}], status["topTrials"], ".status.topTrials") != []
+
+
+def test_checkpoint_interval_seconds_is_an_integer_or_auto():
+    node = spec_node()["properties"]["checkpoint"]["properties"]["intervalSeconds"]
+    assert node["x-kubernetes-int-or-string"] is True and "type" not in node
+    (rule,) = node["x-kubernetes-validations"]
+    assert contract.CHECKPOINT_INTERVAL_AUTO in rule["rule"] and "self >= 0" in rule["rule"]
+    assert rule["message"].startswith("spec.checkpoint.intervalSeconds")
+    assert f'"{contract.CHECKPOINT_INTERVAL_AUTO}"' in rule["message"]
+    # what `kubectl explain` says of the caps is what the trainer applies
+    from tuneop_trainer import cadence
+
+    described = node["description"]
+    assert f"{cadence.OVERHEAD_BUDGET:.0%}".replace("%", " %") in described
+    assert f"{cadence.MIN_INTERVAL_SECONDS:.0f} s" in described
+    assert f"{cadence.MAX_INTERVAL_SECONDS / 3600:.0f} h" in described
+    sample = yaml.safe_load(SAMPLE.read_text())
+    sample["spec"]["checkpoint"]["intervalSeconds"] = contract.CHECKPOINT_INTERVAL_AUTO
+    assert check(sample, schema()) == []

@@ -28,6 +28,8 @@ AGREED = {
     "tuneop_tuningjob_parallel_trials",
     "tuneop_tuningjob_running_trials",
     "tuneop_tuningjob_goodput_percent",
+    "tuneop_tuningjob_checkpoint_interval_seconds",
+    "tuneop_tuningjob_checkpoint_expected_waste_seconds_per_hour",
     "tuneop_tuningjob_allocated_gpu_seconds_total",
     "tuneop_tuningjob_lost_gpu_seconds_total",
     "tuneop_tuningjob_phase",
@@ -53,6 +55,9 @@ TRAINER = {
     "tuneop_trainer_checkpoints_total",
     "tuneop_trainer_checkpoint_seconds_total",
     "tuneop_trainer_last_progress_timestamp_seconds",
+    "tuneop_trainer_checkpoint_cost_seconds",
+    "tuneop_trainer_checkpoint_interval_seconds",
+    "tuneop_trainer_checkpoint_expected_waste_seconds_per_hour",
 }
 
 
@@ -80,6 +85,7 @@ def test_series_names_labels_and_values():
         "completionTime": "2026-01-01T00:00:20Z",
         "conditions": [{"type": "Stalled", "status": "True", "reason": "Unschedulable"}],
         "goodput": {"allocatedGpuSeconds": 50.0, "lostGpuSeconds": 5.0, "percent": 90.0},
+        "progress": {"checkpointIntervalSeconds": 120.0, "expectedWasteSecondsPerHour": 45.0},
     }
     jobs.observe("ml", "emg", {"stallTimeoutSeconds": 600}, status)
     samples = _group_from(jobs)
@@ -98,6 +104,8 @@ def test_series_names_labels_and_values():
             assert sample.labels["tuningjob"] == "emg"
     one = {n: s[0].value for n, s in samples.items() if n != "tuneop_tuningjob_phase"}
     assert one["tuneop_tuningjob_last_progress_timestamp_seconds"] == 1767225610.0
+    assert one["tuneop_tuningjob_checkpoint_interval_seconds"] == 120.0
+    assert one["tuneop_tuningjob_checkpoint_expected_waste_seconds_per_hour"] == 45.0
     assert one["tuneop_tuningjob_stall_timeout_seconds"] == 600
     assert one["tuneop_tuningjob_completion_timestamp_seconds"] == 1767225620.0
     assert one["tuneop_tuningjob_max_failures"] == 3  # the spec's default
@@ -293,3 +301,13 @@ def test_goodput_series_and_the_recovery_histogram():
     assert buckets["+Inf"] == 2
     assert samples["tuneop_recovery_seconds_sum"][0].value == 57.5
     assert samples["tuneop_recovery_seconds_count"][0].labels["reason"] == "EvictionByEvictionAPI"
+
+
+def test_checkpoint_cadence_series_only_when_the_trainer_reports_them():
+    from tuneop.metrics import snapshot
+
+    values = snapshot({}, {"phase": "Running", "progress": {"checkpointBytes": 10}})
+    assert values["tuneop_tuningjob_checkpoint_interval_seconds"] is None
+    assert values["tuneop_tuningjob_checkpoint_expected_waste_seconds_per_hour"] is None
+    forged = snapshot({}, {"progress": {"checkpointIntervalSeconds": True}})
+    assert forged["tuneop_tuningjob_checkpoint_interval_seconds"] is None

@@ -40,6 +40,19 @@ def test_errors_name_the_field():
     )
 
 
+def test_checkpoint_interval_seconds_is_an_integer_or_auto():
+    for good in (0, 30, contract.CHECKPOINT_INTERVAL_AUTO):
+        assert errors_of(checkpoint={"intervalSeconds": good}) == []
+        parsed = JobSpec.from_dict({**BASE, "checkpoint": {"intervalSeconds": good}})
+        assert parsed.checkpoint.interval_seconds == good
+    # an object the API server did not check: named, never an exception
+    for bad in ("fast", "Auto", -5, 1.5, True):
+        errors = errors_of(checkpoint={"intervalSeconds": bad})
+        assert len(errors) == 1, bad
+        assert errors[0].startswith("spec.checkpoint.intervalSeconds: ")
+        assert '"auto"' in errors[0]
+
+
 def test_backoff_doubles_and_is_capped():
     policy = FailurePolicy(backoff_seconds=10, max_backoff_seconds=35)
     assert [policy.backoff(n) for n in range(5)] == [0, 10, 20, 35, 35]

@@ -322,6 +322,7 @@ class SaveDone:
     seconds: float  # wall time of the write, checksum, fsyncs and rename
     usage: tuple[int, int, int] | None  # volume_usage(root) right after it
     position: tuple[int, int] | None = None  # (epoch, step) saved, from meta
+    cpu_seconds: float = 0.0  # the writer thread's CPU time for it (time.thread_time)
 
 
 class BackgroundWriter:
@@ -362,19 +363,19 @@ class BackgroundWriter:
         meta: dict[str, Any],
         also: tuple[tuple[CheckpointStore, dict[str, Any]], ...],
     ) -> None:
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.thread_time()
         try:
             with volume_errors(store.root):
                 store.save(arrays, meta, also)
         except BaseException as exc:  # handed to the training thread
             self._error = exc
             return
-        seconds = time.monotonic() - t0
+        seconds, cpu = time.monotonic() - t0, time.thread_time() - cpu0
         if self.on_saved is not None:
             usage = None if self.root is None else volume_usage(self.root)
             position = (meta["epoch"], meta["step"]) if "step" in meta else None
             try:
-                self.on_saved(SaveDone(seconds, usage, position))
+                self.on_saved(SaveDone(seconds, usage, position, cpu))
             except Exception:  # reporting must not turn a durable save into a failure
                 log.exception("reporting a checkpoint failed")
 

@@ -38,6 +38,7 @@ from tuneop_contract import (
 )
 
 from . import preemption
+from .cadence import mtbf_from_env
 from .checkpoint import VolumeError, volume_errors
 from .spec import SpecError, TrainerSpec, load_spec_file
 
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return _exec(args)
     try:
         spec = load_spec_file(args.spec)
+        mtbf_from_env()  # the operator's TUNEOP_MTBF_SECONDS, checked before anything slow
         _check_installed(spec)
         _check_owner(spec, Path(args.dir))
     except SpecError as exc:
@@ -99,6 +101,7 @@ def _exec(args: argparse.Namespace) -> int:
 
     try:
         spec = load_spec_file(args.spec) if args.spec else TrainerSpec()
+        mtbf_from_env()
     except SpecError as exc:
         return fail(EXIT_INVALID_SPEC, str(exc))
     return run_script(

@@ -91,6 +91,21 @@ class Metrics:
             registry=r,
         )
         self.restores = Counter("tuneop_trainer_restores", "Checkpoint restores", registry=r)
+        self.checkpoint_cost = Gauge(
+            "tuneop_trainer_checkpoint_cost_seconds",
+            "Training time one checkpoint costs (moving average: blocked + writer CPU)",
+            registry=r,
+        )
+        self.checkpoint_interval = Gauge(
+            "tuneop_trainer_checkpoint_interval_seconds",
+            "Periodic checkpoint interval chosen (intervalSeconds auto)",
+            registry=r,
+        )
+        self.expected_waste = Gauge(
+            "tuneop_trainer_checkpoint_expected_waste_seconds_per_hour",
+            "Expected seconds lost per hour to saves and redone work at that interval",
+            registry=r,
+        )
         self.last_progress = Gauge(
             "tuneop_trainer_last_progress_timestamp_seconds", "Time of the last step", registry=r
         )
@@ -154,15 +169,17 @@ class Reporter:
         self.metrics.last_progress.set(time.time())
         self.update(epoch=epoch, step=step, last_progress_time=now_rfc3339())
 
-    def saved(self, done: SaveDone) -> None:
-        """BackgroundWriter's `on_saved` (on the writer thread)."""
-        self.checkpointed(done.seconds, done.usage, done.position)
+    def saved(self, done: SaveDone, cadence: dict[str, Any] | None = None) -> None:
+        """BackgroundWriter's `on_saved` (on the writer thread); `cadence`: the
+        checkpoint cadence's Progress fields after this save (Cadence.report)."""
+        self.checkpointed(done.seconds, done.usage, done.position, cadence)
 
     def checkpointed(
         self,
         seconds: float,
         usage: tuple[int, int, int] | None = None,
         position: tuple[int, int] | None = None,
+        cadence: dict[str, Any] | None = None,
     ) -> None:
         """A checkpoint is durable; `usage`: checkpoint.volume_usage after it. The record
         published now names the position saved (training may be a few steps further;
@@ -179,7 +196,7 @@ class Reporter:
             self.metrics.volume_used.set(used)
             self.metrics.volume_free.set(free)
             fields.update(checkpoint_bytes=used, volume_free_bytes=free)
-        self.update(force=True, **fields)
+        self.update(force=True, **fields, **(cadence or {}))
 
     def _publish(self, snapshot: Progress, force: bool, seq: int) -> None:
         with self._publish_lock:
@@ -198,6 +215,13 @@ class Reporter:
         self.metrics.trials_completed.set(snapshot.trials_completed)
         if snapshot.trials_total is not None:
             self.metrics.trials_total.set(snapshot.trials_total)
+        for gauge, value in (
+            (self.metrics.checkpoint_cost, snapshot.checkpoint_cost_seconds),
+            (self.metrics.checkpoint_interval, snapshot.checkpoint_interval_seconds),
+            (self.metrics.expected_waste, snapshot.expected_waste_seconds_per_hour),
+        ):
+            if value is not None:
+                gauge.set(value)
 
     def flush(self, timeout: float = 2.0) -> None:
         """Hand the latest record to the ConfigMap patcher now (bounded wait)."""

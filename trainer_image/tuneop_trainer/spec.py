@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tuneop_contract import CHECKPOINT_INTERVAL_AUTO
 
 ALGORITHMS = ("Hyperband", "RandomSearch", "BayesianOptimization", "GridSearch")
 DIRECTIONS = ("max", "min")
@@ -68,6 +69,12 @@ class TunerSpec:
 class CheckpointSpec:
     interval_steps: int = 50
     interval_seconds: float = 60.0
+    """Fixed interval (0 = off); with auto_interval the interval before any save is measured."""
+    auto_interval: bool = False
+    """`intervalSeconds: auto`: the interval adapts to the save cost and the MTBF (cadence.py)."""
+    max_interval_seconds: float | None = None
+    """`spec.stallTimeoutSeconds` when the spec has it: an auto interval stays within it,
+    so the checkpoint-age alert (a checkpoint older than that) keeps its meaning."""
     keep: int = 2
     adopt: bool = False
     """Continue a search the volume records for another TuningJob (ownership.py)."""
@@ -144,7 +151,9 @@ def parse(doc: Any) -> TrainerSpec:
         python_path=tuple(python_path),
         data=_parse_data(_map(doc, "data", "spec.data")),
         tuner=_parse_tuner(_map(doc, "tuner", "spec.tuner")),
-        checkpoint=_parse_checkpoint(_map(doc, "checkpoint", "spec.checkpoint")),
+        checkpoint=_parse_checkpoint(
+            _map(doc, "checkpoint", "spec.checkpoint"), doc.get("stallTimeoutSeconds")
+        ),
         strategy=strategy,
         workers=workers,
         job_name=job_name,
@@ -322,18 +331,32 @@ def infer_direction(name: str) -> str:
     return str(direction)
 
 
-def _parse_checkpoint(c: dict[str, Any]) -> CheckpointSpec:
-    seconds = c.get("intervalSeconds", 60)
+def _parse_checkpoint(c: dict[str, Any], stall_timeout: Any = None) -> CheckpointSpec:
+    seconds = c.get("intervalSeconds", CheckpointSpec.interval_seconds)
+    auto = seconds == CHECKPOINT_INTERVAL_AUTO
+    if auto:
+        seconds = CheckpointSpec.interval_seconds
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise SpecError(
-            "spec.checkpoint.intervalSeconds", f"{_q(seconds)} must be a number >= 0 (0 = off)"
+            "spec.checkpoint.intervalSeconds",
+            f'{_q(seconds)} must be a number >= 0 (0 = off) or "{CHECKPOINT_INTERVAL_AUTO}"',
         )
     return CheckpointSpec(
         interval_steps=_int(c, "intervalSteps", "spec.checkpoint.intervalSteps", 50, minimum=0),
         interval_seconds=float(seconds),
+        auto_interval=auto,
+        max_interval_seconds=_stall_timeout(stall_timeout),
         keep=_int(c, "keep", "spec.checkpoint.keep", 2, minimum=1),
         adopt=_flag(c, "adopt", "spec.checkpoint.adopt"),
     )
+
+
+def _stall_timeout(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError("spec.stallTimeoutSeconds", f"{_q(value)} must be an integer >= 1")
+    return float(value)
 
 
 def _flag(d: dict[str, Any], key: str, field: str) -> bool:

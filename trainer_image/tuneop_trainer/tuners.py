@@ -55,9 +55,11 @@ from . import (
     seeds,
 )
 from .batches import Gathered, gathered, parts
+from .cadence import Cadence, mtbf_from_env
 from .checkpoint import (
     BackgroundWriter,
     CheckpointStore,
+    SaveDone,
     model_state,
     restore_metrics,
     restore_state,
@@ -93,9 +95,16 @@ class Context:
     train_seconds: float = 0.0  # epochs incl. validation and checkpoints (this process)
     steps: int = 0  # training steps run by this process
     writer: BackgroundWriter = dataclasses.field(init=False)
+    cadence: Cadence = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.writer = BackgroundWriter(self.root, self.reporter.saved)
+        self.cadence = Cadence(self.spec.checkpoint, mtbf_from_env())
+        self.writer = BackgroundWriter(self.root, self._saved)
+        self.reporter.update(**self.cadence.report())
+
+    def _saved(self, done: SaveDone) -> None:
+        self.cadence.written(done.cpu_seconds)
+        self.reporter.saved(done, self.cadence.report())
 
 
 class ResumableMixin:
@@ -306,7 +315,9 @@ class ResumableMixin:
         t0 = time.monotonic()
         meta = {"epoch": epoch, "step": step, "history": {k: list(v) for k, v in history.items()}}
         self.ctx.writer.submit(store, model_state(model), meta, best)
-        self.ctx.checkpoint_seconds += time.monotonic() - t0
+        blocked = time.monotonic() - t0
+        self.ctx.checkpoint_seconds += blocked
+        self.ctx.cadence.blocked(blocked)
         self.ctx.checkpoints += 1
 
     def _flush(self) -> None:
@@ -408,7 +419,6 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         ctx.steps += 1
         ctx.reporter.step(self.epoch, step)
         self.since_steps += 1
-        cp = ctx.spec.checkpoint
         if step >= self.steps:
             # The epoch's last step: validation and the epoch-end checkpoint follow at
             # once (and handle a pending SIGTERM), so a checkpoint is never "all batches
@@ -419,11 +429,7 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
             self.tuner._flush()
             log.warning("preempted: checkpoint at epoch %d step %d written", self.epoch, step)
             raise preemption.Preempted()
-        due_steps = cp.interval_steps > 0 and self.since_steps >= cp.interval_steps
-        due_time = cp.interval_seconds > 0 and time.monotonic() - self.since_time >= (
-            cp.interval_seconds
-        )
-        if due_steps or due_time:
+        if ctx.cadence.due(self.since_steps, time.monotonic() - self.since_time):
             self.tuner._checkpoint(self.store, self.model, self.epoch, step, self.history)
             self.since_steps = 0
             self.since_time = time.monotonic()

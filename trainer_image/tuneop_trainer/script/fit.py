@@ -424,7 +424,9 @@ class ResumableFit:
         with volume_errors(self.rt.root):
             self.rt.writer.submit(self.store, arrays, meta)
             self.rt.checkpoints += 1
-            self.rt.checkpoint_seconds += time.monotonic() - t0
+            blocked = time.monotonic() - t0
+            self.rt.checkpoint_seconds += blocked
+            self.rt.cadence.blocked(blocked)
             if done:  # the fit's result is durable before the script goes on
                 self.rt.flush_checkpoints()
                 if self._kind() in _COUNTED:
@@ -717,12 +719,7 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
             raise preemption.Preempted()
         if not fit.mid_epoch:
             return
-        cp = rt.checkpoint
-        due_steps = cp.interval_steps > 0 and self.since_steps >= cp.interval_steps
-        due_time = cp.interval_seconds > 0 and time.monotonic() - self.since_time >= (
-            cp.interval_seconds
-        )
-        if due_steps or due_time:
+        if rt.cadence.due(self.since_steps, time.monotonic() - self.since_time):
             fit.save(fit.epoch, step)
             self.since_steps = 0
             self.since_time = time.monotonic()

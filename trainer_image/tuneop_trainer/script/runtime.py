@@ -11,7 +11,8 @@ from typing import Any
 from tuneop_contract import TRIALS_DIR
 
 from .. import seeds
-from ..checkpoint import BackgroundWriter
+from ..cadence import Cadence, mtbf_from_env
+from ..checkpoint import BackgroundWriter, SaveDone
 from ..progress import Reporter
 from ..spec import CheckpointSpec
 from . import iterations
@@ -45,9 +46,16 @@ class Runtime:
     checkpoint_seconds: float = 0.0  # training-thread time spent on checkpoints
     steps: int = 0
     writer: BackgroundWriter = dataclasses.field(init=False)
+    cadence: Cadence = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.writer = BackgroundWriter(self.root, self.reporter.saved)
+        self.cadence = Cadence(self.checkpoint, mtbf_from_env())
+        self.writer = BackgroundWriter(self.root, self._saved)
+        self.reporter.update(**self.cadence.report())
+
+    def _saved(self, done: SaveDone) -> None:
+        self.cadence.written(done.cpu_seconds)
+        self.reporter.saved(done, self.cadence.report())
 
     def flush_checkpoints(self) -> None:
         """Wait for the save in flight (SIGTERM, a fit's end)."""
