@@ -96,9 +96,10 @@ test-trainer: venv ## Trainer tests: real TF on 2 logical CPUs, kills and resume
 	$(PY) -m pytest tests/trainer $(PYTEST_ARGS)
 
 .PHONY: bench-trainer
-bench-trainer: venv ## Trainer benchmark: work lost per preemption vs keras-tuner, real-size checkpoints → bench/results/{trainer,checkpoint}.json
+bench-trainer: venv ## Trainer benchmark: work lost per preemption vs keras-tuner, real-size checkpoints, tf.data resume cost → bench/results/{trainer,checkpoint,tfdata_resume}.json
 	$(PY) bench/trainer/bench_trainer.py $(BENCH_TRAINER_ARGS)
 	$(PY) bench/trainer/bench_checkpoint.py
+	$(PY) bench/trainer/bench_tfdata_resume.py
 
 .PHONY: bench-parallel
 bench-parallel: venv ## Parallel trials: 1 vs 2 trial groups, cost of losing a group or the oracle → bench/results/parallel.json

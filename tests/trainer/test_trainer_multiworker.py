@@ -102,6 +102,24 @@ def _wait_progress(procs: list[subprocess.Popen[bytes]], ckpt: Path, pred: Any) 
     raise AssertionError("kill point not reached")
 
 
+def _kill_group_when(
+    spec: Path, ckpt: Path, logs: list[Path], pred: Any, script: Path | None = None
+) -> None:
+    """Start a group, SIGKILL every worker once pred(progress) holds (the pod group is
+    lost together)."""
+    procs = _start_group(spec, ckpt, logs, script)
+    try:
+        _wait_progress(procs, ckpt, pred)
+        for proc in procs:
+            proc.send_signal(signal.SIGKILL)
+        assert [proc.wait(timeout=30) for proc in procs] == [-signal.SIGKILL] * 2
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def _best_line(log: Path) -> dict[str, Any]:
     """The 'search completed; best: {...}' line every worker logs (its own view)."""
     match = re.search(r"search completed; best: (\{.*\})", log.read_text())
@@ -148,17 +166,9 @@ def test_group_sigkilled_mid_trial_resumes_from_checkpoint(
     spec = write_spec(tmp_path, tiny_spec(**SPEC))
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
     last = reference["results"]["trials"][-1]["trialId"]
-    procs = _start_group(spec, ckpt, logs)
-    try:
-        _wait_progress(procs, ckpt, lambda p: p.trial_id == last and p.epoch == 1 and p.step >= 4)
-        for proc in procs:  # the pod group is lost together
-            proc.send_signal(signal.SIGKILL)
-        assert [proc.wait(timeout=30) for proc in procs] == [-signal.SIGKILL] * 2
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    _kill_group_when(
+        spec, ckpt, logs, lambda p: p.trial_id == last and p.epoch == 1 and p.step >= 4
+    )
     codes = _wait_all(_start_group(spec, ckpt, logs))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     for log in logs:  # both workers restored the chief's mid-epoch checkpoint
@@ -215,17 +225,9 @@ def test_script_mode_group_sigkilled_mid_trial_resumes_exactly(tmp_path: Path) -
     assert "MultiWorkerMirroredStrategy, 2 replica(s)" in ref_logs[1].read_text()
 
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
-    procs = _start_group(spec, ckpt, logs, script)
-    try:
-        _wait_progress(procs, ckpt, lambda p: p.trial_id == "1" and p.epoch >= 1 and p.step >= 3)
-        for proc in procs:
-            proc.send_signal(signal.SIGKILL)
-        assert [proc.wait(timeout=30) for proc in procs] == [-signal.SIGKILL] * 2
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    _kill_group_when(
+        spec, ckpt, logs, lambda p: p.trial_id == "1" and p.epoch >= 1 and p.step >= 3, script
+    )
     codes = _wait_all(_start_group(spec, ckpt, logs, script))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     for log in logs:
@@ -250,21 +252,13 @@ def test_tfrecord_script_group_killed_at_two_points_resumes_exactly(
 
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
     for trial, epoch in (("0", 1), ("1", 2)):
-        procs = _start_group(spec, ckpt, logs, script)
-        try:
-            _wait_progress(
-                procs,
-                ckpt,
-                lambda p, t=trial, e=epoch: p.trial_id == t and p.epoch >= e and p.step >= 3,
-            )
-            for proc in procs:
-                proc.send_signal(signal.SIGKILL)
-            assert [proc.wait(timeout=30) for proc in procs] == [-signal.SIGKILL] * 2
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+        _kill_group_when(
+            spec,
+            ckpt,
+            logs,
+            lambda p, t=trial, e=epoch: p.trial_id == t and p.epoch >= e and p.step >= 3,
+            script,
+        )
     codes = _wait_all(_start_group(spec, ckpt, logs, script))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     for log in logs:
