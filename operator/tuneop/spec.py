@@ -57,7 +57,7 @@ class Checkpoint:
     storage_class_name: str = ""
     access_modes: tuple[str, ...] = ("ReadWriteOnce",)
     reclaim_policy: str = "Retain"
-    interval_steps: int = 50
+    interval_steps: int = 0
     interval_seconds: int | str = 60
     """Seconds (0 = off) or contract.CHECKPOINT_INTERVAL_AUTO; the trainer applies it (any
     other value is kept as given for `validate` to name)."""

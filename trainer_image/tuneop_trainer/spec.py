@@ -67,7 +67,7 @@ class TunerSpec:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointSpec:
-    interval_steps: int = 50
+    interval_steps: int = 0
     interval_seconds: float = 60.0
     """Fixed interval (0 = off); with auto_interval the interval before any save is measured."""
     auto_interval: bool = False
@@ -342,7 +342,7 @@ def _parse_checkpoint(c: dict[str, Any], stall_timeout: Any = None) -> Checkpoin
             f'{_q(seconds)} must be a number >= 0 (0 = off) or "{CHECKPOINT_INTERVAL_AUTO}"',
         )
     return CheckpointSpec(
-        interval_steps=_int(c, "intervalSteps", "spec.checkpoint.intervalSteps", 50, minimum=0),
+        interval_steps=_int(c, "intervalSteps", "spec.checkpoint.intervalSteps", 0, minimum=0),
         interval_seconds=float(seconds),
         auto_interval=auto,
         max_interval_seconds=_stall_timeout(stall_timeout),
