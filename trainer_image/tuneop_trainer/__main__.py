@@ -1,7 +1,20 @@
 """`python -m tuneop_trainer run --spec FILE [--dir DIR]`."""
 
+import logging
+import os
 import sys
+
+from tuneop_contract import EXIT_PREEMPTED
 
 from .cli import main
 
-sys.exit(main())
+code = main()
+if code == EXIT_PREEMPTED:
+    # Everything a resume needs is durable by now (the checkpoint flushed, progress and
+    # its ConfigMap written); Python's and TensorFlow's teardown would take another
+    # second or more of the spot notice.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+sys.exit(code)
