@@ -6,6 +6,7 @@ script over tf.data trains on the same batches under the trainer as on its own."
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,11 @@ from trainer_helpers import (
     SCRIPTS,
     assert_killed_search_matches,
     env,
+    kill_exec_when,
     start_exec,
     write_records,
 )
-from tuneop_contract import EXIT_COMPLETED
+from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 
 SCRIPT = SCRIPTS / "tfrecord_search.py"
 
@@ -52,3 +54,22 @@ def test_plain_keras_fit_trains_on_the_same_batches_under_the_trainer(tmp_path: 
     expected = [line for line in plain.stdout.splitlines() if line.startswith("WEIGHTS")]
     got = [line for line in log.read_text().splitlines() if line.startswith("WEIGHTS")]
     assert expected and got == expected
+
+
+def test_resume_over_fewer_records_stops_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records removed between a kill and the resume: the position in the checkpoint
+    is past the data's end; the trainer says so (exit 2) instead of training on."""
+    monkeypatch.delenv("TFRECORD_MODE", raising=False)
+    write_records(tmp_path / "records")
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    code = kill_exec_when(SCRIPT, ckpt, log, lambda p: p.epoch >= 0 and p.step >= 4)
+    assert code == -signal.SIGKILL
+    for shard in sorted((tmp_path / "records").glob("train-*.tfrecord"))[1:]:
+        shard.unlink()  # 16 records left: 2 batches, fewer than were trained
+    proc = start_exec(SCRIPT, ckpt, log)
+    assert proc.wait(timeout=300) == EXIT_INVALID_SPEC, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "its tf.data input changed since its checkpoint" in text
+    assert "Traceback" not in text.split("fit 0: restored")[-1]

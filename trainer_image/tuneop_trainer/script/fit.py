@@ -493,7 +493,13 @@ class ResumableFit:
             if meta.get("done"):  # what the finished fit had made, for the fits after it
                 iterations.catch_up(self.x, made, lambda: iter(self.x))
             elif "datasetStream" in meta:
-                self.stream.restore(meta["datasetStream"])
+                try:
+                    self.stream.restore(meta["datasetStream"])
+                except tfdata.ShorterThanCheckpoint as exc:
+                    raise ResumeMismatch(
+                        f"{self.rt.script}: {self.label}: its tf.data input changed since "
+                        f"its checkpoint in {self.dir}: {exc}"
+                    ) from exc
             else:
                 self.stream.start(self.ds_base)
             if self.ds_base and self.stream.repeats and iterations.shared(self.x):

@@ -31,6 +31,10 @@ from typing import Any
 from . import iterations
 
 
+class ShorterThanCheckpoint(ValueError):
+    """The dataset ran out before the position a checkpoint records: its data changed."""
+
+
 class Stream:
     """One fit's view of a dataset: `begin_epoch` / `end_epoch` around each Keras fit,
     `state(step)` for a checkpoint, `restore(state)` on resume, `start(before)` when
@@ -87,8 +91,14 @@ class Stream:
         self.num_batches = state.get("numBatches")
         if alive:
             self._new_iterator()
-            for _ in range(int(state["seen"])):
-                next(self.iterator)
+            for taken in range(int(state["seen"])):
+                try:
+                    next(self.iterator)
+                except StopIteration:
+                    raise ShorterThanCheckpoint(
+                        f"it ended after {taken} batches, before the {state['seen']} its "
+                        "checkpoint had trained"
+                    ) from None
             self.seen = int(state["seen"])
 
     def state(self, step: int, epoch_end: bool = False) -> dict[str, Any]:
