@@ -5,13 +5,19 @@ then a pure function of (seed, execution, epoch, step) — see `epoch_order` —
 data-pipeline position in a checkpoint is just (epoch, step). The synthetic set, a
 .npz and a loader's arrays are held in memory; a directory of .npy files is opened
 memory-mapped (`npy.py`), so a set larger than memory trains with the same batches.
+
+A loader may instead return two batched `tf.data.Dataset`s, (train, validation), each
+of (x, y) elements: `StreamData`. The trainer then iterates them as a Keras fit does
+(script/tfdata.py), and the position in a checkpoint is the dataset's iteration state.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +64,52 @@ class Dataset:
         return fingerprint.digest_files(self.files, shapes)
 
 
+@dataclasses.dataclass(frozen=True)
+class StreamData:
+    """A loader's (train, validation) `tf.data.Dataset`s, batched by the loader, each of
+    (x, y) elements; the shapes come from the element spec, never from iterating (that
+    would advance a reshuffling pipeline)."""
+
+    train: Any
+    validation: Any
+    ref: str  # the loader, "pkg.module:fn"
+
+    @property
+    def input_shape(self) -> list[int]:
+        x = self.train.element_spec[0]
+        dims = getattr(x, "shape", None)
+        if dims is None or dims.rank is None or None in dims.as_list()[1:]:
+            raise SpecError(
+                "spec.data.loader",
+                f"{self.ref}(): the training dataset's x ({x}) has no fixed shape to pass "
+                "to the HyperModel as input_shape; use a HyperModel without input_shape",
+            )
+        return [int(d) for d in dims.as_list()[1:]]
+
+    @property
+    def output_shape(self) -> list[int]:
+        y = self.train.element_spec[1]
+        dims = getattr(y, "shape", None)
+        if dims is None or dims.rank is None or dims.rank < 2 or dims[-1] is None:
+            # Sparse labels: the number of classes is in the data, not in its spec.
+            raise SpecError(
+                "spec.data.loader",
+                f"{self.ref}(): the training dataset's y ({y}) does not say how many "
+                "outputs the model has (sparse labels); use one-hot labels or a "
+                "HyperModel without output_shape",
+            )
+        return [int(dims[-1])]
+
+    def digest(self) -> str:
+        """The loader and both element specs: the data itself is not read (its
+        reshuffling would advance); a changed data set behind the same loader and
+        shapes is not detected here."""
+        text = json.dumps(
+            [self.ref, str(self.train.element_spec), str(self.validation.element_spec)]
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
 def synthetic_emg(samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Deterministic EMG-like windows: each gesture activates a channel pattern with
     its own burst frequency, plus noise. x: (n, 16, 8, 1) float32, y: one-hot (n, 4)."""
@@ -75,14 +127,17 @@ def synthetic_emg(samples: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x[..., None], y
 
 
-def load(spec: DataSpec) -> Dataset:
+def load(spec: DataSpec) -> Dataset | StreamData:
     """Load the data the spec names; SpecError (field `spec.data.*`) if it cannot."""
     val: tuple[Any, Any] | None = None
     files: tuple[Path, ...] = ()
     if spec.path:
         x, y, val, files = _load_path(spec.path)
     elif spec.loader:
-        x, y, val = _load_loader(spec.loader)
+        loaded = _load_loader(spec.loader)
+        if isinstance(loaded, StreamData):
+            return loaded
+        x, y, val = loaded
     else:
         x, y = synthetic_emg(spec.synthetic_samples or 256, spec.synthetic_seed)
     x, y = _channel(_array(x)), _array(y)
@@ -141,15 +196,23 @@ def _load_path(path: str) -> tuple[Any, Any, Any, tuple[Path, ...]]:
     return arrays["x"], arrays["y"], val, files
 
 
-def _load_loader(ref: str) -> tuple[np.ndarray, np.ndarray, Any]:
+_SHAPES = (
+    "(x, y), (x, y, x_val, y_val) or ((x, y), (x_val, y_val)) of arrays, or "
+    "(train, validation) tf.data.Datasets of (x, y) batches"
+)
+
+
+def _load_loader(ref: str) -> tuple[np.ndarray, np.ndarray, Any] | StreamData:
     fn = import_ref(ref, "spec.data.loader")
     try:
         out = fn()
     except Exception as exc:
         raise SpecError("spec.data.loader", f"{ref}() raised {type(exc).__name__}: {exc}") from exc
-    shapes = "(x, y), (x, y, x_val, y_val) or ((x, y), (x_val, y_val)) of arrays"
+    shapes = _SHAPES
     if isinstance(out, list):
         out = tuple(out)
+    if _is_dataset(out) or (isinstance(out, tuple) and any(_is_dataset(v) for v in out)):
+        return _stream_data(ref, out)
     if not isinstance(out, tuple) or len(out) not in (2, 4):
         raise SpecError("spec.data.loader", f"{ref}() returned {_kind(out)}; expected {shapes}")
     pairs = len(out) == 2 and all(isinstance(p, tuple | list) and len(p) == 2 for p in out)
@@ -161,6 +224,24 @@ def _load_loader(ref: str) -> tuple[np.ndarray, np.ndarray, Any]:
                 "spec.data.loader", f"{ref}() returned {_kind(value)} as {name}; expected {shapes}"
             )
     return out[0], out[1], (out[2], out[3]) if len(out) == 4 else None
+
+
+def _is_dataset(value: Any) -> bool:
+    tf = sys.modules.get("tensorflow")  # a loader that made a dataset imported it
+    return tf is not None and isinstance(value, tf.data.Dataset)
+
+
+def _stream_data(ref: str, out: Any) -> StreamData:
+    if not isinstance(out, tuple) or len(out) != 2 or not all(_is_dataset(v) for v in out):
+        raise SpecError("spec.data.loader", f"{ref}() returned {_kind(out)}; expected {_SHAPES}")
+    for name, dataset in zip(("training", "validation"), out, strict=True):
+        spec = dataset.element_spec
+        if not isinstance(spec, tuple) or len(spec) != 2:
+            raise SpecError(
+                "spec.data.loader",
+                f"{ref}(): the {name} dataset's elements are {spec}; expected (x, y) batches",
+            )
+    return StreamData(out[0], out[1], ref)
 
 
 def _kind(value: Any) -> str:

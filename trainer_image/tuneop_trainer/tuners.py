@@ -24,6 +24,9 @@ place (not atomically). `ResumableMixin` changes exactly that:
   epoch-end checkpoint's state file; a Hyperband promotion starts from it, optimizer state
   included; the best model is exported from it. A finished execution's own checkpoints
   are deleted (done.json holds its history): the volume holds one state per trial;
+- a loader's `tf.data` datasets (`StreamData`) are iterated by Keras's own epoch rules
+  (script/tfdata.py): the checkpoint holds the iteration state, a resume replays the
+  iterators made before (iterations.py) and skips the batches already trained;
 - a volume error (disk full) while writing raises VolumeError: exit 75, never a FAILED trial;
 - every build and restore runs inside `strategy.scope()` through the scope guard.
 """
@@ -65,8 +68,9 @@ from .checkpoint import (
     restore_state,
     volume_errors,
 )
-from .data import Dataset, epoch_order
+from .data import Dataset, StreamData, epoch_order
 from .progress import Reporter
+from .script import iterations, tfdata
 from .spec import TrainerSpec
 
 log = logging.getLogger(__name__)
@@ -86,7 +90,7 @@ class Context:
 
     spec: TrainerSpec
     strategy: Any
-    data: Dataset
+    data: Dataset | StreamData
     root: Path
     reporter: Reporter
     write: bool = True  # False on non-chief workers
@@ -151,8 +155,10 @@ class ResumableMixin:
             raise InvalidSearch(str(exc)) from exc
         data = self.ctx.data
         bs = self.ctx.spec.tuner.batch_size
-        # one batch as real arrays (the data may be memory-mapped shards)
-        batch = (np.asarray(data.x[:bs]), np.asarray(data.y[:bs]), None)
+        if isinstance(data, StreamData):
+            batch = tfdata.spec_batch(data.train.element_spec)
+        else:  # one batch as real arrays (the data may be memory-mapped shards)
+            batch = (np.asarray(data.x[:bs]), np.asarray(data.y[:bs]), None)
         with self.ctx.strategy.scope():
             # Create optimizer slots and metric accumulators now (Keras creates them
             # lazily at the first step) so save/restore see the complete state.
@@ -182,8 +188,12 @@ class ResumableMixin:
         exec_dir = self._trial_dir(tid) / f"exec-{execution}"
         done = exec_dir / "done.json"
         store = CheckpointStore(exec_dir, keep=spec.checkpoint.keep)
+        stream_data = ctx.data if isinstance(ctx.data, StreamData) else None
         if done.exists():  # finished before the kill: reuse, do not retrain
             record = json.loads(done.read_text())
+            if stream_data is not None:  # the iterators it made, for the executions after
+                train = stream_data.train
+                iterations.catch_up(train, int(record["datasetIterations"]), lambda: iter(train))
             if ctx.write:
                 store.remove()  # in case the kill came between done.json and the prune
             return _history(record["history"], record["initialEpoch"])
@@ -194,12 +204,21 @@ class ResumableMixin:
         history: dict[str, list[float]] = {}
         pending_metrics: dict[str, np.ndarray] | None = None
         found = store.latest()
+        stream = None if stream_data is None else tfdata.Stream(stream_data.train, None)
         if found is not None:
             arrays, meta, path = found
             t0 = time.monotonic()
             with ctx.strategy.scope():
                 restore_state(model, arrays, ("model", "optimizer"))
             epoch, step, history = meta["epoch"], meta["step"], meta["history"]
+            if stream is not None:
+                try:
+                    stream.restore(meta["datasetStream"])
+                except tfdata.ShorterThanCheckpoint as exc:
+                    raise InvalidSearch(
+                        f"spec.data.loader: the training dataset changed since the "
+                        f"checkpoint in {exec_dir}: {exc}"
+                    ) from exc
             pending_metrics = arrays if step > 0 else None
             log.info(
                 "trial %s execution %d: restored %s at epoch %d step %d in %.3fs",
@@ -227,31 +246,49 @@ class ResumableMixin:
             with ctx.strategy.scope():
                 restore_state(model, best[0], ("model", "optimizer"))
             log.info("trial %s: continuing trial %s from epoch %d", tid, prev, initial_epoch)
-
-        data = ctx.data
-        bs = spec.tuner.batch_size
-        steps = len(data.x) // bs  # drop the remainder: fixed batch shapes, exact positions
-        if steps == 0:
-            raise InvalidSearch(
-                f"spec.tuner.batchSize: {bs} is larger than the {len(data.x)} training samples"
-            )
         ctx.reporter.update(
             force=True, trial_id=str(tid), execution=execution, epoch=epoch, step=step
         )
         rule = spec.tuner.early_stopping
-        validation = gathered(parts(data.x_val, data.y_val), np.arange(len(data.x_val)), bs)
-        training = Gathered(parts(data.x, data.y), bs)
+        key = ""
+        if stream is None:
+            data = ctx.data
+            assert isinstance(data, Dataset)
+            bs = spec.tuner.batch_size
+            steps = len(data.x) // bs  # drop the remainder: fixed batch shapes, exact positions
+            if steps == 0:
+                raise InvalidSearch(
+                    f"spec.tuner.batchSize: {bs} is larger than the {len(data.x)} training samples"
+                )
+            validation = gathered(parts(data.x_val, data.y_val), np.arange(len(data.x_val)), bs)
+            training = Gathered(parts(data.x, data.y), bs)
+        else:
+            assert stream_data is not None
+            key = f"spec.data:{stream.dataset.element_spec}"  # its count in tfdata.json
+            if found is None:
+                stream.start(iterations.before_fit(stream.dataset, ctx.root, key))
+            validation = tfdata.data_sharded(stream_data.validation, ctx.strategy)
+            # Built already (`_build`): under a strategy Keras's first-batch peek would
+            # take a batch of the stream.
+            model._maybe_symbolic_build = lambda *_, **__: None
         while epoch < epochs:
             stop = rule is not None and rule.monitor in history
             if stop and early_stopping.should_stop(history[rule.monitor], rule):  # type: ignore[union-attr]
                 log.info("trial %s exec %d: early stopping after epoch %d", tid, execution, epoch)
                 break
-            order = epoch_order(len(data.x), spec.tuner.seed, execution, epoch)
-            idx = order[step * bs : steps * bs]
-            callback = _StepCallback(self, store, epoch, step, steps, history, pending_metrics)
+            total: int | None
+            if stream is None:
+                order = epoch_order(len(data.x), spec.tuner.seed, execution, epoch)
+                batches, count = training.epoch(order[step * bs : steps * bs])
+                total = steps
+            else:  # the epoch's length: unknown (None) until the dataset first runs out
+                batches, count = stream.pipeline, stream.begin_epoch(step)
+                total = stream.planned
+            callback = _StepCallback(
+                self, store, epoch, step, total, history, pending_metrics, stream
+            )
             pending_metrics = None
             t_fit = time.monotonic()
-            batches, count = training.epoch(idx)
             fit = model.fit(
                 batches,
                 steps_per_epoch=count,
@@ -272,8 +309,8 @@ class ResumableMixin:
                     f'spec.tuner.objective.name: "{spec.tuner.objective}" is not produced by '
                     f"the model; it reports {', '.join(sorted(logs))}"
                 )
-            for key, value in logs.items():
-                history.setdefault(key, []).append(value)
+            for name, value in logs.items():
+                history.setdefault(name, []).append(value)
             log.info(
                 "trial %s exec %d epoch %d/%d: %s",
                 tid,
@@ -286,14 +323,23 @@ class ResumableMixin:
             epoch, step = epoch + 1, 0
             # Progress says where a resume would start: (next epoch, step 0).
             ctx.reporter.update(epoch=epoch, step=0)
-            self._checkpoint(store, model, epoch, 0, history, best)
+            # The stream's position as it is once the epoch is over (before end_epoch).
+            position = None if stream is None else stream.state(callback.trained, epoch_end=True)
+            self._checkpoint(store, model, epoch, 0, history, best, position)
+            if stream is not None:
+                stream.end_epoch(callback.trained)
             ctx.train_seconds += time.monotonic() - t_fit
             if preemption.requested():  # SIGTERM arrived during validation
                 self._flush()
                 raise preemption.Preempted()
         self._flush()  # the last checkpoint and best state are durable before done.json
         if ctx.write:
-            record = {"history": history, "initialEpoch": initial_epoch}
+            record: dict[str, Any] = {"history": history, "initialEpoch": initial_epoch}
+            if stream is not None:
+                # The run's count first: a kill before done.json retrains from the
+                # epoch-end checkpoint, whose position restores the count anyway.
+                iterations.record(ctx.root, stream.dataset, key, stream.iterations)
+                record["datasetIterations"] = stream.iterations
             write_atomic(done, json.dumps(record).encode())
             store.remove()
         return _history(history, initial_epoch)
@@ -307,13 +353,20 @@ class ResumableMixin:
         step: int,
         history: dict[str, Any],
         best: tuple[tuple[CheckpointStore, dict[str, Any]], ...] = (),
+        position: dict[str, Any] | None = None,
     ) -> None:
         """Copy the state to the host and hand it to the background writer (after the
         previous save, if still in flight, is done)."""
         if not self.ctx.write:
             return
         t0 = time.monotonic()
-        meta = {"epoch": epoch, "step": step, "history": {k: list(v) for k, v in history.items()}}
+        meta: dict[str, Any] = {
+            "epoch": epoch,
+            "step": step,
+            "history": {k: list(v) for k, v in history.items()},
+        }
+        if position is not None:  # a tf.data input's position (tfdata.Stream.state)
+            meta["datasetStream"] = position
         self.ctx.writer.submit(store, model_state(model), meta, best)
         blocked = time.monotonic() - t0
         self.ctx.checkpoint_seconds += blocked
@@ -392,9 +445,10 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         store: CheckpointStore,
         epoch: int,
         start_step: int,
-        steps: int,
+        steps: int | None,
         history: dict[str, Any],
         pending_metrics: dict[str, np.ndarray] | None,
+        stream: tfdata.Stream | None = None,
     ) -> None:
         super().__init__()
         self.tuner = tuner
@@ -404,6 +458,8 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.steps = steps
         self.history = history
         self.pending_metrics = pending_metrics
+        self.stream = stream
+        self.trained = start_step  # the epoch's batches trained so far
         self.since_steps = 0
         self.since_time = time.monotonic()
 
@@ -416,23 +472,28 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         ctx = self.tuner.ctx
         step = self.start_step + batch + 1
+        self.trained = step
         ctx.steps += 1
         ctx.reporter.step(self.epoch, step)
         self.since_steps += 1
-        if step >= self.steps:
+        if self.steps is not None and step >= self.steps:
             # The epoch's last step: validation and the epoch-end checkpoint follow at
             # once (and handle a pending SIGTERM), so a checkpoint is never "all batches
             # done, not validated" - a state that would have no batches left to resume.
             return
         if preemption.requested():
-            self.tuner._checkpoint(self.store, self.model, self.epoch, step, self.history)
+            self._save(step)
             self.tuner._flush()
             log.warning("preempted: checkpoint at epoch %d step %d written", self.epoch, step)
             raise preemption.Preempted()
         if ctx.cadence.due(self.since_steps, time.monotonic() - self.since_time):
-            self.tuner._checkpoint(self.store, self.model, self.epoch, step, self.history)
+            self._save(step)
             self.since_steps = 0
             self.since_time = time.monotonic()
+
+    def _save(self, step: int) -> None:
+        position = None if self.stream is None else self.stream.state(step)
+        self.tuner._checkpoint(self.store, self.model, self.epoch, step, self.history, (), position)
 
 
 def _history(history: dict[str, list[float]], initial_epoch: int) -> Any:

@@ -131,17 +131,6 @@ def _digest(structure: Any) -> str | None:
 _COUNTED = ("tf.data", "pydataset")
 
 
-def _spec_batch(spec: Any) -> Any:
-    """Zeros shaped like one element of `spec` (unknown dimensions as 1)."""
-    import tensorflow as tf
-
-    def zeros(s: Any) -> Any:
-        shape = [1 if d is None else d for d in s.shape.as_list()]
-        return tf.zeros(shape, s.dtype)
-
-    return tf.nest.map_structure(zeros, spec)
-
-
 class ResumableFit:
     def __init__(self, rt: runtime.Runtime, model: Any, args: dict[str, Any]) -> None:
         self.rt = rt
@@ -381,7 +370,7 @@ class ResumableFit:
             elif self._kind() == "tf.data":
                 # From the element spec: iterating the dataset here would advance its
                 # reshuffling and change every epoch's order.
-                model._symbolic_build(data_batch=_spec_batch(self.x.element_spec))
+                model._symbolic_build(data_batch=tfdata.spec_batch(self.x.element_spec))
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
 

@@ -172,6 +172,18 @@ class Stream:
             yield batch
 
 
+def spec_batch(spec: Any) -> Any:
+    """Zeros shaped like one element of `spec` (unknown dimensions as 1): what a model
+    is built from without iterating the dataset, which would advance its reshuffling."""
+    import tensorflow as tf
+
+    def zeros(s: Any) -> Any:
+        shape = [1 if d is None else d for d in s.shape.as_list()]
+        return tf.zeros(shape, s.dtype)
+
+    return tf.nest.map_structure(zeros, spec)
+
+
 def data_sharded(dataset: Any, strategy: Any) -> Any:
     """Validation data under MultiWorkerMirroredStrategy: Keras's AUTO policy shards a
     file-based pipeline by file and fails when it has fewer files than workers (one
