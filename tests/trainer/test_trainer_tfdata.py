@@ -5,6 +5,8 @@ something else stops with one line naming spec.data.loader (exit 2)."""
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -34,16 +36,31 @@ def manifest(loader: str = "load") -> dict[str, Any]:
     }
 
 
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("records")
+    write_records(path)  # 64 training records: 8 batches an epoch
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(records: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The search never interrupted: its checkpoint directory."""
+    tmp = tmp_path_factory.mktemp("reference")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("USER_RECORDS", str(records))
+        spec, log = write_spec(tmp, manifest()), tmp / "log"
+        assert run(spec, tmp / "ckpt", log) == EXIT_COMPLETED, log.read_text()[-3000:]
+    return tmp / "ckpt"
+
+
 def test_killed_search_over_tfrecords_resumes_exactly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    records: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_records(tmp_path / "records")  # 64 training records: 8 batches an epoch
-    monkeypatch.setenv("USER_RECORDS", str(tmp_path / "records"))
+    monkeypatch.setenv("USER_RECORDS", str(records))
     spec = write_spec(tmp_path, manifest())
-    ref, log = tmp_path / "ref", tmp_path / "ref.log"
-    assert run(spec, ref, log) == EXIT_COMPLETED, log.read_text()[-3000:]
-    reference = results(ref)
-    first, second = (t["trialId"] for t in reference["trials"])
+    expected = results(reference)
+    first, second = (t["trialId"] for t in expected["trials"])
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     # Mid-epoch after a checkpoint (every 3 steps): in trial 0's second epoch, whose
     # length was learnt in the first; in trial 1's first epoch, after trial 0's
@@ -61,9 +78,42 @@ def test_killed_search_over_tfrecords_resumes_exactly(
     assert text.count("execution 0: restored ckpt-") == 2, text[-3000:]
     assert "replaying" in text  # trial 1 resumed in a new process: trial 0's iterations
     got = results(ckpt)
-    assert comparable(got) == comparable(reference)
-    assert got["best"]["trialId"] == reference["best"]["trialId"]
-    assert got["best"]["weightsSha256"] == reference["best"]["weightsSha256"]
+    assert comparable(got) == comparable(expected)
+    assert got["best"]["trialId"] == expected["best"]["trialId"]
+    assert got["best"]["weightsSha256"] == expected["best"]["weightsSha256"]
+
+
+def test_killed_after_the_last_batch_of_an_epoch_of_unknown_length(
+    records: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints every 4 steps: one after the first epoch's last batch (its length is
+    not known yet), then killed while validating: the resumed epoch has no batch left,
+    and still reports the epoch's training metrics."""
+    monkeypatch.setenv("USER_RECORDS", str(records))
+    m = manifest()
+    m["checkpoint"]["intervalSteps"] = 4
+    spec = write_spec(tmp_path, m)
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    expected = results(reference)
+    first = expected["trials"][0]["trialId"]
+    execution = ckpt / "trials" / first / "exec-0"
+
+    def after_last_batch(p: Any) -> bool:
+        metas = [json.loads(m.read_text()) for m in execution.glob("ckpt-*/meta.json")]
+        return any(meta["epoch"] == 0 and meta["step"] == 8 for meta in metas)
+
+    monkeypatch.setenv("USER_SLOW_VALIDATION", "1")
+    assert kill_when(spec, ckpt, log, after_last_batch) == -signal.SIGKILL
+    monkeypatch.delenv("USER_SLOW_VALIDATION")
+    assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
+    assert re.search(r"execution 0: restored ckpt-\d+ at epoch 0 step 8 ", log.read_text())
+    got = results(ckpt)
+    assert comparable(got) == comparable(expected)
+    assert got["best"]["weightsSha256"] == expected["best"]["weightsSha256"]
+    # Every epoch's training metrics too, as the uninterrupted run reported them.
+    done = json.loads((execution / "done.json").read_text())
+    ref_done = json.loads((reference / "trials" / first / "exec-0" / "done.json").read_text())
+    assert done["history"] == ref_done["history"]
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,12 @@
 """A spec-mode loader returning TFRecord-backed `tf.data` datasets, reshuffled at every
 iteration, and a HyperModel for them; imported through `spec.pythonPath`. The records'
-directory comes from USER_RECORDS (the trainer's cwd is the test's)."""
+directory comes from USER_RECORDS (the trainer's cwd is the test's); USER_SLOW_VALIDATION
+makes each validation batch take a second (same data), to kill a run while it validates."""
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import keras
@@ -27,7 +29,15 @@ def load() -> tuple[Any, Any]:
     train = files.interleave(tf.data.TFRecordDataset, cycle_length=2, deterministic=True)
     train = train.shuffle(48, reshuffle_each_iteration=True).map(_parse).batch(8)
     val = tf.data.TFRecordDataset(f"{root}/val.tfrecord").map(_parse).batch(8)
+    if os.environ.get("USER_SLOW_VALIDATION"):
+        val = val.map(lambda x, y: (tf.py_function(_slow, [x], tf.float32), y))
+        val = val.map(lambda x, y: (tf.ensure_shape(x, [None, 6]), y))
     return train.prefetch(2), val
+
+
+def _slow(x: Any) -> Any:
+    time.sleep(1.0)
+    return x
 
 
 def one_dataset() -> Any:

@@ -287,7 +287,7 @@ class ResumableMixin:
             callback = _StepCallback(
                 self, store, epoch, step, total, history, pending_metrics, stream
             )
-            pending_metrics = None
+            resumed_metrics, pending_metrics = pending_metrics, None
             t_fit = time.monotonic()
             fit = model.fit(
                 batches,
@@ -299,6 +299,14 @@ class ResumableMixin:
                 callbacks=[callback],
             )
             logs = {k: float(v[-1]) for k, v in fit.history.items()}
+            if resumed_metrics is not None and callback.trained == step:
+                # Resumed after the epoch's last batch (a length not known yet when
+                # the checkpoint was written): Keras reports no training metrics for
+                # a fit without batches; they are the checkpoint's accumulators.
+                with ctx.strategy.scope():
+                    restore_metrics(model, resumed_metrics)
+                train = {k: float(v) for k, v in model.get_metrics_result().items()}
+                logs = {**train, **logs}
             if rule is not None and rule.monitor not in logs:
                 raise InvalidSearch(
                     f'spec.tuner.earlyStopping.monitor: "{rule.monitor}" is not produced by '
