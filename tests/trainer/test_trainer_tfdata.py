@@ -134,3 +134,24 @@ def test_a_loader_returning_other_datasets_exits_2_naming_the_field(
     assert len(errors) == 1 and errors[0].startswith("error: spec.data.loader: "), errors
     assert says in errors[0]
     assert "Traceback" not in log.read_text()
+
+
+def test_shapes_and_digest_come_from_the_element_spec(
+    records: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tensorflow as tf
+    from tuneop_trainer.cli import resolve_hypermodel
+    from tuneop_trainer.data import StreamData, load
+    from tuneop_trainer.spec import DataSpec, SpecError
+
+    monkeypatch.setenv("USER_RECORDS", str(records))
+    monkeypatch.syspath_prepend(str(HERE))
+    spec = DataSpec(synthetic_samples=None, loader="user_data_tfrecord:load")
+    data = load(spec)
+    assert isinstance(data, StreamData) and data.input_shape == [6]
+    assert data.digest() == load(spec).digest()  # the data is not read: nothing drawn
+    # Sparse labels hold no class count: only a HyperModel asking for it is refused.
+    with pytest.raises(SpecError, match=r"^spec.data.loader: .*sparse labels"):
+        resolve_hypermodel("tuneop_trainer.examples.emg:TinyCNNHyperModel", data)
+    hot = StreamData(data.train.map(lambda x, y: (x, tf.one_hot(y, 2))), data.validation, "m:f")
+    assert hot.output_shape == [2] and hot.digest() != data.digest()
