@@ -26,7 +26,7 @@ def _parse(record: Any) -> Any:
 def load() -> tuple[Any, Any]:
     root = os.environ["USER_RECORDS"]
     files = tf.data.Dataset.list_files(f"{root}/train-*.tfrecord", shuffle=False)
-    train = files.interleave(tf.data.TFRecordDataset, cycle_length=2, deterministic=True)
+    train = files.interleave(tf.data.TFRecordDataset, cycle_length=2)
     train = train.shuffle(48, reshuffle_each_iteration=True).map(_parse).batch(8)
     val = tf.data.TFRecordDataset(f"{root}/val.tfrecord").map(_parse).batch(8)
     if os.environ.get("USER_SLOW_VALIDATION"):
