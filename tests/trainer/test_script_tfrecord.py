@@ -6,17 +6,22 @@ script over tf.data trains on the same batches under the trainer as on its own."
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainer_helpers import (
     SCRIPTS,
     assert_killed_search_matches,
+    comparable,
     env,
+    fit_final,
     kill_exec_when,
+    results,
     start_exec,
     write_records,
 )
@@ -73,3 +78,34 @@ def test_resume_over_fewer_records_stops_with_a_clear_error(
     text = log.read_text()
     assert "its tf.data input changed since its checkpoint" in text
     assert "Traceback" not in text.split("fit 0: restored")[-1]
+
+
+def test_killed_after_the_last_batch_of_an_epoch_of_unknown_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint after the first epoch's last batch (its length not known yet), then
+    killed while validating: the resumed epoch has no batch left and still reports the
+    epoch's training metrics, as the uninterrupted run did."""
+    monkeypatch.delenv("TFRECORD_MODE", raising=False)
+    write_records(tmp_path / "records")
+    (tmp_path / "exec-spec.yaml").write_text(
+        "checkpoint: {intervalSteps: 4, intervalSeconds: 0}\n"  # saves at steps 4 and 8
+    )
+    ref = tmp_path / "ref"
+    assert start_exec(SCRIPT, ref, tmp_path / "ref.log").wait(timeout=300) == EXIT_COMPLETED
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    fit = ckpt / "trials" / "0" / "fit-0"
+
+    def after_last_batch(_: Any) -> bool:
+        metas = [json.loads(m.read_text()) for m in fit.glob("ckpt-*/meta.json")]
+        return any(meta["epoch"] == 0 and meta["step"] == 8 for meta in metas)
+
+    monkeypatch.setenv("TFRECORD_SLOW_VALIDATION", "1")
+    assert kill_exec_when(SCRIPT, ckpt, log, after_last_batch) == -signal.SIGKILL
+    monkeypatch.delenv("TFRECORD_SLOW_VALIDATION")
+    assert start_exec(SCRIPT, ckpt, log).wait(timeout=300) == EXIT_COMPLETED
+    assert "trial 0 fit 0: restored" in log.read_text()
+    assert (
+        fit_final(ckpt, "trials/0/fit-0")["history"] == fit_final(ref, "trials/0/fit-0")["history"]
+    )
+    assert comparable(results(ckpt)) == comparable(results(ref))

@@ -5,6 +5,7 @@
 # (as when the batch size is tuned) and fits with steps_per_epoch, so epochs cross the
 # data's passes.
 import os
+import time
 
 import keras
 import keras_tuner
@@ -34,7 +35,16 @@ def pipeline(repeat: bool):
     return data.batch(8).prefetch(AUTOTUNE)
 
 
-val = tf.data.TFRecordDataset("records/val.tfrecord").map(parse).batch(8)
+# TFRECORD_SLOW_VALIDATION: validation takes a while, a window to kill the trainer in.
+DELAY = 0.5 if os.environ.get("TFRECORD_SLOW_VALIDATION") else 0.0
+
+
+def slow(a, b):
+    a = tf.numpy_function(lambda t: (time.sleep(DELAY), t)[1], [a], tf.float32)
+    return tf.ensure_shape(a, [None, 6]), b
+
+
+val = tf.data.TFRecordDataset("records/val.tfrecord").map(parse).batch(8).map(slow)
 
 
 class Model(keras_tuner.HyperModel):

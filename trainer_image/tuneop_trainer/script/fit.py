@@ -149,6 +149,7 @@ class ResumableFit:
         self.training: batches.Gathered | None = None  # array inputs: one pipeline per fit
         self.stream: tfdata.Stream | None = None  # tf.data inputs (tfdata.py)
         self.epoch_steps = 0  # batches of the current epoch trained so far
+        self.resumed_logs: dict[str, Any] | None = None  # see _Checkpointer.on_epoch_begin
         self.in_epoch = False
 
     # -- inputs -----------------------------------------------------------------------
@@ -671,7 +672,14 @@ class _FitCallbacks(keras.callbacks.CallbackList):  # type: ignore[misc]
         super().on_train_batch_begin(batch + self.offset, logs)
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.fit.resumed_logs = None  # a batch ran: Keras reports the epoch's metrics
         super().on_train_batch_end(batch + self.offset, logs)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        resumed, self.fit.resumed_logs = self.fit.resumed_logs, None
+        if resumed is not None:  # Keras reports no training metrics for an empty epoch
+            logs = {**resumed, **(logs or {})}
+        super().on_epoch_end(epoch, logs)
 
 
 class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
@@ -691,6 +699,9 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
             with self.model.distribute_strategy.scope():
                 restore_metrics(self.model, fit.pending_metrics)
             fit.pending_metrics = None
+            # The epoch's training metrics so far: what it reports if no batch is left
+            # (resumed after its last batch, its length not known when saved).
+            fit.resumed_logs = dict(self.model.get_metrics_result())
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         fit, rt = self.fit, self.fit.rt
