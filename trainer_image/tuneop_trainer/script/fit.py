@@ -477,9 +477,9 @@ class ResumableFit:
                 self.label,
                 type(self.x).__name__,
             )
+        made = int(meta.get("datasetIterations", self.ds_base))  # by the fit, when done
         if kind == "tf.data":
             self.stream = tfdata.Stream(self.x, self.args["steps_per_epoch"])
-            made = int(meta.get("datasetIterations", self.ds_base))
             if meta.get("done"):  # what the finished fit had made, for the fits after it
                 iterations.catch_up(self.x, made, lambda: iter(self.x))
             elif "datasetStream" in meta:
@@ -502,7 +502,6 @@ class ResumableFit:
                     self.label,
                 )
         elif kind == "pydataset" and meta.get("done"):
-            made = int(meta.get("datasetIterations", self.ds_base))
             iterations.catch_up(self.x, made, lambda: pydataset.replay(self.x, 1))
         self._prebuild()
         if found is not None:
