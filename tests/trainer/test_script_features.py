@@ -18,6 +18,7 @@ from trainer_helpers import (
     kill_exec_when,
     results,
     start_exec,
+    trial_fit,
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 
 def _history(ckpt: Path, trial: str) -> dict[str, list[float]]:
-    history: dict[str, list[float]] = fit_final(ckpt, f"trials/{trial}/fit-0")["history"]
+    history: dict[str, list[float]] = fit_final(ckpt, trial_fit(trial))["history"]
     return history
 
 
@@ -73,6 +74,6 @@ def test_killed_mid_trial_resumes_callbacks_exactly(reference: Path, tmp_path: P
     assert comparable(results(ckpt)) == comparable(results(reference))
     for trial in ("0", "1"):
         assert _history(ckpt, trial) == _history(reference, trial)
-        fit = f"trials/{trial}/fit-0"
+        fit = trial_fit(trial)
         assert fit_weights(ckpt, fit) == fit_weights(reference, fit)
     assert log.read_text().count("restored ckpt-") >= 2

@@ -23,6 +23,7 @@ from trainer_helpers import (
     run,
     start_exec,
     tiny_spec,
+    trial_fit,
     write_spec,
 )
 from tuneop_contract import EXIT_COMPLETED
@@ -38,7 +39,7 @@ def test_mixed_precision_resumes_exactly(policy: str, tmp_path: Path) -> None:
     proc = start_exec(SCRIPT, ref, log, policy)
     assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
     for trial in ("0", "1"):
-        history = fit_final(ref, f"trials/{trial}/fit-0")["history"]
+        history = fit_final(ref, trial_fit(trial))["history"]
         assert history["compute_16bit"] == [1.0] * 4, "the policy survived clear_session"
 
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
@@ -51,7 +52,7 @@ def test_mixed_precision_resumes_exactly(policy: str, tmp_path: Path) -> None:
     assert "trial 1 fit 0: restored" in log.read_text()
     assert comparable(results(ckpt)) == comparable(results(ref))
     for trial in ("0", "1"):
-        fit = f"trials/{trial}/fit-0"
+        fit = trial_fit(trial)
         assert fit_weights(ckpt, fit) == fit_weights(ref, fit)
         assert fit_final(ckpt, fit)["history"] == fit_final(ref, fit)["history"]
     latest = sorted((ckpt / "trials" / "1" / "fit-0").glob("ckpt-*"))[-1]

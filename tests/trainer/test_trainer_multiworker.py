@@ -24,6 +24,7 @@ from trainer_helpers import (
     fit_weights,
     results,
     tiny_spec,
+    trial_fit,
     write_records,
     write_spec,
 )
@@ -267,5 +268,5 @@ def test_tfrecord_script_group_killed_at_two_points_resumes_exactly(
         assert "iteration(s) of an input (_PrefetchDataset)" in text
     assert comparable(results(ckpt)) == comparable(results(ref))
     for trial in ("0", "1"):
-        fit = f"trials/{trial}/fit-0"
+        fit = trial_fit(trial)
         assert fit_weights(ckpt, fit) == fit_weights(ref, fit)

@@ -106,6 +106,11 @@ def kill_exec_when(
     return signal_when(start_exec(script, ckpt, log, *args), ckpt, pred, sig)
 
 
+def trial_fit(trial: str, n: int = 0, project: str = "untitled_project") -> str:
+    """A script-mode trial's fit directory: `trials/<tuner's project>/<trial>/fit-<n>`."""
+    return f"trials/{project}/{trial}/fit-{n}"
+
+
 def fit_final(ckpt: Path, fit_dir: str) -> dict[str, Any]:
     """meta.json of a fit's final ("done") checkpoint: history, epochs, callbacks."""
     latest = sorted((ckpt / fit_dir).glob("ckpt-*"))[-1]
@@ -235,7 +240,7 @@ def assert_killed_search_matches(
         assert f"trial {trial} fit 0: restored" in text
     assert comparable(results(ckpt)) == comparable(results(ref))
     for trial, _ in kills:
-        fit = f"trials/{trial}/fit-0"
+        fit = trial_fit(trial)
         assert fit_final(ckpt, fit)["history"] == fit_final(ref, fit)["history"]
         assert fit_weights(ckpt, fit) == fit_weights(ref, fit)
     return text

@@ -6,7 +6,8 @@ triples the trainer's memory. Here Keras gets a `tf.data` pipeline whose Python 
 gathers one batch at a time (`v[order[i:i + batch_size]]`) from the caller's arrays, so
 only the epoch's index order (8 bytes a sample) and a few prefetched batches are extra.
 The batches are the ones Keras would make from the arrays with `shuffle=False`: the
-epoch's order, `batch_size` at a time, the last one partial.
+epoch's order, `batch_size` at a time, the last one partial, converted as Keras converts
+arrays (floats to `floatx()`, one batch at a time: a float64 set is never copied whole).
 
 Why tf.data over a `keras.utils.PyDataset`: the pipeline carries Keras's own sharding
 option for arrays (`AutoShardPolicy.DATA`), so a multi-worker strategy splits every
@@ -20,6 +21,22 @@ from typing import Any
 
 import keras
 import numpy as np
+
+
+def keras_dtype(dtype: Any) -> np.dtype[Any]:
+    """The dtype Keras's array adapter gives an array of `dtype`: floats other than
+    `floatx()` (float64 from numpy, float16) become floatx; ints, bools and the rest stay
+    (keras/src/trainers/data_adapters/array_slicing.py, "Normalize floats to floatx")."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" and dtype != np.dtype(keras.config.floatx()):
+        return np.dtype(keras.config.floatx())
+    return dtype
+
+
+def as_keras(v: Any) -> Any:
+    """`v` (a batch) converted as Keras converts array inputs (`keras_dtype`)."""
+    target = keras_dtype(v.dtype)
+    return v if v.dtype == target else np.asarray(v).astype(target)
 
 
 def parts(x: Any, y: Any = None, sample_weight: Any = None) -> tuple[Any, ...]:
@@ -73,7 +90,7 @@ def _pipeline(element: tuple[Any, ...], order: Any, batch_size: int) -> Any:
     import tensorflow as tf
 
     def spec(v: np.ndarray) -> Any:
-        return tf.TensorSpec((None, *v.shape[1:]), tf.as_dtype(v.dtype))
+        return tf.TensorSpec((None, *v.shape[1:]), tf.as_dtype(keras_dtype(v.dtype)))
 
     signature = keras.tree.map_structure(spec, element)
 
@@ -81,7 +98,7 @@ def _pipeline(element: tuple[Any, ...], order: Any, batch_size: int) -> Any:
         indices = order()
         for start in range(0, len(indices), batch_size):
             index = indices[start : start + batch_size]
-            yield keras.tree.map_structure(lambda v, i=index: v[i], element)
+            yield keras.tree.map_structure(lambda v, i=index: as_keras(v[i]), element)
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
     options = tf.data.Options()

@@ -236,6 +236,14 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(handle.fileno())
 
 
+def replace_synced(tmp: Path, path: Path) -> None:
+    """Move a written file into place durably: fsync it, rename, fsync the directory."""
+    with open(tmp, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

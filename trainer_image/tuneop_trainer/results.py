@@ -39,7 +39,8 @@ def collect(tuner: Any) -> dict[str, Any]:
                 "continuesTrial": values.get("tuner/trial_id"),
             }
         )
-    best = oracle.get_best_trials(1)
+    # No trial scored (all failed or invalid): no best, as keras-tuner has none.
+    best = [t for t in oracle.get_best_trials(1) if t.score is not None]
     objective = oracle.objective
     return {
         "objective": {"name": objective.name, "direction": objective.direction},

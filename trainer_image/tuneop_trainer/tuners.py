@@ -57,7 +57,7 @@ from . import (
     scope,
     seeds,
 )
-from .batches import Gathered, gathered, parts
+from .batches import Gathered, as_keras, gathered, parts
 from .cadence import Cadence, mtbf_from_env
 from .checkpoint import (
     BackgroundWriter,
@@ -158,7 +158,7 @@ class ResumableMixin:
         if isinstance(data, StreamData):
             batch = tfdata.spec_batch(data.train.element_spec)
         else:  # one batch as real arrays (the data may be memory-mapped shards)
-            batch = (np.asarray(data.x[:bs]), np.asarray(data.y[:bs]), None)
+            batch = (as_keras(data.x[:bs]), as_keras(data.y[:bs]), None)
         with self.ctx.strategy.scope():
             # Create optimizer slots and metric accumulators now (Keras creates them
             # lazily at the first step) so save/restore see the complete state.

@@ -95,7 +95,9 @@ def install() -> None:
         bound.apply_defaults()
         arguments = dict(bound.arguments)
         arguments.pop("self")
-        return ResumableFit(rt, self, arguments).run()
+        # A fit restored as done trains nothing: no fit draws from the script's streams.
+        with seeds.isolated():
+            return ResumableFit(rt, self, arguments).run()
 
     _original_fit = original
     TensorFlowTrainer.fit = fit
@@ -359,7 +361,9 @@ class ResumableFit:
                 bs = self.batch_size
 
                 def head(s: Any) -> Any:
-                    return None if s is None else keras.tree.map_structure(lambda v: v[:bs], s)
+                    if s is None:
+                        return None
+                    return keras.tree.map_structure(lambda v: batches.as_keras(v[:bs]), s)
 
                 model._symbolic_build(
                     data_batch=(head(self.x), head(self.y), head(self.sample_weight))

@@ -77,6 +77,9 @@ def run_script(
     previous = reporter.previous() if write else None
     reporter.update(force=False, restores=previous.restores if previous else 0)
     reporter.serve()
+    from .projects import RECORD as PROJECTS_RECORD
+    from .projects import Projects
+
     rt = runtime.Runtime(
         root=checkpoint_dir,
         checkpoint=checkpoint,
@@ -90,6 +93,12 @@ def run_script(
             # with parallel trials the oracle records it, the trial groups compare
             wait = role.oracle_wait_seconds if role.is_group else 0.0
             _check_record(checkpoint_dir, script, source, args, write and not role.is_group, wait)
+            rt.projects = Projects(
+                checkpoint_dir,
+                role.own_file(PROJECTS_RECORD),
+                write=write,
+                wipes=write and (not role.parallel or role.is_oracle),
+            )
         except SpecError as exc:
             reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
             return fail(EXIT_INVALID_SPEC, str(exc))

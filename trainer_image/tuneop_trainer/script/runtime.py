@@ -37,7 +37,10 @@ class Runtime:
     write: bool = True  # False on non-chief workers
     script: str = ""  # the script's file name, for messages
     tuners: list[Any] = dataclasses.field(default_factory=list)
+    projects: Any = None  # projects.Projects: where each constructed tuner works
     trial_id: str | None = None  # the trial keras-tuner is running, if any
+    trial_dir: Path | None = None  # DIR/trials/<tuner key>/<trial>
+    trial_label: str = ""
     trial_fits: int = 0  # fits started in the current trial
     trial_builds: int = 0  # models built in the current trial
     outer_fits: int = 0  # fits started outside trials
@@ -65,21 +68,26 @@ class Runtime:
         finally:
             self.checkpoint_seconds += time.monotonic() - t0
 
-    def begin_trial(self, trial_id: str) -> None:
+    def begin_trial(self, tuner_key: str, trial_id: str) -> None:
+        """Trial `trial_id` of the tuner whose project is `tuner_key` (projects.py):
+        two tuners' trials never share checkpoints, whatever their ids."""
         self.trial_id, self.trial_fits, self.trial_builds = str(trial_id), 0, 0
+        self.trial_dir = self.root / TRIALS_DIR / tuner_key / self.trial_id
+        self.trial_label = f"{tuner_key} trial {trial_id}"
         iterations.boundary()
 
     def end_trial(self) -> None:
-        self.trial_id = None
+        self.trial_id = self.trial_dir = None
         iterations.boundary()
 
     def next_fit(self) -> FitId:
-        """The fit that starts now: `trials/<id>/fit-<n>` inside a trial, `fits/fit-<n>`
-        outside. Fits are numbered in call order, which a resumed process repeats."""
-        if self.trial_id is not None:
+        """The fit that starts now: `trials/<tuner>/<id>/fit-<n>` inside a trial,
+        `fits/fit-<n>` outside. Fits are numbered in call order, which a resumed process
+        repeats."""
+        if self.trial_id is not None and self.trial_dir is not None:
             n, self.trial_fits = self.trial_fits, self.trial_fits + 1
-            path = self.root / TRIALS_DIR / self.trial_id / f"fit-{n}"
-            return FitId(f"trial {self.trial_id} fit {n}", path, self.trial_id, n)
+            label = f"{self.trial_label} fit {n}"
+            return FitId(label, self.trial_dir / f"fit-{n}", self.trial_id, n)
         n, self.outer_fits = self.outer_fits, self.outer_fits + 1
         return FitId(f"fit {n}", self.root / FITS_DIR / f"fit-{n}", f"fit-{n}", n)
 

@@ -1,23 +1,27 @@
 """keras-tuner, changed for the user's tuners in exec mode (installed before the script
 runs, for every tuner class: the four built-in ones and user subclasses).
 
-- `BaseTuner.__init__`: the project goes under `<DIR>/tuner/<project_name>` whatever
-  `directory=` says, `overwrite=` is ignored (a resumed process must reload, never
-  wipe), the tuner is saved right after construction (keras-tuner writes `tuner0.json`
-  only at a trial's end, so a kill in the first trial would start a new search), and
-  the hypermodel's `build` runs in the trainer's strategy scope with a seed derived from
-  the oracle's seed, the trial and the build's ordinal, then the scope guard's check;
-  the trials named in TUNEOP_FAILED_TRIALS are recorded FAILED (failed_trials.py).
-- `Tuner.__init__`: `distribution_strategy` is the trainer's strategy.
+- `BaseTuner.__init__`: the project goes under `<DIR>/tuner/<key>` whatever
+  `directory=` says, the key from the tuner's place in the script (projects.py: several
+  tuners, `overwrite=True` and resumes keep their meaning); the tuner is saved right
+  after construction (keras-tuner writes `tuner0.json` only at a trial's end, so a kill
+  in the first trial would start a new search); construction draws nothing from the
+  script's random streams (seeds.isolated); the hypermodel's `build` runs in the
+  trainer's strategy scope with a seed derived from the oracle's seed, the trial and
+  the build's ordinal (isolated too), then the scope guard's check; the trials named
+  in TUNEOP_FAILED_TRIALS are recorded FAILED (failed_trials.py).
+- `Tuner.__init__`: `distribution_strategy` is the trainer's strategy, except for a
+  tuner that trains with a loop of the script's own and was given none (loops.py).
 - `BaseTuner.search`: a phase of the script for counting input iterations
   (iterations.py).
-- `BaseTuner._try_run_and_update_trial`: tells the Runtime which trial runs (fit
-  checkpoints live under `trials/<id>/`), seeds the trial, and stops between trials on
-  SIGTERM (the oracle's state is on disk).
+- `BaseTuner._try_run_and_update_trial`: tells the Runtime which trial of which tuner
+  runs (fit checkpoints live under `trials/<key>/<id>/`), seeds the trial in isolation
+  from the script's generators, and stops between trials on SIGTERM (the oracle's state
+  is on disk).
 - `BaseTuner.on_trial_end`: progress (trials completed, best so far); a COMPLETED
   trial's fits keep only their final checkpoint (the oracle never re-runs the trial;
   keras-tuner keeps its own best-epoch weights), so the volume holds one state per trial.
-- keras-tuner's `SaveBestEpoch` writes the best epoch's weights atomically.
+- keras-tuner's `SaveBestEpoch` writes the best epoch's weights atomically and durably.
 """
 
 from __future__ import annotations
@@ -36,9 +40,9 @@ from keras_tuner.src.engine.trial import TrialStatus
 from tuneop_contract import TRIALS_DIR, TUNER_DIR
 
 from .. import failed_trials, parallel, preemption, scope, seeds
-from ..checkpoint import CheckpointStore
+from ..checkpoint import CheckpointStore, replace_synced
 from ..results import planned_trials, search_progress
-from . import iterations, runtime
+from . import iterations, loops, runtime
 
 log = logging.getLogger(__name__)
 
@@ -92,20 +96,23 @@ def _patch_base_init() -> None:
                 directory,
                 target,
             )
-        if overwrite:
-            log.info("tuner %r: overwrite=True is ignored (a resume must reload)", project_name)
+        placement = rt.projects.place(project_name, bool(overwrite), rt.script)
+        self._tuneop_key = placement.key
         from ..tuners import tuner_file
 
-        fresh = not (target / project_name / tuner_file()).exists()
-        original(
-            self,
-            oracle,
-            hypermodel=hypermodel,
-            directory=str(target),
-            project_name=project_name,
-            overwrite=False,
-            **kwargs,
-        )
+        fresh = not (target / placement.key / tuner_file()).exists()
+        # A fresh tuner builds the model to see its space, a reloaded one does not:
+        # neither draws from the script's random streams.
+        with seeds.isolated():
+            original(
+                self,
+                oracle,
+                hypermodel=hypermodel,
+                directory=str(target),
+                project_name=placement.key,
+                overwrite=False,  # projects.py has started it afresh if it must
+                **kwargs,
+            )
         if self.hypermodel is not None:
             _wrap_build(self)
         if fresh and rt.write:
@@ -132,6 +139,20 @@ def _patch_tuner_init() -> None:
             log.info("distribution_strategy=%r is replaced by the trainer's strategy", given)
         kwargs["distribution_strategy"] = rt.strategy
         original(self, *args, **kwargs)
+        where = None if given is not None else loops.own_loop(self)
+        if where is not None:  # a loop of the script's own: as it was written
+            self.distribution_strategy = None
+            self._tuneop_unscoped = True
+            if rt.strategy.num_replicas_in_sync > 1:
+                log.warning(
+                    "%s trains without Model.fit: its trials run as written, on one "
+                    "device, without the trainer's %s (%d replicas), and resume at the "
+                    "trial's start; pass distribution_strategy= to the tuner to run "
+                    "them under it",
+                    where,
+                    type(rt.strategy).__name__,
+                    rt.strategy.num_replicas_in_sync,
+                )
 
     tuner_module.Tuner.__init__ = __init__
 
@@ -144,9 +165,12 @@ def _wrap_build(tuner: Any) -> None:
     def build(hp: Any, *args: Any, **kwargs: Any) -> Any:
         rt = _rt()
         seed = parallel.config_oracle(tuner.oracle).seed
-        keras.utils.set_random_seed(rt.next_build_seed(int(seed or 0)))
-        with rt.strategy.scope():
-            model = original(hp, *args, **kwargs)
+        with seeds.isolated():
+            keras.utils.set_random_seed(rt.next_build_seed(int(seed or 0)))
+            if getattr(tuner, "_tuneop_unscoped", False):
+                return original(hp, *args, **kwargs)
+            with rt.strategy.scope():
+                model = original(hp, *args, **kwargs)
         if isinstance(model, keras.Model) and getattr(model, "optimizer", None) is not None:
             try:
                 scope.check_model(model, rt.strategy)
@@ -188,7 +212,7 @@ def _patch_trial_run() -> None:
         rt = _rt()
         if preemption.requested():
             raise preemption.Preempted()
-        rt.begin_trial(trial.trial_id)
+        rt.begin_trial(self._tuneop_key, trial.trial_id)
         rt.reporter.update(
             force=True,
             trial_id=str(trial.trial_id),
@@ -197,9 +221,10 @@ def _patch_trial_run() -> None:
             step=0,
             trials_total=planned_trials(parallel.config_oracle(self.oracle)),
         )
-        keras.utils.set_random_seed(_trial_seed(self, str(trial.trial_id)))
         try:
-            return original(self, trial, *args, **kwargs)
+            with seeds.isolated():  # the trial's seeding is not the script's
+                keras.utils.set_random_seed(_trial_seed(self, str(trial.trial_id)))
+                return original(self, trial, *args, **kwargs)
         finally:
             rt.end_trial()
 
@@ -215,7 +240,8 @@ def _patch_trial_end() -> None:
         rt = _rt()
         if rt.write and getattr(trial, "status", None) == TrialStatus.COMPLETED:
             rt.flush_checkpoints()
-            for fit_dir in (rt.root / TRIALS_DIR / str(trial.trial_id)).glob("fit-*"):
+            trial_dir = rt.root / TRIALS_DIR / self._tuneop_key / str(trial.trial_id)
+            for fit_dir in trial_dir.glob("fit-*"):
                 CheckpointStore(fit_dir).remove(keep=1)
         report_search(self)
 
@@ -251,6 +277,6 @@ def _patch_save_best_epoch() -> None:
         path = Path(self.filepath)
         tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")  # keeps the .weights.h5 suffix
         self.model.save_weights(str(tmp))
-        os.replace(tmp, path)
+        replace_synced(tmp, path)
 
     tuner_utils.SaveBestEpoch._save_model = _save_model
