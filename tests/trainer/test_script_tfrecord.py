@@ -110,9 +110,7 @@ def test_killed_after_the_last_batch_of_an_epoch_of_unknown_length(
     monkeypatch.delenv("TFRECORD_SLOW_VALIDATION")
     assert start_exec(SCRIPT, ckpt, log).wait(timeout=300) == EXIT_COMPLETED
     assert "trial 0 fit 0: restored" in log.read_text()
-    assert (
-        fit_final(ckpt, trial_fit("0"))["history"] == fit_final(ref, trial_fit("0"))["history"]
-    )
+    assert fit_final(ckpt, trial_fit("0"))["history"] == fit_final(ref, trial_fit("0"))["history"]
     assert fit_weights(ckpt, trial_fit("0")) == fit_weights(ref, trial_fit("0"))
     # The next trial: the same hyperparameters and epochs; its last epoch's loss has been
     # seen to differ in the 5th digit in about one run in four here (cause not found yet,

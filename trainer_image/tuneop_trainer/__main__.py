@@ -2,6 +2,7 @@
 
 import logging
 import os
+import signal
 import sys
 
 from tuneop_contract import EXIT_PREEMPTED
@@ -17,4 +18,8 @@ if code == EXIT_PREEMPTED:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+# The outcome is final and reported: a SIGTERM during the interpreter's teardown (which
+# restores default handlers) would otherwise turn it into a kill (-15).
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 sys.exit(code)

@@ -63,7 +63,11 @@ class Projects:
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
-            legacy = self.base.is_dir() and any(self.base.iterdir())
+            # No record of any process (with parallel trials each keeps its own) beside
+            # projects already there: a search started before records were kept.
+            stem = RECORD.rsplit(".", 1)[0]
+            base = self.base if self.base.is_dir() else None
+            legacy = base is not None and any(base.iterdir()) and not any(base.glob(f"{stem}*"))
             return None if legacy else []
         except (OSError, ValueError) as exc:
             raise SpecError("DIR", f"cannot read {self.path}: {exc}") from exc

@@ -1,0 +1,138 @@
+"""The official KerasTuner guides (keras-io guides/keras_tuner/, small faithful copies in
+scripts/guides/) under `exec`: the same trials and statuses as without tuneop, and,
+killed at several points (SIGKILL, SIGTERM, SIGKILL), the same result as the
+uninterrupted exec run, bit for bit (every trial's score and what the script computes
+after its searches).
+
+The guides seed nothing, so their scores differ between two plain runs; under exec the
+trainer seeds the run and every trial, so two exec runs agree exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainer_helpers import SCRIPTS, env, signal_when, start_exec
+from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, TUNER_DIR, Progress
+from tuneop_trainer.script.projects import RECORD
+
+GUIDES = SCRIPTS / "guides"
+
+
+def _tuners(ckpt: Path) -> int:
+    """Tuner constructions the search has reached (script/projects.py's record)."""
+    try:
+        return len(json.loads((ckpt / TUNER_DIR / RECORD).read_text())["tuners"])
+    except (OSError, ValueError):
+        return 0
+
+
+def _at(ckpt: Path, tuners: int, trial: str | None = None) -> Callable[[Progress], bool]:
+    """Once the script has constructed `tuners` tuners (and runs `trial`, if given)."""
+    return lambda p: _tuners(ckpt) >= tuners and (trial is None or p.trial_id == trial)
+
+
+# (signal, tuners constructed, trial running, seconds after that): kill points spread
+# over each guide's tuners, in trials, fits and the code between them.
+KILLS: dict[str, list[tuple[int, int, str | None, float]]] = {
+    "getting_started": [
+        (signal.SIGKILL, 2, None, 1.0),
+        (signal.SIGTERM, 5, None, 0.5),
+        (signal.SIGKILL, 8, None, 0.5),
+    ],
+    "tailor_the_search_space": [
+        (signal.SIGKILL, 2, None, 1.0),
+        (signal.SIGTERM, 3, None, 0.5),
+        (signal.SIGKILL, 4, None, 0.3),
+    ],
+    "failed_trials": [
+        (signal.SIGKILL, 1, "0001", 0.2),
+        (signal.SIGTERM, 2, "0003", 0.0),  # in a trial that fails, between retries
+        (signal.SIGKILL, 3, "0001", 0.0),
+    ],
+    "visualize_tuning": [
+        (signal.SIGKILL, 1, "1", 0.3),
+        (signal.SIGTERM, 1, "2", 0.0),
+    ],
+    "custom_tuner": [  # its own training loop: a kill restarts the trial
+        (signal.SIGKILL, 1, "1", 0.5),
+    ],
+}
+
+
+def _result(log: Path) -> dict[str, Any]:
+    lines = [line for line in log.read_text().splitlines() if line.startswith("GUIDE_RESULT ")]
+    assert lines, log.read_text()[-3000:]
+    result: dict[str, Any] = json.loads(lines[-1].split(" ", 1)[1])
+    return result
+
+
+def _outcome(result: dict[str, Any]) -> dict[str, Any]:
+    """Each tuner's trials as (id, status), and the flags and names the script reports;
+    not the scores (an unseeded plain run draws other ones)."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict) and "id" in value[0]:
+            out[key] = [(t["id"], t["status"]) for t in value]
+        elif isinstance(value, bool | str):
+            out[key] = value
+    return out
+
+
+def _plain(script: Path, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    """The script as its user runs it: plain Python, no tuneop."""
+    cwd.mkdir()
+    plain_env = {k: v for k, v in env().items() if not k.startswith("TUNEOP_")}
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=cwd,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        env=plain_env,
+    )
+
+
+def _run_exec(script: Path, ckpt: Path, log: Path) -> None:
+    proc = start_exec(script, ckpt, log)
+    assert proc.wait(timeout=600) == EXIT_COMPLETED, log.read_text()[-3000:]
+
+
+@pytest.mark.parametrize("guide", list(KILLS))
+def test_guide_runs_as_without_tuneop_and_resumes_exactly(guide: str, tmp_path: Path) -> None:
+    script = GUIDES / f"guide_{guide}.py"
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "killed").mkdir()
+    plain_log, ref_log, log = tmp_path / "plain.log", tmp_path / "ref.log", tmp_path / "run.log"
+    plain = _plain(script, tmp_path / "plain", plain_log)  # side by side with the reference
+    try:
+        _run_exec(script, tmp_path / "ref" / "ckpt", ref_log)
+        assert plain.wait(timeout=600) == 0, plain_log.read_text()[-3000:]
+    finally:
+        if plain.poll() is None:
+            plain.kill()
+    reference = _result(ref_log)
+    assert _outcome(reference) == _outcome(_result(plain_log))
+
+    ckpt = tmp_path / "killed" / "ckpt"
+    for sig, tuners, trial, delay in KILLS[guide]:
+        code = signal_when(
+            start_exec(script, ckpt, log), ckpt, _at(ckpt, tuners, trial), sig, delay
+        )
+        assert code == (-signal.SIGKILL if sig == signal.SIGKILL else EXIT_PREEMPTED), (
+            log.read_text()[-3000:]
+        )
+    _run_exec(script, ckpt, log)
+    assert "the script raised" not in log.read_text()  # keras-tuner prints failed trials' own
+    assert _result(log) == reference
+    if guide in ("getting_started", "tailor_the_search_space", "failed_trials"):
+        # several tuners, overwrite=True: each reached once, none wiped by a resume
+        assert _tuners(ckpt) == _tuners(tmp_path / "ref" / "ckpt") > 1
+    assert os.listdir(tmp_path / "killed")  # the script's own files are in its cwd

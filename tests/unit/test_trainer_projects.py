@@ -1,0 +1,105 @@
+"""Where each tuner a script constructs keeps its project (script/projects.py): several
+tuners, overwrite=True, and a resumed process reaching the same constructions again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tuneop_contract import TUNER_DIR
+from tuneop_trainer.script.projects import RECORD, Projects
+from tuneop_trainer.spec import SpecError
+
+
+def _projects(root: Path, write: bool = True) -> Projects:
+    return Projects(root, RECORD, write=write, wipes=write)
+
+
+def _keys(projects: Projects, *calls: tuple[str, bool]) -> list[str]:
+    return [projects.place(name, overwrite, "s.py").key for name, overwrite in calls]
+
+
+GUIDE = [("untitled_project", True)] * 3  # failed_trials: three tuners, one project
+
+
+def test_overwrite_starts_a_new_generation_and_reload_shares_the_latest(tmp_path: Path) -> None:
+    keys = _keys(
+        _projects(tmp_path),
+        ("a", False),
+        ("a", False),  # reloads a: the same search, as keras-tuner would
+        ("b", True),
+        ("a", True),
+        ("a", False),
+        ("a", True),
+    )
+    assert keys == ["a", "a", "b", "a@1", "a@1", "a@2"]
+
+
+def test_a_resumed_process_reaches_the_same_projects_and_wipes_none(tmp_path: Path) -> None:
+    first = _projects(tmp_path)
+    assert _keys(first, *GUIDE[:2]) == ["untitled_project", "untitled_project@1"]
+    marker = tmp_path / TUNER_DIR / "untitled_project@1" / "trial_0" / "trial.json"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("{}")
+    # killed during the second tuner; the next process reaches both again, then the third
+    resumed = _projects(tmp_path)
+    placements = [resumed.place(name, overwrite, "s.py") for name, overwrite in GUIDE]
+    assert [p.reached for p in placements] == [True, True, False]
+    assert [p.key for p in placements] == [
+        "untitled_project",
+        "untitled_project@1",
+        "untitled_project@2",
+    ]
+    assert marker.exists()  # resumed, not wiped
+    record = json.loads((tmp_path / TUNER_DIR / RECORD).read_text())
+    assert [t["key"] for t in record["tuners"]] == [p.key for p in placements]
+
+
+def test_overwrite_wipes_what_was_there_before_the_construction_was_reached(
+    tmp_path: Path,
+) -> None:
+    stale = tmp_path / TUNER_DIR / "p" / "oracle.json"
+    stale.parent.mkdir(parents=True)
+    (tmp_path / TUNER_DIR / RECORD).write_text(json.dumps({"tuners": []}))
+    stale.write_text("{}")
+    assert _keys(_projects(tmp_path), ("p", True)) == ["p"]
+    assert not stale.exists()
+
+
+def test_without_overwrite_an_existing_project_is_reloaded(tmp_path: Path) -> None:
+    (tmp_path / TUNER_DIR).mkdir()
+    (tmp_path / TUNER_DIR / RECORD).write_text(json.dumps({"tuners": []}))
+    kept = tmp_path / TUNER_DIR / "p" / "oracle.json"
+    kept.parent.mkdir()
+    kept.write_text("{}")
+    _keys(_projects(tmp_path), ("p", False))
+    assert kept.exists()
+
+
+def test_a_volume_from_before_the_record_never_wipes(tmp_path: Path) -> None:
+    kept = tmp_path / TUNER_DIR / "p" / "oracle.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("{}")
+    placement = _projects(tmp_path).place("p", True, "s.py")
+    assert placement.reached and kept.exists()
+
+
+def test_readers_record_nothing(tmp_path: Path) -> None:
+    _keys(_projects(tmp_path, write=False), ("p", True))
+    assert not (tmp_path / TUNER_DIR / RECORD).exists()
+
+
+def test_tuners_constructed_in_another_order_are_refused(tmp_path: Path) -> None:
+    _keys(_projects(tmp_path), ("a", False), ("b", False))
+    resumed = _projects(tmp_path)
+    resumed.place("a", False, "s.py")
+    with pytest.raises(SpecError, match=r"s.py: tuner 1 is project 'c', but it was 'b'"):
+        resumed.place("c", False, "s.py")
+
+
+def test_an_unreadable_record_is_refused(tmp_path: Path) -> None:
+    (tmp_path / TUNER_DIR).mkdir()
+    (tmp_path / TUNER_DIR / RECORD).write_text("{not json")
+    with pytest.raises(SpecError, match="cannot read"):
+        _projects(tmp_path)
