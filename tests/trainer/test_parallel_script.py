@@ -37,7 +37,11 @@ def test_script_with_two_groups_runs_post_search_code_once_in_tuner0(tmp_path: P
     assert not FINAL.findall(search.text("tuner1") + search.text(ORACLE))
     assert sorted(p.name for p in (search.ckpt / "fits").iterdir()) == ["fit-0"]
     # every trial ran its fit once, in one group
-    fits = Counter(p.parent.name for p in (search.ckpt / "trials").glob("*/fit-0") if p.is_dir())
+    fits = Counter(
+        p.parent.name
+        for p in (search.ckpt / "trials" / "untitled_project").glob("*/fit-0")
+        if p.is_dir()
+    )
     assert sorted(fits) == ["0", "1", "2", "3"] and set(fits.values()) == {1}
     state = json.loads((search.ckpt / TUNER_DIR / "untitled_project" / "oracle.json").read_text())
     assert state["run_times"] == {"0": 1, "1": 1, "2": 1, "3": 1}

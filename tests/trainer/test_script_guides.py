@@ -136,3 +136,44 @@ def test_guide_runs_as_without_tuneop_and_resumes_exactly(guide: str, tmp_path: 
         # several tuners, overwrite=True: each reached once, none wiped by a resume
         assert _tuners(ckpt) == _tuners(tmp_path / "ref" / "ckpt") > 1
     assert os.listdir(tmp_path / "killed")  # the script's own files are in its cwd
+
+
+def _promises(log: Path) -> dict[str, Any]:
+    lines = [line for line in log.read_text().splitlines() if line.startswith("PROMISES ")]
+    assert lines, log.read_text()[-3000:]
+    result: dict[str, Any] = json.loads(lines[-1].split(" ", 1)[1])
+    return result
+
+
+def test_keras_tuner_promises_hold_under_exec_and_after_a_kill(tmp_path: Path) -> None:
+    """Reload, overwrite=True, run_trial's return values, failed and invalid trials with
+    retries, get_best_models and results_summary: as plain keras-tuner has them; killed
+    in the overwriting tuner's search, the tuner before it is not run again and the
+    overwriting one starts afresh once, then resumes."""
+    script = SCRIPTS / "kt_promises.py"
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "killed").mkdir()
+    plain_log, ref_log, log = tmp_path / "plain.log", tmp_path / "ref.log", tmp_path / "run.log"
+    plain = _plain(script, tmp_path / "plain", plain_log)
+    try:
+        _run_exec(script, tmp_path / "ref" / "ckpt", ref_log)
+        assert plain.wait(timeout=600) == 0, plain_log.read_text()[-3000:]
+    finally:
+        if plain.poll() is None:
+            plain.kill()
+    expected = _promises(plain_log)
+    assert expected["reloaded_after_search"] == expected["first"]
+    assert expected["overwritten_before_search"] == []
+    assert _promises(ref_log) == expected
+    runs = (tmp_path / "plain" / "runs.log").read_text()
+    assert (tmp_path / "ref" / "runs.log").read_text() == runs
+
+    ckpt = tmp_path / "killed" / "ckpt"
+    code = signal_when(start_exec(script, ckpt, log), ckpt, _at(ckpt, 3, "1"), signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    _run_exec(script, ckpt, log)
+    assert _promises(log) == expected
+    started = (tmp_path / "killed" / "runs.log").read_text().splitlines()
+    assert started[:3] == runs.splitlines()[:3]  # the first tuner's trials, then afresh
+    rest = [int(line.split()[1]) for line in started[2:]]
+    assert rest == sorted(rest) and set(rest) == {0, 1, 2}  # resumed, never restarted

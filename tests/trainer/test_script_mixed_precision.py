@@ -55,7 +55,7 @@ def test_mixed_precision_resumes_exactly(policy: str, tmp_path: Path) -> None:
         fit = trial_fit(trial)
         assert fit_weights(ckpt, fit) == fit_weights(ref, fit)
         assert fit_final(ckpt, fit)["history"] == fit_final(ref, fit)["history"]
-    latest = sorted((ckpt / "trials" / "1" / "fit-0").glob("ckpt-*"))[-1]
+    latest = sorted((ckpt / trial_fit("1")).glob("ckpt-*"))[-1]
     with np.load(latest / "state.npz") as npz:
         scale = [k for k in npz.files if k.endswith("dynamic_scale")]
     assert bool(scale) == (policy == "mixed_float16"), "the loss scale is checkpointed"

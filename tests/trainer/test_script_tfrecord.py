@@ -99,7 +99,7 @@ def test_killed_after_the_last_batch_of_an_epoch_of_unknown_length(
     ref = tmp_path / "ref"
     assert start_exec(SCRIPT, ref, tmp_path / "ref.log").wait(timeout=300) == EXIT_COMPLETED
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    fit = ckpt / "trials" / "0" / "fit-0"
+    fit = ckpt / trial_fit("0")
 
     def after_last_batch(_: Any) -> bool:
         metas = [json.loads(m.read_text()) for m in fit.glob("ckpt-*/meta.json")]

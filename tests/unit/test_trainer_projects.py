@@ -12,8 +12,8 @@ from tuneop_trainer.script.projects import RECORD, Projects
 from tuneop_trainer.spec import SpecError
 
 
-def _projects(root: Path, write: bool = True) -> Projects:
-    return Projects(root, RECORD, write=write, wipes=write)
+def _projects(root: Path, write: bool = True, parallel: bool = False) -> Projects:
+    return Projects(root, RECORD, write=write, parallel=parallel)
 
 
 def _keys(projects: Projects, *calls: tuple[str, bool]) -> list[str]:
@@ -23,33 +23,75 @@ def _keys(projects: Projects, *calls: tuple[str, bool]) -> list[str]:
 GUIDE = [("untitled_project", True)] * 3  # failed_trials: three tuners, one project
 
 
-def test_overwrite_starts_a_new_generation_and_reload_shares_the_latest(tmp_path: Path) -> None:
+def test_each_construction_has_a_directory_of_its_own(tmp_path: Path) -> None:
     keys = _keys(
         _projects(tmp_path),
         ("a", False),
-        ("a", False),  # reloads a: the same search, as keras-tuner would
+        ("a", False),  # reloads a copy of a's search
         ("b", True),
         ("a", True),
         ("a", False),
         ("a", True),
     )
-    assert keys == ["a", "a", "b", "a@1", "a@1", "a@2"]
+    assert keys == ["a", "a@1", "b", "a@2", "a@3", "a@4"]
+
+
+def test_a_reused_project_is_a_copy_the_earlier_tuner_never_sees_change(
+    tmp_path: Path,
+) -> None:
+    projects = _projects(tmp_path)
+    first = projects.place("p", False, "s.py")
+    oracle = projects.project_dir(first) / "oracle.json"
+    oracle.parent.mkdir(parents=True)
+    oracle.write_text("first's search")
+    second = projects.place("p", False, "s.py")
+    copied = projects.project_dir(second) / "oracle.json"
+    assert copied.read_text() == "first's search"
+    copied.write_text("second's search")
+    assert oracle.read_text() == "first's search"
+
+
+def test_generations_never_collide_with_a_project_named_like_one(tmp_path: Path) -> None:
+    keys = _keys(_projects(tmp_path), ("p@1", False), ("p", True), ("p", True))
+    assert keys == ["p@1", "p", "p@2"]
+
+
+def test_with_parallel_trials_a_reused_project_is_shared_and_nothing_wiped(
+    tmp_path: Path,
+) -> None:
+    projects = _projects(tmp_path, parallel=True)
+    first = projects.place("p", True, "s.py")
+    kept = projects.project_dir(first) / "tuner1.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("{}")
+    assert projects.place("p", False, "s.py").key == "p"
+    assert projects.place("p", True, "s.py").key == "p@1"
+    assert kept.exists()
+
+
+def test_later_generations_keep_the_project_name_in_a_directory_of_their_own(
+    tmp_path: Path,
+) -> None:
+    projects = _projects(tmp_path)
+    placements = [projects.place("p", True, "s.py"), projects.place("p", True, "s.py")]
+    assert [(p.key, p.directory) for p in placements] == [("p", ""), ("p@1", "@1")]
+    assert projects.project_dir(placements[1]) == tmp_path / TUNER_DIR / "@1" / "p"
 
 
 def test_a_resumed_process_reaches_the_same_projects_and_wipes_none(tmp_path: Path) -> None:
     first = _projects(tmp_path)
     assert _keys(first, *GUIDE[:2]) == ["untitled_project", "untitled_project@1"]
-    marker = tmp_path / TUNER_DIR / "untitled_project@1" / "trial_0" / "trial.json"
+    marker = tmp_path / TUNER_DIR / "@1" / "untitled_project" / "trial_0" / "trial.json"
     marker.parent.mkdir(parents=True)
     marker.write_text("{}")
     # killed during the second tuner; the next process reaches both again, then the third
     resumed = _projects(tmp_path)
     placements = [resumed.place(name, overwrite, "s.py") for name, overwrite in GUIDE]
     assert [p.reached for p in placements] == [True, True, False]
-    assert [p.key for p in placements] == [
-        "untitled_project",
-        "untitled_project@1",
-        "untitled_project@2",
+    assert [(p.key, p.directory) for p in placements] == [
+        ("untitled_project", ""),
+        ("untitled_project@1", "@1"),
+        ("untitled_project@2", "@2"),
     ]
     assert marker.exists()  # resumed, not wiped
     record = json.loads((tmp_path / TUNER_DIR / RECORD).read_text())
@@ -83,6 +125,13 @@ def test_a_volume_from_before_the_record_never_wipes(tmp_path: Path) -> None:
     kept.write_text("{}")
     placement = _projects(tmp_path).place("p", True, "s.py")
     assert placement.reached and kept.exists()
+    assert (placement.key, placement.directory) == ("", "")  # its trials/<id>/ as before
+
+
+def test_a_record_torn_by_a_kill_does_not_make_a_volume_look_old(tmp_path: Path) -> None:
+    (tmp_path / TUNER_DIR).mkdir()
+    (tmp_path / TUNER_DIR / f".{RECORD}.x1y2.tmp").write_text("{")
+    assert not _projects(tmp_path).place("p", True, "s.py").reached
 
 
 def test_readers_record_nothing(tmp_path: Path) -> None:

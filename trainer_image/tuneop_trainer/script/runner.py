@@ -97,7 +97,7 @@ def run_script(
                 checkpoint_dir,
                 role.own_file(PROJECTS_RECORD),
                 write=write,
-                wipes=write and (not role.parallel or role.is_oracle),
+                parallel=role.parallel,
             )
         except SpecError as exc:
             reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))

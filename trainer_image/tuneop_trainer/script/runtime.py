@@ -69,12 +69,16 @@ class Runtime:
             self.checkpoint_seconds += time.monotonic() - t0
 
     def begin_trial(self, tuner_key: str, trial_id: str) -> None:
-        """Trial `trial_id` of the tuner whose project is `tuner_key` (projects.py):
-        two tuners' trials never share checkpoints, whatever their ids."""
+        """Trial `trial_id` of the tuner whose key is `tuner_key` (projects.py)."""
         self.trial_id, self.trial_fits, self.trial_builds = str(trial_id), 0, 0
-        self.trial_dir = self.root / TRIALS_DIR / tuner_key / self.trial_id
-        self.trial_label = f"{tuner_key} trial {trial_id}"
+        self.trial_dir = self.trial_path(tuner_key, self.trial_id)
+        # a search started before tuners had keys ("") keeps its labels (and fit seeds)
+        self.trial_label = f"{tuner_key} trial {trial_id}".lstrip()
         iterations.boundary()
+
+    def trial_path(self, tuner_key: str, trial_id: str) -> Path:
+        """`DIR/trials/<tuner key>/<trial>`: two tuners' trials never share checkpoints."""
+        return self.root / TRIALS_DIR / tuner_key / str(trial_id)
 
     def end_trial(self) -> None:
         self.trial_id = self.trial_dir = None

@@ -1,8 +1,8 @@
 """keras-tuner, changed for the user's tuners in exec mode (installed before the script
 runs, for every tuner class: the four built-in ones and user subclasses).
 
-- `BaseTuner.__init__`: the project goes under `<DIR>/tuner/<key>` whatever
-  `directory=` says, the key from the tuner's place in the script (projects.py: several
+- `BaseTuner.__init__`: the project goes under `<DIR>/tuner/` whatever `directory=`
+  says, in a place from the tuner's place in the script (projects.py: several
   tuners, `overwrite=True` and resumes keep their meaning); the tuner is saved right
   after construction (keras-tuner writes `tuner0.json` only at a trial's end, so a kill
   in the first trial would start a new search); construction draws nothing from the
@@ -37,7 +37,7 @@ import keras_tuner
 from keras_tuner.src.engine import base_tuner, tuner_utils
 from keras_tuner.src.engine import tuner as tuner_module
 from keras_tuner.src.engine.trial import TrialStatus
-from tuneop_contract import TRIALS_DIR, TUNER_DIR
+from tuneop_contract import TUNER_DIR
 
 from .. import failed_trials, parallel, preemption, scope, seeds
 from ..checkpoint import CheckpointStore, replace_synced
@@ -98,9 +98,10 @@ def _patch_base_init() -> None:
             )
         placement = rt.projects.place(project_name, bool(overwrite), rt.script)
         self._tuneop_key = placement.key
+        directory = target / placement.directory
         from ..tuners import tuner_file
 
-        fresh = not (target / placement.key / tuner_file()).exists()
+        fresh = not (rt.projects.project_dir(placement) / tuner_file()).exists()
         # A fresh tuner builds the model to see its space, a reloaded one does not:
         # neither draws from the script's random streams.
         with seeds.isolated():
@@ -108,12 +109,13 @@ def _patch_base_init() -> None:
                 self,
                 oracle,
                 hypermodel=hypermodel,
-                directory=str(target),
-                project_name=placement.key,
+                directory=str(directory),
+                project_name=project_name,
                 overwrite=False,  # projects.py has started it afresh if it must
                 **kwargs,
             )
         if self.hypermodel is not None:
+            _own_loop_unscoped(self, rt)
             _wrap_build(self)
         if fresh and rt.write:
             self.save()
@@ -138,23 +140,32 @@ def _patch_tuner_init() -> None:
         if given is not None and given is not rt.strategy:
             log.info("distribution_strategy=%r is replaced by the trainer's strategy", given)
         kwargs["distribution_strategy"] = rt.strategy
+        self._tuneop_strategy_given = given is not None
         original(self, *args, **kwargs)
-        where = None if given is not None else loops.own_loop(self)
-        if where is not None:  # a loop of the script's own: as it was written
-            self.distribution_strategy = None
-            self._tuneop_unscoped = True
-            if rt.strategy.num_replicas_in_sync > 1:
-                log.warning(
-                    "%s trains without Model.fit: its trials run as written, on one "
-                    "device, without the trainer's %s (%d replicas), and resume at the "
-                    "trial's start; pass distribution_strategy= to the tuner to run "
-                    "them under it",
-                    where,
-                    type(rt.strategy).__name__,
-                    rt.strategy.num_replicas_in_sync,
-                )
+        if getattr(self, "_tuneop_unscoped", False):
+            self.distribution_strategy = None  # keras-tuner builds and fits without it
 
     tuner_module.Tuner.__init__ = __init__
+
+
+def _own_loop_unscoped(tuner: Any, rt: runtime.Runtime) -> None:
+    """A tuner training with a loop of the script's own, given no strategy: its builds
+    run as written, outside the trainer's strategy (loops.py)."""
+    if getattr(tuner, "_tuneop_strategy_given", False):
+        return
+    where = loops.own_loop(tuner)
+    if where is None:
+        return
+    tuner._tuneop_unscoped = True
+    if rt.strategy.num_replicas_in_sync > 1:
+        log.warning(
+            "%s trains without Model.fit: its trials run as written, on one device, "
+            "without the trainer's %s (%d replicas), and a kill restarts the trial; pass "
+            "distribution_strategy= to the tuner to run them under it",
+            where,
+            type(rt.strategy).__name__,
+            rt.strategy.num_replicas_in_sync,
+        )
 
 
 def _wrap_build(tuner: Any) -> None:
@@ -240,8 +251,7 @@ def _patch_trial_end() -> None:
         rt = _rt()
         if rt.write and getattr(trial, "status", None) == TrialStatus.COMPLETED:
             rt.flush_checkpoints()
-            trial_dir = rt.root / TRIALS_DIR / self._tuneop_key / str(trial.trial_id)
-            for fit_dir in trial_dir.glob("fit-*"):
+            for fit_dir in rt.trial_path(self._tuneop_key, trial.trial_id).glob("fit-*"):
                 CheckpointStore(fit_dir).remove(keep=1)
         report_search(self)
 
