@@ -59,6 +59,13 @@ images: ## Build tuneop/trainer:TAG (GPU), tuneop/trainer:TAG-cpu, tuneop/operat
 test: venv prometheus cluster-tools lint ## Set everything up and run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Flakiness shows only over many runs: `make repeat TEST=path::name N=20` reports passes/N.
+N ?= 20
+.PHONY: repeat
+repeat: venv ## Run TEST (pytest node ids) N times (default 20), each in a fresh process; passes/N
+	@test -n "$(TEST)" || { echo "repeat: name the test, e.g. make repeat TEST=tests/x.py::test_y N=20"; exit 2; }
+	$(PY) hack/repeat_test.py -n $(N) $(TEST)
+
 .PHONY: test-unit
 test-unit: venv ## Unit tests only (seconds)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
