@@ -108,6 +108,9 @@ def trial_group_tuner_id(group: int) -> str:
 
 
 DEFAULT_METRICS_PORT = 9464
+PROGRESS_POD_HEADER = "X-Tuneop-Pod"
+"""Response header of the trainer's `/progress`: its pod's name (TUNEOP_POD_NAME). Pods
+sharing a host's network share its ports, so whoever reads `podIP:port` checks it."""
 DEFAULT_CHECKPOINT_DIR = "/checkpoints"
 DEFAULT_SPEC_FILE = "/etc/tuneop/spec.yaml"
 # Script mode: the ConfigMap named by `spec.script.configMap` is mounted read-only here

@@ -258,6 +258,13 @@ def main() -> int:
             print(operator.log_tail(40))
         passed = ok
         return 0 if ok else 1
+    except Exception as err:  # one line for the person at the terminal, never a traceback
+        what = str(err).splitlines()[0] if str(err) else type(err).__name__
+        say(f"demo FAILED: {what}")
+        if operator is not None:
+            print(operator.log_tail(20))
+        print(f"logs kept in {work}")
+        return 1
     finally:
         say("tearing down")
         if operator is not None:

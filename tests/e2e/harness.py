@@ -5,6 +5,7 @@ TuningJobs and Events. Test infrastructure; nothing here is faked."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -107,8 +108,9 @@ def claim_dir(kubectl: Kubectl, namespace: str, job: str) -> Path:
 
 def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, Any] | None:
     """The trainer's live progress record from its /progress endpoint (pod IP, metrics
-    port), fresher than status.progress (which the trainer patches every ~3 s)."""
-    import urllib.request
+    port), fresher than status.progress (which the trainer patches every ~3 s). None
+    when nothing answers, or when what answers is not that pod's trainer (local pods
+    share the host's network: any process may hold the port)."""
 
     result = kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
     if result.returncode != 0:
@@ -116,9 +118,38 @@ def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, An
     ip = (json.loads(result.stdout).get("status") or {}).get("podIP")
     if not ip:
         return None
-    url = f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress"
+    return pod_progress(f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress", pod)
+
+
+def job_progress(
+    kubectl: Kubectl, namespace: str, job: str, fresh: float = 5.0
+) -> dict[str, Any] | None:
+    """What the operator copied into the TuningJob's status.progress, in the endpoint's
+    (snake_case) form, if the trainer reported it in the last `fresh` seconds (an older
+    record, e.g. a replaced pod's, would say where training no longer is); else None."""
+    import datetime as dt
+
+    found = kubectl.job(namespace, job) or {}
+    status = (found.get("status") or {}).get("progress")
+    if not status:
+        return None
+    progress = dataclasses.asdict(contract.Progress.from_dict(status))
+    at = progress.get("last_progress_time")
+    try:
+        age = dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(str(at))
+    except ValueError:
+        return None
+    return progress if age.total_seconds() <= fresh else None
+
+
+def pod_progress(url: str, pod: str) -> dict[str, Any] | None:
+    """The progress record at `url` if the trainer of `pod` answered it, else None."""
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
+            if response.headers.get(contract.PROGRESS_POD_HEADER) != pod:
+                return None
             return dict(json.loads(response.read()))
     except (OSError, ValueError):
         return None
@@ -134,12 +165,15 @@ def wait_mid_epoch(
 ) -> dict[str, Any]:
     """Until the (first) trainer is in a trial after the first one, in the middle of an
     epoch (at `min_step` or later), so that a disruption now makes it resume at a step
-    > 0. Polls the trainer's own endpoint every 50 ms (a step takes ~0.1 s here)."""
+    > 0. Polls the trainer's own endpoint every 50 ms (a step takes ~0.1 s here), or,
+    while another process holds the trainer's port, the job's status.progress."""
     pod = f"{job}-worker-0"
     high = max(min_step, steps_per_epoch - 6)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        progress = trainer_progress(kubectl, namespace, pod)
+        progress = trainer_progress(kubectl, namespace, pod) or job_progress(
+            kubectl, namespace, job
+        )
         if progress is None or (progress.get("trials_completed") or 0) < 1:
             time.sleep(0.5)
             continue

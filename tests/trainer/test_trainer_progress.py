@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tuneop_contract import PHASE_RUNNING, read_progress
+import pytest
+from tuneop_contract import ENV_POD_NAME, PHASE_RUNNING, read_progress
 from tuneop_trainer.progress import Reporter
+
+from tests.e2e.harness import pod_progress
 
 
 def test_progress_file_and_endpoint(tmp_path: Path) -> None:
@@ -34,4 +39,37 @@ def test_progress_file_and_endpoint(tmp_path: Path) -> None:
         assert "tuneop_trainer_checkpoints_total 1.0" in metrics
         assert "tuneop_trainer_trials_total_planned 5.0" in metrics
     finally:
+        reporter.close()
+
+
+def test_progress_names_its_pod_so_a_reader_can_tell_another_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pods on one host share its ports: a reader of podIP:port checks who answered."""
+    monkeypatch.setenv(ENV_POD_NAME, "search-worker-0")
+    reporter = Reporter(tmp_path, min_interval=3600)
+    port = reporter.serve(port=0, address="127.0.0.1")
+
+    class Squatter(BaseHTTPRequestHandler):  # another exporter on a port, any JSON
+        def do_GET(self) -> None:
+            body = b'{"trial_id": "9", "step": 1}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    other = ThreadingHTTPServer(("127.0.0.1", 0), Squatter)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        reporter.update(force=True, phase=PHASE_RUNNING, trial_id="0003")
+        ours = f"http://127.0.0.1:{port}/progress"
+        assert (pod_progress(ours, "search-worker-0") or {}).get("trial_id") == "0003"
+        assert pod_progress(ours, "search-worker-1") is None
+        squatter = f"http://127.0.0.1:{other.server_address[1]}/progress"
+        assert pod_progress(squatter, "search-worker-0") is None
+    finally:
+        other.shutdown()
         reporter.close()

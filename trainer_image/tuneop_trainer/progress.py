@@ -38,7 +38,9 @@ from tuneop_contract import (
     ENV_JOB_NAMESPACE,
     ENV_METRICS_ADDRESS,
     ENV_METRICS_PORT,
+    ENV_POD_NAME,
     ENV_PROGRESS_CONFIGMAP,
+    PROGRESS_POD_HEADER,
     Progress,
     now_rfc3339,
     progress_configmap_patch,
@@ -256,6 +258,7 @@ class Reporter:
                     self.send_error(404)
                     return
                 self.send_response(200)
+                self.send_header(PROGRESS_POD_HEADER, os.environ.get(ENV_POD_NAME, ""))
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
