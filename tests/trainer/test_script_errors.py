@@ -114,4 +114,6 @@ def test_changed_data_is_detected_at_the_resumed_fit(tmp_path: Path) -> None:
     proc = start_exec(SCRIPTS / "file_data.py", ckpt, log)
     assert proc.wait(timeout=300) == EXIT_INVALID_SPEC
     line = [x for x in log.read_text().splitlines() if x.startswith("error: ")][-1]
-    assert line.startswith("error: file_data.py: trial 0 fit 0: its training data changed")
+    assert line.startswith(
+        "error: file_data.py: untitled_project trial 0 fit 0: its training data changed"
+    )
