@@ -105,19 +105,27 @@ def _run_exec(script: Path, ckpt: Path, log: Path) -> None:
     assert proc.wait(timeout=600) == EXIT_COMPLETED, log.read_text()[-3000:]
 
 
-@pytest.mark.parametrize("guide", list(KILLS))
-def test_guide_runs_as_without_tuneop_and_resumes_exactly(guide: str, tmp_path: Path) -> None:
-    script = GUIDES / f"guide_{guide}.py"
+def _plain_and_reference(script: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The script run plainly (in tmp/plain) and under exec uninterrupted (tmp/ref),
+    side by side; their logs. tmp/killed is made for the killed runs."""
     (tmp_path / "ref").mkdir()
     (tmp_path / "killed").mkdir()
-    plain_log, ref_log, log = tmp_path / "plain.log", tmp_path / "ref.log", tmp_path / "run.log"
-    plain = _plain(script, tmp_path / "plain", plain_log)  # side by side with the reference
+    plain_log, ref_log = tmp_path / "plain.log", tmp_path / "ref.log"
+    plain = _plain(script, tmp_path / "plain", plain_log)
     try:
         _run_exec(script, tmp_path / "ref" / "ckpt", ref_log)
         assert plain.wait(timeout=600) == 0, plain_log.read_text()[-3000:]
     finally:
         if plain.poll() is None:
             plain.kill()
+    return plain_log, ref_log
+
+
+@pytest.mark.parametrize("guide", list(KILLS))
+def test_guide_runs_as_without_tuneop_and_resumes_exactly(guide: str, tmp_path: Path) -> None:
+    script = GUIDES / f"guide_{guide}.py"
+    plain_log, ref_log = _plain_and_reference(script, tmp_path)
+    log = tmp_path / "run.log"
     reference = _result(ref_log)
     assert _outcome(reference) == _outcome(_result(plain_log))
 
@@ -151,16 +159,8 @@ def test_keras_tuner_promises_hold_under_exec_and_after_a_kill(tmp_path: Path) -
     in the overwriting tuner's search, the tuner before it is not run again and the
     overwriting one starts afresh once, then resumes."""
     script = SCRIPTS / "kt_promises.py"
-    (tmp_path / "ref").mkdir()
-    (tmp_path / "killed").mkdir()
-    plain_log, ref_log, log = tmp_path / "plain.log", tmp_path / "ref.log", tmp_path / "run.log"
-    plain = _plain(script, tmp_path / "plain", plain_log)
-    try:
-        _run_exec(script, tmp_path / "ref" / "ckpt", ref_log)
-        assert plain.wait(timeout=600) == 0, plain_log.read_text()[-3000:]
-    finally:
-        if plain.poll() is None:
-            plain.kill()
+    plain_log, ref_log = _plain_and_reference(script, tmp_path)
+    log = tmp_path / "run.log"
     expected = _promises(plain_log)
     assert expected["reloaded_after_search"] == expected["first"]
     assert expected["overwritten_before_search"] == []
