@@ -111,14 +111,20 @@ def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, An
     port), fresher than status.progress (which the trainer patches every ~3 s). None
     when nothing answers, or when what answers is not that pod's trainer (local pods
     share the host's network: any process may hold the port)."""
+    return _endpoint_progress(kubectl, namespace, pod)[0]
 
+
+def _endpoint_progress(
+    kubectl: Kubectl, namespace: str, pod: str
+) -> tuple[dict[str, Any] | None, bool]:
+    """(the pod trainer's record or None, whether another process answered instead)."""
     result = kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
     if result.returncode != 0:
-        return None
+        return None, False
     ip = (json.loads(result.stdout).get("status") or {}).get("podIP")
     if not ip:
-        return None
-    return pod_progress(f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress", pod)
+        return None, False
+    return fetch_progress(f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress", pod)
 
 
 def job_progress(
@@ -142,17 +148,18 @@ def job_progress(
     return progress if age.total_seconds() <= fresh else None
 
 
-def pod_progress(url: str, pod: str) -> dict[str, Any] | None:
-    """The progress record at `url` if the trainer of `pod` answered it, else None."""
+def fetch_progress(url: str, pod: str) -> tuple[dict[str, Any] | None, bool]:
+    """(the progress record at `url` if the trainer of `pod` answered it, else None;
+    whether something else answered)."""
     import urllib.request
 
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             if response.headers.get(contract.PROGRESS_POD_HEADER) != pod:
-                return None
-            return dict(json.loads(response.read()))
+                return None, True
+            return dict(json.loads(response.read())), False
     except (OSError, ValueError):
-        return None
+        return None, False
 
 
 def wait_mid_epoch(
@@ -171,9 +178,9 @@ def wait_mid_epoch(
     high = max(min_step, steps_per_epoch - 6)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        progress = trainer_progress(kubectl, namespace, pod) or job_progress(
-            kubectl, namespace, job
-        )
+        progress, other = _endpoint_progress(kubectl, namespace, pod)
+        if other:  # the port is another process's: what the operator reads instead
+            progress = job_progress(kubectl, namespace, job)
         if progress is None or (progress.get("trials_completed") or 0) < 1:
             time.sleep(0.5)
             continue

@@ -12,7 +12,7 @@ import pytest
 from tuneop_contract import ENV_POD_NAME, PHASE_RUNNING, read_progress
 from tuneop_trainer.progress import Reporter
 
-from tests.e2e.harness import pod_progress
+from tests.e2e.harness import fetch_progress
 
 
 def test_progress_file_and_endpoint(tmp_path: Path) -> None:
@@ -66,10 +66,12 @@ def test_progress_names_its_pod_so_a_reader_can_tell_another_answer(
     try:
         reporter.update(force=True, phase=PHASE_RUNNING, trial_id="0003")
         ours = f"http://127.0.0.1:{port}/progress"
-        assert (pod_progress(ours, "search-worker-0") or {}).get("trial_id") == "0003"
-        assert pod_progress(ours, "search-worker-1") is None
+        record, foreign = fetch_progress(ours, "search-worker-0")
+        assert (record or {}).get("trial_id") == "0003" and not foreign
+        assert fetch_progress(ours, "search-worker-1") == (None, True)
         squatter = f"http://127.0.0.1:{other.server_address[1]}/progress"
-        assert pod_progress(squatter, "search-worker-0") is None
+        assert fetch_progress(squatter, "search-worker-0") == (None, True)
+        assert fetch_progress("http://127.0.0.1:9/progress", "search-worker-0") == (None, False)
     finally:
         other.shutdown()
         reporter.close()
