@@ -44,14 +44,9 @@ def _trains_itself(method: Any) -> str | None:
     """`file:line` of `method` if its body calls no `fit`/`run_trial`; None if it does
     or its source cannot be read (then it is taken to use `Model.fit`)."""
     try:
-        source = textwrap.dedent(inspect.getsource(method))
-        lines = inspect.getsourcelines(method)[1]
-        path = inspect.getsourcefile(method) or "?"
-    except (OSError, TypeError):
-        return None
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+        lines, first = inspect.getsourcelines(method)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -59,4 +54,4 @@ def _trains_itself(method: Any) -> str | None:
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
             if name in DELEGATES:
                 return None
-    return f"{path}:{lines}"
+    return f"{inspect.getsourcefile(method) or '?'}:{first}"

@@ -98,10 +98,10 @@ def _patch_base_init() -> None:
             )
         placement = rt.projects.place(project_name, bool(overwrite), rt.script)
         self._tuneop_key = placement.key
-        directory = target / placement.directory
+        project_dir = rt.projects.project_dir(placement)
         from ..tuners import tuner_file
 
-        fresh = not (rt.projects.project_dir(placement) / tuner_file()).exists()
+        fresh = not (project_dir / tuner_file()).exists()
         # A fresh tuner builds the model to see its space, a reloaded one does not:
         # neither draws from the script's random streams.
         with seeds.isolated():
@@ -109,7 +109,7 @@ def _patch_base_init() -> None:
                 self,
                 oracle,
                 hypermodel=hypermodel,
-                directory=str(directory),
+                directory=str(project_dir.parent),
                 project_name=project_name,
                 overwrite=False,  # projects.py has started it afresh if it must
                 **kwargs,
