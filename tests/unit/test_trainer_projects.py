@@ -152,3 +152,24 @@ def test_an_unreadable_record_is_refused(tmp_path: Path) -> None:
     (tmp_path / TUNER_DIR / RECORD).write_text("{not json")
     with pytest.raises(SpecError, match="cannot read"):
         _projects(tmp_path)
+
+
+def test_a_worker_follows_the_chiefs_record_whatever_it_saw_at_start(tmp_path: Path) -> None:
+    """A worker of a multi-worker group loads the record before the chief has started
+    the search, and the chief's view must win: the worker's keras-tuner files appear
+    only after the chief placed the construction, and the worker places it from the
+    chief's record (the trainer reloads it after a barrier)."""
+    worker = _projects(tmp_path, write=False)
+    chief = _projects(tmp_path)
+    first = chief.place("p", True, "s.py")
+    (chief.project_dir(first) / "oracle.json").parent.mkdir(parents=True)
+    second = chief.place("p", True, "s.py")
+    assert [first.key, second.key] == ["p", "p@1"]
+    worker.reload()
+    assert _keys(worker, ("p", True), ("p", True)) == ["p", "p@1"]
+    assert [worker.project_dir(p) for p in worker.placed] == [
+        chief.project_dir(p) for p in chief.placed
+    ]
+    # a worker starting after the chief began sees the record, not a volume to adopt
+    late = _projects(tmp_path, write=False)
+    assert _keys(late, ("p", True)) == ["p"]

@@ -78,6 +78,10 @@ class Projects:
             raise SpecError("DIR", f"cannot read {self.path}: {exc}") from exc
         return list(data["tuners"])
 
+    def reload(self) -> None:
+        """Read the record again: a worker that does not write follows the chief's."""
+        self.recorded = self._load()
+
     def project_dir(self, placement: Placement) -> Path:
         return self.base / placement.directory / placement.project
 

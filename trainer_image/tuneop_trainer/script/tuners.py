@@ -43,6 +43,7 @@ from .. import failed_trials, parallel, preemption, scope, seeds
 from ..checkpoint import CheckpointStore, replace_synced
 from ..results import planned_trials, search_progress
 from . import iterations, loops, runtime
+from .projects import Placement
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def _patch_base_init() -> None:
                 directory,
                 target,
             )
-        placement = rt.projects.place(project_name, bool(overwrite), rt.script)
+        placement = _place(rt, project_name, bool(overwrite))
         self._tuneop_key = placement.key
         project_dir = rt.projects.project_dir(placement)
         from ..tuners import tuner_file
@@ -128,6 +129,22 @@ def _patch_base_init() -> None:
         multiworker.barrier(rt.strategy)
 
     base_tuner.BaseTuner.__init__ = __init__
+
+
+def _place(rt: runtime.Runtime, project_name: str, overwrite: bool) -> Placement:
+    """The construction's placement, the same in every worker of a group: the chief
+    decides and records it, the other workers read its record once it has (a worker
+    deciding on its own could see the volume at another moment, e.g. before or after
+    the chief started a search on it, and seed its replica differently)."""
+    from .. import multiworker
+
+    if rt.write:
+        placement = rt.projects.place(project_name, overwrite, rt.script)
+    multiworker.barrier(rt.strategy)
+    if not rt.write:
+        rt.projects.reload()
+        placement = rt.projects.place(project_name, overwrite, rt.script)
+    return placement
 
 
 def _patch_tuner_init() -> None:
