@@ -1,47 +1,17 @@
-"""Shared fixtures: ``control_plane``, one real local control plane per test session.
-
-It is started lazily by the first test that asks for it and always stopped at the end
-of the session, also on Ctrl-C or SIGTERM; an atexit hook in controlplane.py and
-PR_SET_PDEATHSIG on every component are the safety nets if pytest itself dies.
-"""
+"""Shared fixtures: the local cluster's ``control_plane``, ``cluster`` and ``kueue`` (the
+plugin :mod:`tests.localcluster.pytest_plugin`, one of each per session, started by the
+first test that asks for it) and ``tmpfs``."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from types import FrameType
 
 import pytest
 
-from tests.localcluster.controlplane import ControlPlane
-
-
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")  # unwinds into the finally below
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        cp.start()
-        pids = cp.pids
-        yield cp
-    finally:
-        cp.stop()
-        signal.signal(signal.SIGTERM, previous)
-    assert cp.leftover_pids(pids) == [], "control plane processes left behind"
-
-
-# The `cluster` fixture: control plane + node agents + local-path volumes (nodeagent/).
-from tests.localcluster.cluster import cluster  # noqa: E402, F401
-
-# The `kueue` fixture: Kueue's manager on the control plane, started only when asked for.
-from tests.localcluster.kueue import kueue  # noqa: E402, F401
+pytest_plugins = ["tests.localcluster.pytest_plugin"]
 
 
 @pytest.fixture
@@ -62,3 +32,17 @@ def tmpfs(tmp_path: Path) -> Callable[[str], AbstractContextManager[Path]]:
             subprocess.run(["umount", "-l", str(mount)], check=True)
 
     return mounted
+
+
+_CLUSTER_FIXTURES = {"control_plane", "cluster", "kueue"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """How `make test` shares the suite among its pytest-xdist workers (`--dist
+    loadgroup`): the tests on the session's local cluster all in one worker (one
+    cluster, started once), every other module in one worker (its module-scoped
+    reference runs computed once)."""
+    for item in items:
+        uses_cluster = bool(_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())))
+        group = "cluster" if uses_cluster else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))

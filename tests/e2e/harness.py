@@ -1,6 +1,7 @@
 """Helpers shared by the operator's end-to-end tests and `make demo`: install the CRDs,
-run the real operator (`python -m tuneop`) as a subprocess against a cluster, read
-TuningJobs and Events. Test infrastructure; nothing here is faked."""
+run the real operator (`python -m tuneop`) as a subprocess against a cluster, submit and
+read TuningJobs and Events (:class:`Env`: what an e2e test gets from the `e2e` fixture).
+Test infrastructure; nothing here is faked."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +19,8 @@ from typing import Any
 import tuneop_contract as contract
 import yaml
 
-from tests.localcluster.cluster import wait_for  # re-exported for the e2e tests
+from tests.localcluster.cluster import LocalCluster, wait_for
+from tests.localcluster.controlplane import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "manifests" / "crd"
@@ -28,11 +29,37 @@ SCRIPT_SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-script.yaml"
 SCRIPT_FILE = ROOT / "manifests" / "samples" / "emg_search.py"
 PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("contract", "operator", "trainer_image", "."))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+SEARCH: dict[str, Any] = {
+    # Long enough (about 20 steps an epoch) to be disrupted mid-trial after a checkpoint,
+    # small enough for a couple of minutes on one CPU; deterministic so a disrupted run
+    # can be compared with an undisturbed one.
+    "data": {"synthetic": {"samples": 768, "seed": 0}, "validationSplit": 0.25},
+    "tuner": {
+        "algorithm": "Hyperband",
+        "objective": {"name": "val_accuracy", "direction": "max"},
+        "maxEpochs": 2,
+        "factor": 2,
+        "hyperbandIterations": 1,
+        "seed": 7,
+        "batchSize": 32,
+        "deterministic": True,
+    },
+    "checkpoint": {"size": "1Gi", "intervalSteps": 3, "intervalSeconds": 30, "keep": 2},
+    "resources": {},
+    "terminationGracePeriodSeconds": 30,
+}
+STEPS_PER_EPOCH = 768 * 3 // 4 // 32  # training samples // batch size
+SCRIPT_SEARCH: dict[str, Any] = {
+    # The script's own search (SCRIPT_FILE); a small interval, so a trial disrupted
+    # mid-epoch has a checkpoint at a step > 0.
+    "checkpoint": {"size": "1Gi", "intervalSteps": 3, "intervalSeconds": 30},
+    "resources": {},
+    "terminationGracePeriodSeconds": 30,
+}
+SCRIPT_CONFIGMAP = "emg-search"
+"""The ConfigMap the script sample names (SCRIPT_FILE its only key)."""
+SESSION_PRIORITY = 100
+"""kopf peering priority of the session's operator."""
 
 
 class Kubectl:
@@ -289,3 +316,140 @@ class Operator:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    """The status condition of type `type_`, or {} while there is none."""
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def required_condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    """The status condition of type `type_`; AssertionError if there is none."""
+    for cond in status.get("conditions") or []:
+        if cond["type"] == type_:
+            return dict(cond)
+    raise AssertionError(f"no condition {type_} in {status.get('conditions')}")
+
+
+def dry_run_rejected(kubectl: Kubectl, job: dict[str, Any]) -> str:
+    """What the API server says refusing a server-side dry-run create of `job` (the
+    CRD's schema and CEL rules); AssertionError if it accepts it."""
+    result = kubectl(
+        "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(job), check=False
+    )
+    assert result.returncode != 0, f"accepted: {job['spec']}"
+    return result.stderr
+
+
+class Env:
+    """What a test needs: kubectl, the operator process, the cluster."""
+
+    def __init__(self, cluster: LocalCluster, kubectl: Kubectl, operator: Operator) -> None:
+        self.cluster = cluster
+        self.kubectl = kubectl
+        self.operator = operator
+        self._namespaces = 0
+
+    def namespace(self, prefix: str) -> str:
+        """A fresh namespace, ready for pods: its default ServiceAccount and the
+        kube-root-ca.crt ConfigMap (the trainer's API access needs ca.crt) exist."""
+        self._namespaces += 1
+        ns = self.cluster.create_namespace(f"{prefix}-{self._namespaces}")
+        wait_for(
+            lambda: (
+                self.kubectl("get", "cm", "kube-root-ca.crt", "-n", ns, check=False).returncode == 0
+            ),
+            60,
+            f"kube-root-ca.crt in {ns}",
+        )
+        return ns
+
+    def submit(
+        self,
+        namespace: str,
+        name: str = "search",
+        *,
+        search: dict[str, Any] = SEARCH,
+        labels: dict[str, str] | None = None,
+        **spec: Any,
+    ) -> dict[str, Any]:
+        """Apply the sample TuningJob with the fields of `search` (SEARCH by default) and
+        then of `spec` replaced, with `labels` if given; returns what was applied."""
+        job = sample(name, namespace, **{**search, **spec})
+        if labels is not None:
+            job["metadata"]["labels"] = dict(labels)
+        self.kubectl.apply(job)
+        return job
+
+    def submit_script(self, namespace: str, name: str = "search", **spec: Any) -> dict[str, Any]:
+        """Apply the script-mode sample with the fields of SCRIPT_SEARCH and then of
+        `spec` replaced; returns what was applied."""
+        job = script_sample(name, namespace, **{**SCRIPT_SEARCH, **spec})
+        self.kubectl.apply(job)
+        return job
+
+    def create_script_configmap(self, namespace: str) -> None:
+        """The script sample's ConfigMap, created as the sample's header tells users to."""
+        self.kubectl(
+            "create", "configmap", SCRIPT_CONFIGMAP, "-n", namespace, f"--from-file={SCRIPT_FILE}"
+        )
+
+    def job(self, namespace: str, name: str = "search") -> dict[str, Any]:
+        job = self.kubectl.job(namespace, name)
+        assert job is not None, f"TuningJob {namespace}/{name} not found"
+        return job
+
+    def status(self, namespace: str, name: str = "search") -> dict[str, Any]:
+        return dict(self.job(namespace, name).get("status") or {})
+
+    def wait_status(
+        self, namespace: str, predicate: Any, timeout: float, what: str, name: str = "search"
+    ) -> dict[str, Any]:
+        try:
+            return wait_for(
+                lambda: (s := self.status(namespace, name)) and predicate(s) and s,
+                timeout,
+                what,
+                every=1.0,
+            )
+        except TimeoutError as err:
+            raise AssertionError(f"{err}\n{self.diagnose(namespace, name)}") from None
+
+    def wait_phase(
+        self, namespace: str, phase: str, timeout: float = 300, name: str = "search"
+    ) -> dict[str, Any]:
+        return self.wait_status(
+            namespace, lambda s: s.get("phase") == phase, timeout, f"phase {phase}", name
+        )
+
+    def wait_mid_trial(
+        self, namespace: str, name: str = "search", min_step: int = 2
+    ) -> dict[str, Any]:
+        """Until the trainer is mid-epoch in a trial after the first one (its own
+        /progress endpoint; SEARCH has 18 steps an epoch)."""
+        self.wait_phase(namespace, "Running", timeout=120, name=name)
+        try:
+            return wait_mid_epoch(self.kubectl, namespace, name, STEPS_PER_EPOCH, min_step=min_step)
+        except (TimeoutError, AssertionError) as err:
+            raise AssertionError(f"{err}\n{self.diagnose(namespace, name)}") from None
+
+    def claim_dir(self, namespace: str, name: str = "search") -> Path:
+        """The host directory behind the job's checkpoint claim."""
+        return claim_dir(self.kubectl, namespace, name)
+
+    def reasons(self, namespace: str, name: str = "search") -> list[str]:
+        return [e["reason"] for e in self.kubectl.events(namespace, name)]
+
+    def diagnose(self, namespace: str, name: str = "search") -> str:
+        parts = []
+        with contextlib.suppress(Exception):
+            parts.append("status: " + json.dumps(self.status(namespace, name), indent=1))
+        with contextlib.suppress(Exception):
+            parts.append(self.kubectl("get", "pods,events", "-n", namespace).stdout)
+        with contextlib.suppress(Exception):
+            for pod in self.kubectl.pods(namespace, name):
+                pod_name = pod["metadata"]["name"]
+                logs = self.kubectl("logs", "-n", namespace, pod_name, check=False).stdout
+                parts.append(f"--- logs {pod_name}:\n" + "\n".join(logs.splitlines()[-30:]))
+        parts.append("--- operator log:\n" + self.operator.log_tail(40))
+        return "\n".join(parts)

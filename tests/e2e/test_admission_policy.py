@@ -1,106 +1,30 @@
 """The chart's TuningJob admission policy (admission.enabled) on the real API server.
 
 The ValidatingAdmissionPolicy, its binding and its params ConfigMap are rendered from the
-chart with example limits and applied; the binding selects only the namespaces labelled
-below, so the TuningJobs of the other tests sharing the session's cluster are not judged.
-No operator runs here: admission is the API server's alone.
+chart with example limits and applied (tests/e2e/admission.py, the `policy` fixture); the
+binding selects only the namespaces labelled tuneop-e2e/admission=on, so the TuningJobs
+of the other tests sharing the session's cluster are not judged. No operator runs here:
+admission is the API server's alone.
 """
 
 from __future__ import annotations
 
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.e2e.admission import (
+    NAME,
+    OUTSIDE,
+    PARAMS_NAMESPACE,
+    TENANT,
+    create,
+    job,
+    policy_rejected,
+)
 from tests.e2e.harness import Kubectl, sample
-from tests.localcluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
-
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "tuneop"
-RELEASE = "tuneop-vap"
-PARAMS_NAMESPACE = "tuneop-vap-system"
-TENANT = "tuneop-vap-tenant"
-OUTSIDE = "tuneop-vap-outside"
-SELECTOR_LABEL = "tuneop-e2e/admission"
-NAME = f"{RELEASE}-tuningjob-limits"
-ALLOWED_IMAGE = "registry.example.com/ml/trainer:0.1.0"
-LIMITS = [
-    "admission.enabled=true",
-    "admission.allowedImages={registry.example.com/ml/,ghcr.io/acme/}",
-    "admission.allowedPriorityClasses={tuneop-preemptible}",
-    "admission.maxGpusPerJob=4",
-    "admission.allowedTolerationKeys={example.com/spot}",
-    f"admission.namespaceSelector.matchLabels.{SELECTOR_LABEL}=on",
-]
-TEMPLATES = ("admission-policy.yaml", "admission-binding.yaml", "admission-params.yaml")
-
-
-def render(cp: ControlPlane, *sets: str) -> str:
-    cmd = [str(cp.bin_dir / "helm"), "template", RELEASE, str(CHART), "-n", PARAMS_NAMESPACE]
-    for template in TEMPLATES:
-        cmd += ["--show-only", f"templates/{template}"]
-    for s in sets:
-        cmd += ["--set", s]
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-
-
-def job(name: str, **spec: Any) -> dict[str, Any]:
-    return sample(name, TENANT, **{"image": ALLOWED_IMAGE, **spec})
-
-
-def create(kubectl: Kubectl, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    import yaml
-
-    return kubectl("create", "-f", "-", input=yaml.safe_dump(obj), check=False)
-
-
-def rejected(kubectl: Kubectl, obj: dict[str, Any]) -> str:
-    result = create(kubectl, obj)
-    assert result.returncode != 0, f"admitted: {obj['spec']}"
-    assert NAME in result.stderr, result.stderr  # denied by the policy, not by the schema
-    return result.stderr
-
-
-def wait_rejected(kubectl: Kubectl, obj: dict[str, Any], timeout: float = 90) -> str:
-    """A policy takes effect once the API server has compiled it and cached the binding
-    and its params: until then a create may still pass (then it is deleted again)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = create(kubectl, obj)
-        if result.returncode != 0 and NAME in result.stderr:
-            return result.stderr
-        if result.returncode == 0:
-            kubectl("delete", "tj", obj["metadata"]["name"], "-n", TENANT, "--wait=false")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not rejected within {timeout:.0f}s: {result.stderr}")
-        time.sleep(1)
-
-
-@pytest.fixture(scope="module")
-def policy(kubectl: Kubectl, control_plane: ControlPlane) -> Iterator[Kubectl]:
-    for ns, labels in ((PARAMS_NAMESPACE, {}), (TENANT, {SELECTOR_LABEL: "on"}), (OUTSIDE, {})):
-        kubectl.apply(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
-        )
-    kubectl("apply", "-f", "-", input=render(control_plane, *LIMITS))
-    try:
-        status = kubectl.json("get", "validatingadmissionpolicy", NAME).get("status") or {}
-        assert not (status.get("typeChecking") or {}).get("expressionWarnings"), status
-        stderr = wait_rejected(kubectl, job("first", image="docker.io/library/python:3.12"))
-        assert 'spec.image "docker.io/library/python:3.12" is not allowed' in stderr, stderr
-        yield kubectl
-    finally:
-        kubectl("delete", "validatingadmissionpolicybinding", NAME, check=False)
-        kubectl("delete", "validatingadmissionpolicy", NAME, check=False)
-        kubectl(
-            "delete", "namespace", TENANT, OUTSIDE, PARAMS_NAMESPACE, "--wait=false", check=False
-        )
 
 
 def test_policy_type_checks_without_warnings(policy: Kubectl) -> None:
@@ -115,32 +39,36 @@ def test_policy_type_checks_without_warnings(policy: Kubectl) -> None:
 
 
 def test_disallowed_image_is_rejected_naming_the_field(policy: Kubectl) -> None:
-    stderr = rejected(policy, job("bad-image", image="docker.io/evil/miner:latest"))
+    stderr = policy_rejected(policy, job("bad-image", image="docker.io/evil/miner:latest"))
     assert 'spec.image "docker.io/evil/miner:latest" is not allowed' in stderr, stderr
     assert "allowed prefixes: registry.example.com/ml/, ghcr.io/acme/" in stderr, stderr
 
 
 def test_too_many_gpus_are_rejected_naming_the_fields(policy: Kubectl) -> None:
     distribution = {"strategy": "Auto", "workers": 2, "gpusPerWorker": 4}
-    stderr = rejected(policy, job("many-gpus", distribution=distribution))
+    stderr = policy_rejected(policy, job("many-gpus", distribution=distribution))
     fields = "spec.parallelTrials x spec.distribution.workers x spec.distribution.gpusPerWorker"
     assert f"{fields} = 8 GPUs" in stderr, stderr
     # every trial group of a parallel job gets them
     distribution = {"strategy": "Auto", "workers": 1, "gpusPerWorker": 2}
-    stderr = rejected(policy, job("parallel-gpus", distribution=distribution, parallelTrials=3))
+    stderr = policy_rejected(
+        policy, job("parallel-gpus", distribution=distribution, parallelTrials=3)
+    )
     assert "= 6 GPUs" in stderr
     assert "more than the 4 allowed per TuningJob" in stderr, stderr
     # GPUs asked for through spec.resources instead are refused too.
     resources = {"limits": {"nvidia.com/gpu": 8}}
     distribution = {"strategy": "Auto", "workers": 1, "gpusPerWorker": 0}
-    stderr = rejected(
+    stderr = policy_rejected(
         policy, job("gpus-in-resources", distribution=distribution, resources=resources)
     )
     assert "spec.resources must not set nvidia.com/gpu" in stderr, stderr
 
 
 def test_disallowed_priority_class_is_rejected(policy: Kubectl) -> None:
-    stderr = rejected(policy, job("high-priority", priorityClassName="system-cluster-critical"))
+    stderr = policy_rejected(
+        policy, job("high-priority", priorityClassName="system-cluster-critical")
+    )
     assert 'spec.priorityClassName "system-cluster-critical" is not allowed' in stderr, stderr
     assert "allowed: tuneop-preemptible" in stderr, stderr
 
@@ -150,7 +78,7 @@ def test_disallowed_toleration_key_is_rejected(policy: Kubectl) -> None:
         {"key": "example.com/spot", "operator": "Exists"},
         {"operator": "Exists"},  # tolerates every taint
     ]
-    stderr = rejected(policy, job("tolerate-all", tolerations=tolerations))
+    stderr = policy_rejected(policy, job("tolerate-all", tolerations=tolerations))
     assert 'spec.tolerations key(s) "" (every taint) not allowed' in stderr, stderr
 
 
@@ -186,7 +114,7 @@ def test_namespaces_outside_the_selector_are_not_judged(policy: Kubectl) -> None
 def test_limits_change_by_editing_the_params_configmap(policy: Kubectl) -> None:
     """No re-install: the admin edits the ConfigMap and the same policy applies it."""
     image = "quay.io/team/trainer:1"
-    rejected(policy, job("quay", image=image))
+    policy_rejected(policy, job("quay", image=image))
     patch = '{"data":{"allowedImages":"registry.example.com/ml/,quay.io/team/"}}'
     policy("patch", "configmap", NAME, "-n", PARAMS_NAMESPACE, "--type=merge", "-p", patch)
     try:

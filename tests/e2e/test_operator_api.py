@@ -8,17 +8,9 @@ import json
 import pytest
 import yaml
 
-from tests.e2e.harness import Kubectl, sample, script_sample
+from tests.e2e.harness import dry_run_rejected, sample, script_sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
-
-
-def rejected(kubectl: Kubectl, job: dict) -> str:
-    result = kubectl(
-        "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(job), check=False
-    )
-    assert result.returncode != 0, f"accepted: {job['spec']}"
-    return result.stderr
 
 
 @pytest.mark.parametrize(
@@ -51,7 +43,7 @@ def rejected(kubectl: Kubectl, job: dict) -> str:
 def test_invalid_specs_are_rejected_with_a_clear_message(kubectl, change, message):
     job = sample("bad", "default")
     job["spec"].update(change)
-    assert message in rejected(kubectl, job)
+    assert message in dry_run_rejected(kubectl, job)
 
 
 SCRIPT = {"configMap": {"name": "my-search"}}
@@ -88,7 +80,7 @@ def test_invalid_script_specs_are_rejected_with_a_clear_message(kubectl, change,
             del job["spec"][key]
         else:
             job["spec"][key] = value
-    assert message in rejected(kubectl, job)
+    assert message in dry_run_rejected(kubectl, job)
 
 
 def test_script_jobs_are_accepted_and_their_mode_is_immutable(kubectl):
@@ -129,7 +121,7 @@ def test_script_jobs_are_accepted_and_their_mode_is_immutable(kubectl):
 
 def test_name_length_and_immutable_fields(kubectl):
     long_name = sample("x" * 46, "default")
-    assert "at most 45 characters" in rejected(kubectl, long_name)
+    assert "at most 45 characters" in dry_run_rejected(kubectl, long_name)
     job = sample("immutable", "default")
     kubectl.apply(job)
     try:

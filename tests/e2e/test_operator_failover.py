@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 import tuneop_contract as contract
 
-from tests.e2e.conftest import SESSION_PRIORITY, Env
-from tests.e2e.harness import Operator, trainer_progress, wait_for
+from tests.e2e.harness import SESSION_PRIORITY, Env, Operator, trainer_progress, wait_for
 from tests.localcluster import disruption
 from tests.localcluster import standin_trainer as standin
 
@@ -28,13 +27,13 @@ LIFETIME = "4"
 """Peering lifetime (s) of the test's replicas: a frozen leader is replaced this soon."""
 
 
-def submit(e2e: Env, namespace: str, trials: int, seconds: float) -> None:
-    e2e.submit(
-        namespace,
-        env=standin.env(trials, seconds),
-        distribution={"strategy": "Auto", "workers": 1, "gpusPerWorker": 0},
-        terminationGracePeriodSeconds=5,
-    )
+def standin_spec(trials: int, seconds: float) -> dict[str, Any]:
+    """Spec fields that run the stand-in trainer: `trials` trials of `seconds`, no GPU."""
+    return {
+        "env": standin.env(trials, seconds),
+        "distribution": {"strategy": "Auto", "workers": 1, "gpusPerWorker": 0},
+        "terminationGracePeriodSeconds": 5,
+    }
 
 
 def trained(e2e: Env, namespace: str, done: int) -> dict[str, Any]:
@@ -108,7 +107,7 @@ def test_a_leader_frozen_mid_pass_and_resumed_after_failover_undoes_nothing(
             raise AssertionError(f"{err}: {leaders}\n" + "\n---\n".join(logs)) from None
         ns = e2e.namespace("failover")
         trials = 8
-        submit(e2e, ns, trials, 1.0)
+        e2e.submit(ns, **standin_spec(trials, 1.0))
         trained(e2e, ns, 2)
         ((old_uid, _),) = pod_uids(e2e, ns)
         disruption.evict_pod(e2e.cluster.api, ns, POD)
@@ -170,7 +169,7 @@ def test_apiserver_killed_and_restarted_mid_run(e2e: Env):
     search; nothing counted, nothing created twice."""
     ns = e2e.namespace("apiserver-restart")
     trials = 6
-    submit(e2e, ns, trials, 1.0)
+    e2e.submit(ns, **standin_spec(trials, 1.0))
     trained(e2e, ns, 2)
     before = pod_uids(e2e, ns)
     e2e.cluster.control_plane.restart_apiserver(down_seconds=5)
@@ -186,7 +185,7 @@ def test_apiserver_down_while_the_trainer_finishes(e2e: Env):
     termination message) is not; the status agrees with results.json."""
     ns = e2e.namespace("apiserver-down")
     trials = 4
-    submit(e2e, ns, trials, 1.0)
+    e2e.submit(ns, **standin_spec(trials, 1.0))
     trained(e2e, ns, 1)
     before = pod_uids(e2e, ns)
     worker = node_worker(e2e, ns, POD)

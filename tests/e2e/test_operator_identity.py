@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from tuneop_contract import OWNER_FILE
 
-from tests.e2e.conftest import Env
-from tests.e2e.test_operator_lifecycle import condition
+from tests.e2e.harness import Env, required_condition
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
@@ -39,7 +38,7 @@ def test_a_recreated_job_resumes_the_old_search_only_when_adopting(
     new_uid = e2e.job(ns)["metadata"]["uid"]
     assert new_uid != old_uid
     status = e2e.wait_phase(ns, "Failed", timeout=180)
-    failed = condition(status, "Failed")
+    failed = required_condition(status, "Failed")
     assert failed["reason"] == "InvalidSpec", failed
     message = failed["message"]  # the trainer's line, after the pod's name
     assert "search-worker-0: spec.checkpoint.adopt: the checkpoint volume holds" in message

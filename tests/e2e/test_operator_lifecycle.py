@@ -16,19 +16,11 @@ import pytest
 import tuneop_contract as contract
 from tuneop.status import parse_time
 
-from tests.e2e.conftest import SEARCH, Env
-from tests.e2e.harness import ROOT, Operator, sample, wait_for
+from tests.e2e.harness import ROOT, SEARCH, Env, Operator, required_condition, sample, wait_for
 from tests.localcluster import disruption
 from tests.localcluster.nodeagent.agent import NodeConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    for cond in status.get("conditions") or []:
-        if cond["type"] == type_:
-            return dict(cond)
-    raise AssertionError(f"no condition {type_} in {status.get('conditions')}")
 
 
 def fetch_results(e2e: Env, ns: str, job: str, dest: Path) -> subprocess.CompletedProcess[str]:
@@ -60,7 +52,7 @@ def test_sample_runs_to_completion(e2e: Env, tmp_path: Path):
     assert status["trialsCompleted"] == status["trialsTotal"] > 0
     assert status["preemptions"] == 0 and status["failures"] == 0
     assert status["observedGeneration"] == 1 and status["completionTime"]
-    complete = condition(status, "Complete")
+    complete = required_condition(status, "Complete")
     assert complete["status"] == "True" and complete["observedGeneration"] == 1
     table = e2e.kubectl("get", "tj", "-n", ns).stdout.splitlines()
     assert table[0].split() == ["NAME", "STATE", "TRIALS", "BEST", "PREEMPTIONS", "AGE"]
@@ -211,7 +203,7 @@ def test_failing_trainer_exhausts_the_failure_budget_with_backoff(e2e: Env):
     )
     status = e2e.wait_phase(ns, "Failed", timeout=300)
     assert status["failures"] == 2 and status["preemptions"] == 0
-    failed = condition(status, "Failed")
+    failed = required_condition(status, "Failed")
     assert failed["reason"] == "FailureBudgetExceeded"
     assert "maxFailures=1" in failed["message"]
     assert "TypeError: Object of type HyperParameters is not JSON serializable" in failed["message"]
@@ -238,7 +230,7 @@ def test_unimportable_hypermodel_fails_at_once_with_the_trainers_message(e2e: En
     ns = e2e.namespace("unimportable")
     e2e.submit(ns, hypermodel="tuneop_trainer.examples.no_such_module:Nothing")
     status = e2e.wait_phase(ns, "Failed", timeout=300)
-    failed = condition(status, "Failed")
+    failed = required_condition(status, "Failed")
     assert failed["reason"] == "InvalidSpec"
     assert "spec.hypermodel" in failed["message"] and "no_such_module" in failed["message"]
     assert status["failures"] == 0 and status["attempt"] == 0
@@ -271,7 +263,7 @@ def test_suspend_resume_and_delete_keeps_the_retained_claim(e2e: Env, reference:
         ns, lambda s: s.get("phase") == "Suspended" and s.get("message") == "suspended", 120,
         "suspended with no pods",
     )  # fmt: skip
-    assert condition(status, "Suspended")["status"] == "True"
+    assert required_condition(status, "Suspended")["status"] == "True"
     assert e2e.kubectl.pods(ns, "search") == []
     e2e.kubectl(
         "patch",
@@ -306,7 +298,7 @@ def test_operator_side_invalid_spec_gets_a_condition_and_an_event(e2e: Env):
     ns = e2e.namespace("invalid")
     e2e.submit(ns, env=[{"name": "TF_CONFIG", "value": "{}"}])
     status = e2e.wait_phase(ns, "Failed", timeout=60)
-    failed = condition(status, "Failed")
+    failed = required_condition(status, "Failed")
     assert failed["reason"] == "InvalidSpec" and "spec.env[0].name" in failed["message"]
     events = e2e.kubectl.events(ns, "search")
     assert [(e["type"], e["reason"]) for e in events] == [("Warning", "InvalidSpec")]
@@ -357,9 +349,13 @@ def test_a_multi_worker_group_is_recreated_together(e2e: Env):
         terminationGracePeriodSeconds=10,
     )
     e2e.wait_status(
-        ns, lambda s: s.get("phase") == "Running" and condition(s, "Running")["status"] == "True",
-        120, "both workers running",
-    )  # fmt: skip
+        ns,
+        lambda s: (
+            s.get("phase") == "Running" and required_condition(s, "Running")["status"] == "True"
+        ),
+        120,
+        "both workers running",
+    )
     pods = {p["metadata"]["name"]: p for p in e2e.kubectl.pods(ns, "search")}
     assert sorted(pods) == ["search-worker-0", "search-worker-1"]
     hosts = [f"search-worker-{i}.search-workers.{ns}.svc:2222" for i in range(2)]
@@ -415,7 +411,7 @@ def test_node_loss_is_a_preemption_and_the_trainer_resumes(e2e: Env, reference: 
             ns, lambda s: "is terminating on node" in s["message"], 30, "the lost-node message"
         )
         assert status["preemptions"] == 0
-        running = next(c for c in status["conditions"] if c["type"] == "Running")
+        running = required_condition(status, "Running")
         assert running["reason"] == "TerminatingOnUnreachableNode"
         assert "node.kubernetes.io/out-of-service" in running["message"]
         disruption.recover_node(e2e.cluster, node)

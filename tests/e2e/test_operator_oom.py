@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tuneop_contract import RESULTS_FILE
 
-from tests.e2e.conftest import Env
+from tests.e2e.harness import Env
 from tests.e2e.oom_models import BALLAST_MB
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 import tuneop_contract as contract
 
-from tests.e2e.conftest import Env
-from tests.e2e.harness import sample, script_sample, trainer_progress
+from tests.e2e.harness import Env, trainer_progress
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
@@ -31,19 +30,11 @@ ORACLE = "search-oracle"
 T0, T1 = "search-t0-worker-0", "search-t1-worker-0"
 
 
-def submit(
-    e2e: Env,
-    namespace: str,
-    trials: int = TRIALS,
-    epochs: int = 2,
-    batch_size: int = 32,
-    **spec: Any,
-) -> dict[str, Any]:
-    job = sample(
-        "search",
-        namespace,
-        parallelTrials=2,
-        tuner={
+def parallel_search(trials: int = TRIALS, epochs: int = 2, batch_size: int = 32) -> dict[str, Any]:
+    """Spec fields of a search in two trial groups over the sample's data."""
+    return {
+        "parallelTrials": 2,
+        "tuner": {
             "algorithm": "RandomSearch",
             "objective": {"name": "val_accuracy", "direction": "max"},
             "maxTrials": trials,
@@ -51,13 +42,10 @@ def submit(
             "seed": 7,
             "batchSize": batch_size,
         },
-        checkpoint={"size": "1Gi", "intervalSteps": INTERVAL_STEPS, "intervalSeconds": 30},
-        resources={},
-        terminationGracePeriodSeconds=30,
-        **spec,
-    )
-    e2e.kubectl.apply(job)
-    return job
+        "checkpoint": {"size": "1Gi", "intervalSteps": INTERVAL_STEPS, "intervalSeconds": 30},
+        "resources": {},
+        "terminationGracePeriodSeconds": 30,
+    }
 
 
 def search_on_claim(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -117,7 +105,7 @@ def uid(e2e: Env, namespace: str, pod: str) -> str:
 
 def test_two_trial_groups_one_evicted_mid_trial_resumes_alone(e2e: Env):
     ns = e2e.namespace("parallel")
-    submit(e2e, ns, batch_size=SMALL_BATCH)
+    e2e.submit(ns, search=parallel_search(batch_size=SMALL_BATCH))
     e2e.wait_phase(ns, "Running", timeout=120)
     pods = {p["metadata"]["name"] for p in e2e.kubectl.pods(ns, "search")}
     assert pods == {ORACLE, T0, T1}, pods
@@ -146,7 +134,7 @@ def test_two_trial_groups_one_evicted_mid_trial_resumes_alone(e2e: Env):
 
 def test_the_oracle_deleted_mid_search_is_recreated_and_nothing_is_lost(e2e: Env):
     ns = e2e.namespace("oracle")
-    submit(e2e, ns)
+    e2e.submit(ns, search=parallel_search())
     e2e.wait_phase(ns, "Running", timeout=120)
     wait_group_mid_epoch(e2e, ns, T0)
     trial_uids = {T0: uid(e2e, ns, T0), T1: uid(e2e, ns, T1)}
@@ -163,7 +151,7 @@ def test_the_oracle_preempted_by_the_scheduler_is_recreated(e2e: Env):
     """The oracle holds CPU but no GPU: a higher-priority pod that needs the node's whole
     CPU makes the real scheduler preempt it (the trial groups request none here)."""
     ns = e2e.namespace("oprio")
-    submit(e2e, ns)
+    e2e.submit(ns, search=parallel_search())
     e2e.wait_phase(ns, "Running", timeout=120)
     wait_group_mid_epoch(e2e, ns, T0)
     trial_uids = {T0: uid(e2e, ns, T0), T1: uid(e2e, ns, T1)}
@@ -184,7 +172,11 @@ def test_the_oracle_preempted_by_the_scheduler_is_recreated(e2e: Env):
 def test_multi_worker_trial_groups(e2e: Env):
     """Each trial group a MultiWorkerMirrored group of 2 pods (its own TF_CONFIG)."""
     ns = e2e.namespace("pmwms")
-    submit(e2e, ns, trials=3, epochs=1, distribution={"workers": 2, "gpusPerWorker": 1})
+    e2e.submit(
+        ns,
+        search=parallel_search(trials=3, epochs=1),
+        distribution={"workers": 2, "gpusPerWorker": 1},
+    )
     final = e2e.wait_phase(ns, "Succeeded", timeout=600)
     pods = {p["metadata"]["name"] for p in e2e.kubectl.pods(ns, "search")}
     trial_pods = {f"search-t{g}-worker-{i}" for g in (0, 1) for i in (0, 1)}
@@ -198,19 +190,8 @@ def test_multi_worker_trial_groups(e2e: Env):
 
 def test_script_mode_with_two_trial_groups(e2e: Env):
     ns = e2e.namespace("pscript")
-    e2e.kubectl(
-        "create", "configmap", "emg-search", "-n", ns,
-        f"--from-file={Path(__file__).resolve().parents[2] / 'manifests/samples/emg_search.py'}",
-    )  # fmt: skip
-    job = script_sample(
-        "search",
-        ns,
-        parallelTrials=2,
-        checkpoint={"size": "1Gi", "intervalSteps": INTERVAL_STEPS, "intervalSeconds": 30},
-        resources={},
-        terminationGracePeriodSeconds=30,
-    )
-    e2e.kubectl.apply(job)
+    e2e.create_script_configmap(ns)
+    e2e.submit_script(ns, parallelTrials=2)
     final = e2e.wait_phase(ns, "Succeeded", timeout=600)
     assert final["failures"] == 0
     done = final["trialsCompleted"]

@@ -7,45 +7,24 @@ operator (they end before a trainer would matter)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from tuneop import names
 
-from tests.e2e.conftest import Env
-from tests.e2e.harness import SCRIPT_FILE, script_sample, wait_for, wait_mid_epoch
+from tests.e2e.harness import SCRIPT_SEARCH, Env, required_condition, wait_for, wait_mid_epoch
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
 # emg_search.py: 384 samples, validation_split 0.25, batch_size 16; 3 trials of 2 epochs
 STEPS_PER_EPOCH = 384 * 3 // 4 // 16
-INTERVAL_STEPS = 3
-"""Small, so the trial running at the eviction has a checkpoint at a step > 0."""
-
-
-def submit(e2e: Env, namespace: str, **spec: Any) -> dict[str, Any]:
-    job = script_sample(
-        "search",
-        namespace,
-        checkpoint={"size": "1Gi", "intervalSteps": INTERVAL_STEPS, "intervalSeconds": 30},
-        resources={},
-        terminationGracePeriodSeconds=30,
-        **spec,
-    )
-    e2e.kubectl.apply(job)
-    return job
-
-
-def create_script_configmap(e2e: Env, namespace: str) -> None:
-    """What the sample's header tells users to run."""
-    e2e.kubectl("create", "configmap", "emg-search", "-n", namespace, f"--from-file={SCRIPT_FILE}")
+INTERVAL_STEPS = SCRIPT_SEARCH["checkpoint"]["intervalSteps"]
+"""Small (3), so the trial running at the eviction has a checkpoint at a step > 0."""
 
 
 def test_a_script_evicted_mid_trial_resumes_at_its_step_and_completes(e2e: Env):
     ns = e2e.namespace("script")
-    create_script_configmap(e2e, ns)
-    submit(e2e, ns)
+    e2e.create_script_configmap(ns)
+    e2e.submit_script(ns)
     e2e.wait_phase(ns, "Running", timeout=120)
     pod = "search-worker-0"
     first = e2e.kubectl.json("get", "pod", pod, "-n", ns)
@@ -82,19 +61,19 @@ def test_a_script_evicted_mid_trial_resumes_at_its_step_and_completes(e2e: Env):
 
 def test_a_job_applied_before_its_configmap_waits_without_pods_then_starts(e2e: Env):
     ns = e2e.namespace("script-wait")
-    submit(e2e, ns)
+    e2e.submit_script(ns)
     status = e2e.wait_status(
         ns, lambda s: "waiting for ConfigMap 'emg-search'" in s.get("message", ""), 60,
         "the wait for the ConfigMap",
     )  # fmt: skip
     assert status["phase"] == "Pending" and status["preemptions"] == 0
-    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    running = required_condition(status, "Running")
     assert running["status"] == "False" and running["reason"] == "ScriptConfigMapMissing"
     events = e2e.kubectl.events(ns, "search")
     assert [(e["type"], e["reason"]) for e in events] == [("Warning", "ScriptConfigMapMissing")]
     assert "spec.script.configMap.name" in events[0]["message"]
     assert e2e.kubectl.pods(ns, "search") == []  # never a pod stuck in ContainerCreating
-    create_script_configmap(e2e, ns)
+    e2e.create_script_configmap(ns)
     wait_for(lambda: e2e.kubectl.pods(ns, "search"), 60, "the trainer pod")
     assert e2e.reasons(ns)[:2] == ["ScriptConfigMapMissing", "Created"]
     e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")
@@ -102,10 +81,10 @@ def test_a_job_applied_before_its_configmap_waits_without_pods_then_starts(e2e: 
 
 def test_a_configmap_without_the_named_key_fails_the_job_naming_the_key(e2e: Env):
     ns = e2e.namespace("script-key")
-    create_script_configmap(e2e, ns)
-    submit(e2e, ns, script={"configMap": {"name": "emg-search", "key": "search.py"}})
+    e2e.create_script_configmap(ns)
+    e2e.submit_script(ns, script={"configMap": {"name": "emg-search", "key": "search.py"}})
     status = e2e.wait_phase(ns, "Failed", timeout=60)
-    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    failed = required_condition(status, "Failed")
     assert failed["reason"] == "InvalidSpec"
     assert "spec.script.configMap.key" in failed["message"]
     assert "(it has: emg_search.py)" in failed["message"]

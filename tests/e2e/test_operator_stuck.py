@@ -5,19 +5,13 @@ trains here: each case ends before one would matter."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.e2e.conftest import SEARCH, Env
-from tests.e2e.harness import sample
+from tests.e2e.harness import Env, condition
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
 
 
 def test_an_unschedulable_job_says_why_then_stalls_and_fails_by_policy(e2e: Env):
@@ -99,9 +93,7 @@ def test_a_queue_label_without_kueue_installed_is_inert(e2e: Env):
     hooks = e2e.kubectl("get", "mutatingwebhookconfigurations", "-o", "name").stdout
     assert "kueue" not in hooks, "Kueue is running in this session: order the tests"
     ns = e2e.namespace("nokueue")
-    job = sample("search", ns, **SEARCH)
-    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
-    e2e.kubectl.apply(job)
+    e2e.submit(ns, labels={"kueue.x-k8s.io/queue-name": "lq"})
     e2e.wait_phase(ns, "Running", timeout=120)
     (pod,) = e2e.kubectl.pods(ns, "search")
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lq"

@@ -16,11 +16,8 @@ import yaml
 from tuneop import names
 from tuneop_trainer.data import synthetic_emg
 
-from tests.e2e.conftest import Env
-from tests.e2e.harness import Kubectl, sample, wait_for
-from tests.e2e.test_admission_policy import job as admission_job
-from tests.e2e.test_admission_policy import policy  # noqa: F401 - the policy fixture
-from tests.e2e.test_admission_policy import rejected as admission_rejected
+from tests.e2e import admission
+from tests.e2e.harness import Env, Kubectl, dry_run_rejected, required_condition, sample, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
@@ -147,14 +144,6 @@ def test_a_data_set_claim_is_mounted_read_only_and_read_by_the_trainer(e2e: Env)
     e2e.kubectl("delete", "tj", "search", "-n", ns, "--timeout=60s")
 
 
-def rejected(kubectl: Kubectl, job: dict[str, Any]) -> str:
-    result = kubectl(
-        "create", "--dry-run=server", "-f", "-", input=yaml.safe_dump(job), check=False
-    )
-    assert result.returncode != 0, f"accepted: {job['spec'].get('template')}"
-    return result.stderr
-
-
 @pytest.mark.parametrize(
     ("template", "message"),
     [
@@ -216,7 +205,7 @@ def rejected(kubectl: Kubectl, job: dict[str, Any]) -> str:
 def test_the_api_server_refuses_a_template_setting_an_owned_field(
     kubectl: Kubectl, template: dict[str, Any], message: str
 ):
-    stderr = rejected(kubectl, sample("owned", "default", template=template))
+    stderr = dry_run_rejected(kubectl, sample("owned", "default", template=template))
     assert message in stderr, stderr
 
 
@@ -246,7 +235,7 @@ def test_a_template_the_operator_refuses_fails_the_job_then_reopens_once_fixed(e
     }
     e2e.submit(ns, tuner=ONE_TRIAL, distribution={"gpusPerWorker": 0}, template=template)
     status = e2e.wait_phase(ns, "Failed", timeout=60)
-    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    failed = required_condition(status, "Failed")
     assert failed["reason"] == "InvalidSpec", failed
     message = failed["message"]
     assert "spec.template.spec.volumes[1].nfs: volume type not allowed" in message
@@ -270,15 +259,15 @@ def test_a_template_the_operator_refuses_fails_the_job_then_reopens_once_fixed(e
 
 @pytest.mark.usefixtures("policy")
 def test_the_admission_policys_image_limit_covers_init_containers(kubectl: Kubectl):
-    """The chart's policy (tests/e2e/test_admission_policy.py sets it up with example
-    limits) judges the images of spec.template's init containers like spec.image, and
-    admits a job that leaves spec.image to the operator's default."""
+    """The chart's policy (tests/e2e/admission.py, with its example limits) judges the
+    images of spec.template's init containers like spec.image, and admits a job that
+    leaves spec.image to the operator's default."""
     init = {"name": "fetch", "image": "docker.io/evil/miner:latest"}
-    bad = admission_job("bad-init", template={"spec": {"initContainers": [init]}})
-    stderr = admission_rejected(kubectl, bad)
+    bad = admission.job("bad-init", template={"spec": {"initContainers": [init]}})
+    stderr = admission.policy_rejected(kubectl, bad)
     assert 'spec.template.spec.initContainers image(s) "docker.io/evil/miner:latest"' in stderr
     allowed = {**init, "image": "registry.example.com/ml/fetch:1"}
-    good = admission_job("good-init", template={"spec": {"initContainers": [allowed]}})
+    good = admission.job("good-init", template={"spec": {"initContainers": [allowed]}})
     del good["spec"]["image"]
     created = kubectl("create", "-f", "-", input=yaml.safe_dump(good), check=False)
     assert created.returncode == 0, created.stderr
@@ -298,7 +287,7 @@ def test_a_pod_the_api_server_refuses_is_reported_on_the_job(e2e: Env):
         60,
         "condition PodRejected",
     )
-    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    running = required_condition(status, "Running")
     assert running["status"] == "False", running
     assert "persistentVolumeClaim.claimName" in running["message"], running
     wait_for(lambda: "PodRejected" in e2e.reasons(ns), 30, "the PodRejected event")

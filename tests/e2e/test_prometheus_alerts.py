@@ -30,11 +30,9 @@ Not produced here:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,11 +41,10 @@ import pytest
 import yaml
 from tuneop import names
 
-from tests.e2e.conftest import Env
-from tests.e2e.harness import free_port, wait_for
+from tests.e2e.harness import Env, condition, wait_for
 from tests.localcluster import disruption
 from tests.localcluster.nodeagent.agent import NodeConfig
-from tests.unit.test_alerts import prometheus_tool
+from tests.prometheus_server import Prometheus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
@@ -56,63 +53,6 @@ CHART = ROOT / "charts" / "tuneop"
 LOST_NODE = "alert-node"
 OPERATOR_JOB = "tuneop-metrics"
 """The scrape job name the plain rules file expects (the metrics Service of release tuneop)."""
-
-
-class Prometheus:
-    """Debian's prometheus on a free loopback port, scraping the operator every second."""
-
-    def __init__(self, binary: str, rules: Path, target: str, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        config = workdir / "prometheus.yml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "rule_files": [str(rules)],
-                    "scrape_configs": [
-                        {
-                            "job_name": OPERATOR_JOB,
-                            "honor_labels": True,
-                            "static_configs": [{"targets": [target]}],
-                        }
-                    ],
-                }
-            )
-        )
-        self.log_path = workdir / "prometheus.log"
-        with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def get(self, path: str) -> Any:
-        assert self.proc.poll() is None, self.log_path.read_text()[-2000:]
-        url = f"http://127.0.0.1:{self.port}/api/v1/{path}"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            answer = json.loads(response.read())
-        assert answer["status"] == "success", answer
-        return answer["data"]
-
-    def alerts(self) -> list[dict[str, Any]]:
-        with contextlib.suppress(OSError):
-            return list(self.get("alerts")["alerts"])
-        return []
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def render_rules(helm: Path, out: Path) -> Path:
@@ -140,17 +80,22 @@ def render_rules(helm: Path, out: Path) -> Path:
 def prometheus(e2e: Env, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     workdir = tmp_path_factory.mktemp("prometheus")
     rules = render_rules(e2e.cluster.control_plane.bin_dir / "helm", workdir / "rules.yaml")
-    prom = Prometheus(
-        prometheus_tool("prometheus"), rules, f"127.0.0.1:{e2e.operator.metrics_port}", workdir
-    )
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [
+            {
+                "job_name": OPERATOR_JOB,
+                "honor_labels": True,
+                "static_configs": [{"targets": [f"127.0.0.1:{e2e.operator.metrics_port}"]}],
+            }
+        ],
+    }
+    prom = Prometheus(config, workdir)  # scraping the operator every second
     try:
         yield prom
     finally:
         prom.stop()
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
 
 
 def trainer_pid(e2e: Env, namespace: str, pod: str) -> int:
@@ -203,7 +148,7 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
     stopped: list[int] = []
     submitted: list[str] = []
 
-    def submit(prefix: str, quota: bool = False, **spec: Any) -> str:
+    def stuck_job(prefix: str, quota: bool = False, **spec: Any) -> str:
         ns = e2e.namespace(prefix)
         submitted.append(ns)
         if quota:
@@ -212,7 +157,7 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
         return ns
 
     try:
-        lost = submit(
+        lost = stuck_job(
             "alert-lost",
             distribution={"gpusPerWorker": 0},
             nodeSelector={"kubernetes.io/hostname": LOST_NODE},
@@ -220,7 +165,7 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
         )
         expected[lost] = "TerminatingOnUnreachableNode"
         # the local node has 4 GPUs
-        unsched = submit(
+        unsched = stuck_job(
             "alert-unsched",
             distribution={"gpusPerWorker": 8},
             nodeSelector=home,
@@ -228,11 +173,11 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
         )
         expected[unsched] = "Unschedulable"
         env = [{"name": "DATA", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k"}}}]
-        config = submit("alert-config", env=env, nodeSelector=home, pendingTimeoutSeconds=10)
+        config = stuck_job("alert-config", env=env, nodeSelector=home, pendingTimeoutSeconds=10)
         expected[config] = "CreateContainerConfigError"
-        quota = submit("alert-quota", quota=True, pendingTimeoutSeconds=10)
+        quota = stuck_job("alert-quota", quota=True, pendingTimeoutSeconds=10)
         expected[quota] = "PodRejected"
-        hung = submit(
+        hung = stuck_job(
             "alert-hung",
             distribution={"gpusPerWorker": 0},
             nodeSelector=home,
@@ -241,7 +186,7 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
         )
         expected[hung] = "NoProgress"
         # running and quiet too, but within its (default, 900 s) stall timeout
-        healthy = submit(
+        healthy = stuck_job(
             "alert-healthy",
             distribution={"gpusPerWorker": 0},
             nodeSelector=home,

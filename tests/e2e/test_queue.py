@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from tuneop import queue as kq
 
-from tests.e2e.conftest import SEARCH, Env
-from tests.e2e.harness import sample, wait_for, wait_mid_epoch
+from tests.e2e.harness import SEARCH, Env, condition, wait_for, wait_mid_epoch
 from tests.localcluster.kueue import API, Kueue
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
 GPU = "nvidia.com/gpu"
+QUEUED = {kq.QUEUE_LABEL: "lq"}
+"""The labels of a TuningJob sent to LocalQueue `lq`."""
 LOW, HIGH = "tuneop-e2e-low", "tuneop-e2e-high"
 
 
@@ -68,16 +69,6 @@ def queue_ns(e2e: Env, kueue: Kueue) -> str:
     return ns
 
 
-def submit(e2e: Env, ns: str, name: str, **spec: Any) -> None:
-    job = sample(name, ns, **{**SEARCH, **spec})
-    job["metadata"]["labels"] = {kq.QUEUE_LABEL: "lq"}
-    e2e.kubectl.apply(job)
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
-
-
 def gates(pod: dict[str, Any]) -> list[str]:
     return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
 
@@ -102,9 +93,9 @@ def holding_pod(name: str, ns: str, gpus: int, priority_class: str | None = None
 
 def test_two_jobs_on_a_four_gpu_queue_run_one_after_the_other(e2e: Env, queue_ns: str):
     ns = queue_ns
-    submit(e2e, ns, "first", distribution={"gpusPerWorker": 4})
+    e2e.submit(ns, "first", labels=QUEUED, distribution={"gpusPerWorker": 4})
     e2e.wait_phase(ns, "Running", timeout=120, name="first")
-    submit(e2e, ns, "second", distribution={"gpusPerWorker": 4})
+    e2e.submit(ns, "second", labels=QUEUED, distribution={"gpusPerWorker": 4})
     status = e2e.wait_status(
         ns, lambda s: condition(s, "Queued").get("status") == "True", 60, "second Queued",
         name="second",
@@ -128,9 +119,9 @@ LONG_STEPS = 3072 * 3 // 4 // 32
 
 def test_kueue_preempts_a_job_mid_trial_it_resumes_once_readmitted(e2e: Env, queue_ns: str):
     ns = queue_ns
-    submit(e2e, ns, "undisturbed", data=LONG_DATA, priorityClassName=LOW)
+    e2e.submit(ns, "undisturbed", labels=QUEUED, data=LONG_DATA, priorityClassName=LOW)
     reference = e2e.wait_phase(ns, "Succeeded", timeout=600, name="undisturbed")
-    submit(e2e, ns, "search", data=LONG_DATA, priorityClassName=LOW)
+    e2e.submit(ns, "search", labels=QUEUED, data=LONG_DATA, priorityClassName=LOW)
     e2e.wait_phase(ns, "Running", timeout=120)
     at = wait_mid_epoch(e2e.kubectl, ns, "search", LONG_STEPS, timeout=300, min_step=4)
     e2e.kubectl.apply(holding_pod("urgent", ns, 4, HIGH))
@@ -164,7 +155,7 @@ def test_a_two_worker_job_is_admitted_whole(e2e: Env, queue_ns: str):
         60,
         "the neighbour admitted",
     )
-    submit(e2e, ns, "pair", distribution={"workers": 2, "gpusPerWorker": 2})
+    e2e.submit(ns, "pair", labels=QUEUED, distribution={"workers": 2, "gpusPerWorker": 2})
     e2e.wait_status(
         ns, lambda s: condition(s, "Queued").get("status") == "True", 60, "pair Queued",
         name="pair",

@@ -4,9 +4,10 @@
 + N :class:`~tests.localcluster.nodeagent.agent.NodeAgent` (default one node
 ``gpu-node-0`` with 4 ``nvidia.com/gpu``; ``TUNEOP_CLUSTER_NODES=name:gpus,...``
 changes that) + the local-path provisioner and its default StorageClass ``local-path``,
-with helpers for tests. The ``cluster`` session fixture (re-exported by
-tests/conftest.py) builds one on the session's ``control_plane``; :func:`up_hook` does
-the same inside ``python -m tests.localcluster up`` (``make cluster-up``).
+with helpers for tests. The ``cluster`` session fixture
+(:mod:`tests.localcluster.pytest_plugin`) builds one on the session's ``control_plane``;
+:func:`up_hook` does the same inside ``python -m tests.localcluster up``
+(``make cluster-up``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import contextlib
 import os
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
 import yaml
 from kubernetes import client
 
@@ -262,20 +262,6 @@ class LocalCluster:
             return str(result.stdout) if result.returncode == 0 and text in result.stdout else None
 
         return self.wait_for(found, timeout, f"{text!r} in {namespace}/{name}'s log")
-
-
-@pytest.fixture(scope="session")
-def cluster(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    """The session's local cluster: control plane + node agent(s) + local-path volumes."""
-    lc = LocalCluster(control_plane, tmp_path_factory.mktemp("cluster"))
-    lc.start()
-    try:
-        yield lc
-    finally:
-        lc.stop()
-    assert lc.leftovers() == [], "local cluster left processes or mounts behind"
 
 
 def up_hook(cp: ControlPlane, state_dir: Path) -> Callable[[], None]:

@@ -51,11 +51,9 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.localcluster import tools
@@ -334,19 +332,6 @@ class Kueue:
                     f"{self._component.log_tail(20)}"
                 )
             time.sleep(0.2)
-
-
-@pytest.fixture(scope="session")
-def kueue(control_plane: ControlPlane) -> Iterator[Kueue]:
-    """Kueue on the session's control plane, started by the first test that asks."""
-    k = Kueue(control_plane, kueue_dir=tools.kueue_dir())
-    k.start()
-    pid = k.pid
-    try:
-        yield k
-    finally:
-        k.stop()
-    assert pid is not None and control_plane.leftover_pids([pid]) == [], "kueue left behind"
 
 
 def up_hook(cp: ControlPlane, state_dir: Path) -> Any:

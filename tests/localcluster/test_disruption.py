@@ -10,7 +10,7 @@ import pytest
 from tests.localcluster import disruption
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.nodeagent.agent import NodeConfig
-from tests.localcluster.test_nodeagent import PY_SLEEP, create, python_pod, watch_until_deleted
+from tests.localcluster.python_pods import PY_SLEEP, create, python_pod, watch_until_deleted
 
 
 def test_preemptor_pod_requests_the_gpus() -> None:

@@ -8,13 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 from tuneop_contract import ENV_LOGICAL_CPU_DEVICES
 
 from tests.localcluster.cluster import LocalCluster, node_configs
@@ -23,6 +22,7 @@ from tests.localcluster.nodeagent.agent import NodeConfig, remove_mountpoints
 from tests.localcluster.nodeagent.logserver import tail
 from tests.localcluster.nodeagent.pods import LAUNCH_PY
 from tests.localcluster.nodeagent.provisioner import persistent_volume
+from tests.localcluster.python_pods import PY_SLEEP, create, python_pod, watch_until_deleted
 
 # --- pure parts ----------------------------------------------------------------------
 
@@ -274,38 +274,6 @@ def test_mountpoints_still_mounted_elsewhere_are_kept(tmp_path: Path) -> None:
 
 
 # --- on the session cluster ------------------------------------------------------------
-
-PY_SLEEP = "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.2)"
-
-
-def python_pod(name: str, script: str, **spec: Any) -> dict[str, Any]:
-    container = {
-        "name": "main",
-        "image": "python:3.11",
-        "command": ["python", "-c", textwrap.dedent(script)],
-        **spec.pop("container", {}),
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": spec.pop("labels", {"test": name})},
-        "spec": {"restartPolicy": "Never", "containers": [container], **spec},
-    }
-
-
-def create(cluster: LocalCluster, ns: str, body: dict[str, Any]) -> None:
-    cluster.core.create_namespaced_pod(ns, body, _preload_content=False)
-
-
-def watch_until_deleted(cluster: LocalCluster, ns: str, name: str, rv: str) -> dict[str, Any]:
-    """The pod as it was deleted (final status included), watching from ``rv``."""
-    for event in watch.Watch().stream(
-        cluster.core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
-        resource_version=rv, timeout_seconds=60,
-    ):  # fmt: skip
-        if event["type"] == "DELETED":
-            return dict(cluster.api.sanitize_for_serialization(event["object"]))
-    raise TimeoutError(f"pod {ns}/{name} not deleted")
 
 
 @pytest.mark.cluster

@@ -11,10 +11,7 @@ job's progress stops for longer than its stall timeout and not while progress ad
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
-import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -25,7 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.test_operator_metrics import AGREED, LOOP, OPERATOR
+from tests.localcluster.controlplane import free_port
+from tests.prometheus_server import Prometheus
+from tests.unit.dashboard_queries import exprs as dashboard_exprs
+from tests.unit.dashboard_queries import filled as dashboard_filled
+from tests.unit.metric_names import AGREED, LOOP, OPERATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "manifests" / "prometheus" / "tuneop-rules.yaml"
@@ -47,26 +48,6 @@ ALERTS = {
 # only) and operator-wide (no labels).
 OPERATOR_METRICS = AGREED | LOOP | OPERATOR
 PHASES = {"Pending", "Running", "Suspended", "Succeeded", "Failed"}
-
-
-def prometheus_tool(name: str) -> str:
-    """`promtool` or `prometheus` of Debian's package, installed by hack/prometheus.sh
-    when missing."""
-    found = shutil.which(name)
-    if found:
-        return found
-    out = subprocess.run(
-        ["bash", str(ROOT / "hack" / "prometheus.sh")],
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-    ).stdout
-    return str(Path(out.strip().splitlines()[-1]) / name)
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    return prometheus_tool("promtool")
 
 
 def rules() -> list[dict[str, Any]]:
@@ -156,17 +137,6 @@ def test_every_alert_has_a_complete_runbook_section() -> None:
 
 
 # --- a real Prometheus scraping the operator's real metrics collector -------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.loads(response.read())
-
-
 def _rfc3339(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -187,9 +157,6 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
     from prometheus_client import CollectorRegistry, start_http_server
     from tuneop.metrics import JobMetrics
     from tuneop_trainer.progress import Metrics as TrainerMetrics
-
-    from tests.unit.test_dashboard import exprs as dashboard_exprs
-    from tests.unit.test_dashboard import filled as dashboard_filled
 
     prometheus = Path(promtool).with_name("prometheus")
     now = time.time()
@@ -245,7 +212,7 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
     for collector in (jobs, standby):
         registry = CollectorRegistry()
         registry.register(collector)
-        port = _free_port()
+        port = free_port()
         servers.append(start_http_server(port, addr="127.0.0.1", registry=registry))
         targets.append(f"127.0.0.1:{port}")
     # A trainer pod of "stuck", as the PodMonitor labels it (namespace, pod).
@@ -253,55 +220,38 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
     trainer.steps.inc(40)
     trainer.checkpoints.inc(2)
     trainer.checkpoint_seconds.inc(0.5)
-    trainer_port = _free_port()
+    trainer_port = free_port()
     servers.append(start_http_server(trainer_port, addr="127.0.0.1", registry=trainer.registry))
 
-    prom_port = _free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        yaml.safe_dump(
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(RULES_FILE)],
+        "scrape_configs": [
             {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(RULES_FILE)],
-                "scrape_configs": [
+                "job_name": "tuneop-metrics",
+                "honor_labels": True,
+                "static_configs": [{"targets": targets}],
+            },
+            {
+                "job_name": "tuneop-trainer",
+                "static_configs": [
                     {
-                        "job_name": "tuneop-metrics",
-                        "honor_labels": True,
-                        "static_configs": [{"targets": targets}],
-                    },
-                    {
-                        "job_name": "tuneop-trainer",
-                        "static_configs": [
-                            {
-                                "targets": [f"127.0.0.1:{trainer_port}"],
-                                "labels": {"namespace": "ml", "pod": "stuck-worker-0"},
-                            }
-                        ],
-                    },
+                        "targets": [f"127.0.0.1:{trainer_port}"],
+                        "labels": {"namespace": "ml", "pod": "stuck-worker-0"},
+                    }
                 ],
-            }
-        )
-    )
-    log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [
-            str(prometheus),
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
+            },
         ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    api = f"http://127.0.0.1:{prom_port}/api/v1"
+    }
+    prom = Prometheus(config, tmp_path, str(prometheus))
     try:
         active: dict[str, set[str]] = {}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             time.sleep(1)
-            assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
+            prom.check_running()
             try:
-                groups = _get(f"{api}/rules?type=alert")["data"]["groups"]
+                groups = prom.answer("rules?type=alert")["data"]["groups"]
             except OSError:
                 continue
             active = {
@@ -309,7 +259,7 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
                 for group in groups
                 for rule in group["rules"]
             }
-            up = _get(f"{api}/query?query=up%3D%3D1")["data"]["result"]
+            up = prom.answer("query?query=up%3D%3D1")["data"]["result"]
             if active.get("TuneopTrialStalled") and active.get("TuneopJobFailed") and len(up) == 3:
                 break
         assert active.get("TuneopTrialStalled") == {"stuck"}, active
@@ -318,10 +268,10 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
         assert active.get("TuneopPreemptionStorm") == set(), active
         for quiet in ("TuneopJobStalled", "TuneopCheckpointTooOld", "TuneopFailureBudgetLow"):
             assert active.get(quiet) == set(), active
-        leaders = _get(f"{api}/query?query=tuneop_operator_leader")["data"]["result"]
+        leaders = prom.answer("query?query=tuneop_operator_leader")["data"]["result"]
         assert sorted(r["value"][1] for r in leaders) == ["0", "1"]
         # The labels survived the scrape (honor_labels) exactly as the alerts group them.
-        result = _get(f"{api}/query?query=tuneop_tuningjob_stall_timeout_seconds")["data"]
+        result = prom.answer("query?query=tuneop_tuningjob_stall_timeout_seconds")["data"]
         assert {(r["metric"]["namespace"], r["metric"]["tuningjob"]) for r in result["result"]} >= {
             ("ml", "stuck"),
             ("ml", "advancing"),
@@ -337,7 +287,7 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
             empty = []
             for title, expr in dashboard_exprs():
                 query = urllib.parse.quote(dashboard_filled(expr))
-                answer = _get(f"{api}/query?query={query}")
+                answer = prom.answer(f"query?query={query}")
                 assert answer["status"] == "success", (title, expr, answer)
                 if not answer["data"]["result"]:
                     empty.append(f"{title}: {expr}")
@@ -346,13 +296,7 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
             time.sleep(1)
         assert not empty, empty
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        prom.stop()
         for server, thread in servers:
             server.shutdown()
             thread.join(timeout=5)

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from tests.localcluster import tools
+from tests.unit.rbac_rules import triples
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tuneop"
@@ -453,16 +454,6 @@ def test_labels_come_only_from_helpers() -> None:
         assert "helm.sh/chart" not in path.read_text(), path.name
 
 
-def _triples(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
-    return {
-        (group, resource, verb)
-        for rule in rules
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-
-
 def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
     """Cluster-wide: one ClusterRole equal to OPERATOR_RULES (operator/tuneop/rbac.py),
     nothing missing, nothing more. With watched namespaces: a Role (and RoleBinding)
@@ -473,19 +464,19 @@ def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
     cluster_wide = by_kind(template(helm))
     role = cluster_wide["ClusterRole"]
     assert rbac.missing(role["rules"]) == []
-    assert _triples(role["rules"]) == _triples(rbac.OPERATOR_RULES)
+    assert triples(role["rules"]) == triples(rbac.OPERATOR_RULES)
     assert not [o for o in objects(template(helm)) if o["kind"] in ("Role", "RoleBinding")]
 
     rendered = objects(template(helm, "operator.watchNamespaces={ml,research}"))
     (cluster,) = [o for o in rendered if o["kind"] == "ClusterRole"]
-    assert _triples(cluster["rules"]) == _triples(rbac.CLUSTER_RULES)
+    assert triples(cluster["rules"]) == triples(rbac.CLUSTER_RULES)
     roles = [o for o in rendered if o["kind"] == "Role"]
     bindings = [o for o in rendered if o["kind"] == "RoleBinding"]
     assert [r["metadata"]["namespace"] for r in roles] == ["ml", "research"]
     needed = [*rbac.NAMESPACED_RULES, *rbac.NAMESPACED_PEERING_RULES]
     for namespaced in roles:
         assert rbac.missing(namespaced["rules"], needed) == []
-        assert _triples(namespaced["rules"]) == _triples(needed)
+        assert triples(namespaced["rules"]) == triples(needed)
     account = cluster_wide["ServiceAccount"]["metadata"]
     for binding in bindings:
         assert binding["roleRef"] == {
@@ -501,7 +492,7 @@ def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
     assert not [o for o in no_rbac if o["kind"] in ("Role", "RoleBinding", "ClusterRole")]
     # Least privilege: no wildcards, no secrets, no escalate/bind/impersonate, no update
     # but the finalizers subresource (owner references with blockOwnerDeletion).
-    granted = _triples(role["rules"]) | {t for r in roles for t in _triples(r["rules"])}
+    granted = triples(role["rules"]) | {t for r in roles for t in triples(r["rules"])}
     assert not any("*" in item for triple in granted for item in triple)
     assert not any(resource == "secrets" for _, resource, _ in granted)
     assert not any(verb in ("escalate", "bind", "impersonate") for *_, verb in granted)

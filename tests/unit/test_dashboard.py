@@ -12,16 +12,14 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.unit.test_alerts import promtool  # noqa: F401  (fixture)
-from tests.unit.test_operator_metrics import AGREED, HISTOGRAMS, OPERATOR, TRAINER
+from tests.unit.dashboard_queries import DASHBOARD, exprs, filled, panels
+from tests.unit.metric_names import AGREED, HISTOGRAMS, OPERATOR, TRAINER
 
 ROOT = Path(__file__).resolve().parents[2]
-DASHBOARD = ROOT / "charts" / "tuneop" / "dashboards" / "tuneop.json"
 DASHBOARD_COPY = ROOT / "manifests" / "grafana" / "tuneop-dashboard.json"
 EXPORTED = AGREED | OPERATOR | HISTOGRAMS | TRAINER
 # What each required panel shows, by the metric it must read.
@@ -38,36 +36,6 @@ REQUIRED = {
     "tuneop_trainer_checkpoint_seconds_total",
     "tuneop_trainer_steps_total",
 }
-# Grafana's variables as Prometheus sees them once filled in ("All").
-VARIABLES = {
-    "${tuningjob:regex}": ".*",
-    "$namespace": ".*",
-    "$tuningjob": ".*",
-    "$__rate_interval": "5m",
-}
-
-
-def panels(board: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for panel in board["panels"]:
-        out.append(panel)
-        out.extend(panel.get("panels") or [])  # collapsed rows
-    return out
-
-
-def exprs() -> list[tuple[str, str]]:
-    board = json.loads(DASHBOARD.read_text())
-    return [
-        (panel["title"], target["expr"])
-        for panel in panels(board)
-        for target in panel.get("targets") or []
-    ]
-
-
-def filled(expr: str) -> str:
-    for name, value in VARIABLES.items():
-        expr = expr.replace(name, value)
-    return expr
 
 
 def test_every_panel_queries_only_exported_metrics() -> None:
@@ -101,7 +69,7 @@ def test_per_job_panels_group_by_the_exported_labels() -> None:
             ), (title, labels)
 
 
-def test_every_panel_query_is_valid_promql(promtool: str, tmp_path: Path) -> None:  # noqa: F811
+def test_every_panel_query_is_valid_promql(promtool: str, tmp_path: Path) -> None:
     rules = [
         {"record": f"dashboard:panel_{i}", "expr": filled(expr)}
         for i, (_, expr) in enumerate(exprs())

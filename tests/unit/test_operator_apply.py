@@ -1,7 +1,7 @@
 """The order in which tuneop.executor.apply carries out a Decision (what makes a crash at
-any instant safe): children, pods, status, deletions, events, job deletion.
-`RecordingKube` is a FAKE of the API layer that only records calls: the ordering is the
-property under test; the real API calls are exercised by tests/e2e."""
+any instant safe): children, pods, status, deletions, events, job deletion. The API layer
+is the in-memory FAKE tests/unit/fakes.py:FakeKube, which records the calls: the ordering
+is the property under test; the real API calls are exercised by tests/e2e."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import logging
 from typing import Any
 
 import pytest
-from tuneop import builders, executor, kube, names
+from tuneop import builders, executor, names
 from tuneop.config import Config
 from tuneop.reconcile import Decision, Event, PodRef
 from tuneop.runtime import Runtime
+
+from tests.unit.fakes import FakeKube, Obj, stored_object
 
 JOB = {
     "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
@@ -20,52 +22,25 @@ JOB = {
 }
 
 
-class RecordingKube(kube.Kube):
-    """FAKE: records calls instead of talking to an API server."""
+def child(kind: str, name: str, **fields: Any) -> Obj:
+    """The job's own child `name` as the API server holds it (uid "child-uid"), with
+    `fields` beside its metadata."""
+    return {**stored_object(kind, name, JOB["metadata"]["uid"], uid="child-uid"), **fields}
 
-    def __init__(
-        self, existing_pod_attempt: str | None = None, existing: dict[str, Any] | None = None
-    ) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.existing_pod_attempt = existing_pod_attempt
-        self.existing = existing or {}
 
-    def create(self, obj: dict[str, Any]) -> bool:
-        self.calls.append(("create", f"{obj['kind']}/{obj['metadata']['name']}"))
-        if obj["kind"] in self.existing:
-            self.existing.pop(obj["kind"])
-            return False
-        return not (obj["kind"] == "Pod" and self.existing_pod_attempt is not None)
+def pod_of_group(attempt: str) -> dict[tuple[str, str], Obj]:
+    """The job's pod j-worker-0, of pod group `attempt`, as the only object held."""
+    labels = {names.LABEL_ATTEMPT: attempt}
+    pod = stored_object("Pod", "j-worker-0", JOB["metadata"]["uid"], uid="child-uid", **labels)
+    return {("Pod", "j-worker-0"): pod}
 
-    def get(self, path: str) -> dict[str, Any] | None:
-        owned = {"uid": "child-uid", "ownerReferences": [builders.owner_reference(JOB)]}
-        if "/configmaps/" in path:
-            return {"metadata": owned, "data": {"spec.yaml": "old: spec\n"}}
-        labels = {names.LABEL_ATTEMPT: self.existing_pod_attempt}
-        return {"metadata": {**owned, "labels": labels}}
 
-    def patch_status(
-        self,
-        namespace: str,
-        name: str,
-        status: dict[str, Any],
-        *,
-        resource_version: str | None = None,
-    ) -> None:
-        self.calls.append(("patch_status", ",".join(sorted(status))))
-
-    def delete(
-        self, kind: str, namespace: str, name: str, *, uid: str | None = None, **options: Any
-    ) -> bool:
-        self.calls.append(("delete", f"{kind}/{name}"))
-        return True
-
-    def post_event(self, job: dict[str, Any], event: Event) -> None:
-        self.calls.append(("event", event.reason))
+OLD_SPEC = {"spec.yaml": "old: spec\n"}
+"""A ConfigMap's data that differs from what the job's spec builds."""
 
 
 def test_apply_order_create_then_status_then_delete_then_events():
-    fake = RecordingKube()
+    fake = FakeKube()
     decision = Decision(
         status={"attempt": 1, "attemptStarted": True},
         events=[Event("Normal", "Created", "x")],
@@ -94,18 +69,18 @@ def test_apply_order_create_then_status_then_delete_then_events():
 
 
 def test_a_pod_of_an_older_group_blocks_the_status_patch():
-    fake = RecordingKube(existing_pod_attempt="0")
+    fake = FakeKube(pod_of_group("0"))
     decision = Decision(status={"attemptStarted": True}, create_pods=[0], create_attempt=1)
     with pytest.raises(executor.StaleGroup):
         executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     assert ("patch_status", "attemptStarted") not in fake.calls
-    same_group = RecordingKube(existing_pod_attempt="1")  # created before a crash: fine
+    same_group = FakeKube(pod_of_group("1"))  # created before a crash: fine
     executor.apply(same_group, JOB, decision, metrics_port=9464, uid=1000)
     assert same_group.calls[-1] == ("patch_status", "attemptStarted")
 
 
 def test_the_spec_configmap_follows_spec_changes_at_the_next_group():
-    fake = RecordingKube(existing={"ConfigMap": True})
+    fake = FakeKube({("ConfigMap", "j-spec"): child("ConfigMap", "j-spec", data=OLD_SPEC)})
     decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
     executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     i = fake.calls.index(("create", "ConfigMap/j-spec"))
@@ -119,11 +94,9 @@ def test_the_progress_configmap_is_emptied_before_each_pod_group():
     """The last group's record (its resumedFromStep, say) must not be read as the new
     group's: a map that holds one is replaced by an empty one before the pods exist."""
 
-    class ConfigMapsExist(RecordingKube):
-        def create(self, obj: dict[str, Any]) -> bool:
-            return super().create(obj) and obj["kind"] != "ConfigMap"
-
-    fake = ConfigMapsExist()
+    fake = FakeKube(
+        {("ConfigMap", n): child("ConfigMap", n, data=OLD_SPEC) for n in ("j-spec", "j-progress")}
+    )
     decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
     executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     i = fake.calls.index(("create", "ConfigMap/j-progress"))
@@ -141,47 +114,18 @@ def test_a_trainer_role_from_an_older_operator_gets_the_current_rule():
     old_rule = [{"apiGroups": ["tuneop.io"], "resources": ["tuningjobs/status"],
                  "resourceNames": ["j"], "verbs": ["get", "patch"]}]  # fmt: skip
 
-    class RoleExists(RecordingKube):
-        rules = old_rule
-
-        def create(self, obj: dict[str, Any]) -> bool:
-            return super().create(obj) and obj["kind"] != "Role"
-
-        def get(self, path: str) -> dict[str, Any] | None:
-            if "/roles/" in path:
-                owned = {"uid": "r1", "ownerReferences": [builders.owner_reference(JOB)]}
-                return {"metadata": owned, "rules": self.rules}
-            return super().get(path)
+    def role_exists(rules: list[Obj]) -> FakeKube:
+        return FakeKube({("Role", "j-trainer"): child("Role", "j-trainer", rules=rules)})
 
     decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
-    fake = RoleExists()
+    fake = role_exists(old_rule)
     executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     i = fake.calls.index(("create", "Role/j-trainer"))
     assert fake.calls[i + 1 : i + 3] == [("delete", "Role/j-trainer"), ("create", "Role/j-trainer")]
     assert fake.calls.index(("create", "Pod/j-worker-0")) > i + 2
-    current = RoleExists()
-    current.rules = builders.build_role(JOB)["rules"]
+    current = role_exists(builders.build_role(JOB)["rules"])
     executor.apply(current, JOB, decision, metrics_port=9464, uid=1000)
     assert ("delete", "Role/j-trainer") not in current.calls
-
-
-class ReadingKube(RecordingKube):
-    """FAKE: also serves the reads of Runtime.reconcile_once (job, pods, ConfigMap)."""
-
-    def __init__(self, job: dict[str, Any], configmaps: dict[str, Any]) -> None:
-        super().__init__()
-        self.job = job
-        self.configmaps = configmaps
-
-    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.job
-
-    def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        return []
-
-    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self.calls.append(("get", f"ConfigMap/{name}"))
-        return self.configmaps.get(name)
 
 
 @pytest.mark.parametrize("present", [False, True])
@@ -190,7 +134,8 @@ def test_the_read_phase_fetches_the_script_configmap_before_deciding(present: bo
         "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
         "spec": {"image": "img", "script": {"configMap": {"name": "my-search"}}},
     }
-    fake = ReadingKube(job, {"my-search": {"data": {"search.py": ""}}} if present else {})
+    script = {("ConfigMap", "my-search"): {"data": {"search.py": ""}}}
+    fake = FakeKube(script if present else {}, job=job)
     Runtime(Config.from_env({}), fake).reconcile_once("ns", "j", logging.getLogger("test"))
     assert fake.calls[:2] == [("get", "ConfigMap/j-progress"), ("get", "ConfigMap/my-search")]
     created = [what for call, what in fake.calls if call == "create"]
@@ -198,28 +143,23 @@ def test_the_read_phase_fetches_the_script_configmap_before_deciding(present: bo
         assert "Pod/j-worker-0" in created
     else:
         assert created == [] and ("event", "ScriptConfigMapMissing") in fake.calls
-    spec_mode = ReadingKube({**job, "spec": {"image": "img", "hypermodel": "m:H"}}, {})
+    spec_mode = FakeKube(job={**job, "spec": {"image": "img", "hypermodel": "m:H"}})
     Runtime(Config.from_env({}), spec_mode).reconcile_once("ns", "j", logging.getLogger("test"))
     assert [c for c in spec_mode.calls if c[0] == "get"] == [("get", "ConfigMap/j-progress")]
 
 
 def test_pods_get_the_out_of_memory_trials_of_the_status_the_decision_writes() -> None:
-    created: list[dict[str, Any]] = []
-
-    class Capturing(RecordingKube):
-        def create(self, obj: dict[str, Any]) -> bool:
-            if obj["kind"] == "Pod":
-                created.append(obj)
-            return super().create(obj)
-
     job = {**JOB, "status": {"oomTrials": ["3"]}}
     decision = Decision(create_pods=[0, 1], create_attempt=2, status={"oomTrials": ["3", "5"]})
-    executor.apply(Capturing(), job, decision, metrics_port=9464, uid=1000)
+    fake = FakeKube()
+    executor.apply(fake, job, decision, metrics_port=9464, uid=1000)
+    created = fake.of_kind("Pod")
     for pod in created:
         env = {v["name"]: v.get("value") for v in pod["spec"]["containers"][0]["env"]}
         assert env["TUNEOP_FAILED_TRIALS"] == "3:OOMKilled,5:OOMKilled"
     assert len(created) == 2
-    created.clear()
-    executor.apply(Capturing(), JOB, Decision(create_pods=[0]), metrics_port=9464, uid=1000)
+    fake = FakeKube()
+    executor.apply(fake, JOB, Decision(create_pods=[0]), metrics_port=9464, uid=1000)
+    created = fake.of_kind("Pod")
     env = [v["name"] for v in created[0]["spec"]["containers"][0]["env"]]
     assert "TUNEOP_FAILED_TRIALS" not in env

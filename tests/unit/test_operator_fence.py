@@ -9,15 +9,7 @@ import pytest
 from tuneop import kube
 from tuneop.fence import FREEZE_SECONDS, TICK_SECONDS, Fence, Frozen
 
-from tests.unit.test_operator_kube import FakeApiClient, _kube
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.fakes import JOB, LOG, Clock, FakeApiClient, FakeKube, kube_on
 
 
 def test_a_pass_that_read_before_a_freeze_writes_nothing():
@@ -74,7 +66,7 @@ def test_the_fence_is_per_thread():
 
 def test_kube_asks_the_fence_before_writes_only():
     api = FakeApiClient()
-    client = _kube(api)
+    client = kube_on(api)
     clock = Clock()
     client.fence = Fence(clock=clock)
     client.fence.begin()
@@ -119,10 +111,8 @@ def test_a_pass_ends_with_its_thread_unchecked():
     from tuneop.config import Config
     from tuneop.runtime import Runtime
 
-    from tests.unit.test_operator_kube import LOG, MemoryKube
-
     clock = Clock()
-    client = MemoryKube({})
+    client = FakeKube({}, job=JOB)
     client.fence = Fence(clock=clock)
     Runtime(Config.from_env({}), client).reconcile_once("ns", "j", LOG)
     clock.now += FREEZE_SECONDS + 1

@@ -9,7 +9,7 @@ from tuneop import status as st
 from tuneop.goodput import pod_gpu_seconds, trained_since_restore
 from tuneop.progress import ProgressView
 
-from tests.unit.test_operator_reconcile import T0, World
+from tests.unit.operator_world import T0, World
 
 EVICTED = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
 

@@ -13,13 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from tuneop import handlers, health, kube, metrics
 from tuneop.config import Config
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.fakes import Clock
 
 
 class Runtime:

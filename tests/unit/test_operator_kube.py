@@ -17,59 +17,26 @@ from tuneop import status as st
 from tuneop.config import Config
 from tuneop.runtime import CHILD_CONFLICT, POD_REJECTED, Runtime
 
-JOB = {
-    "metadata": {
-        "name": "j",
-        "namespace": "ns",
-        "uid": "u",
-        "generation": 1,
-        "resourceVersion": "7",
-    },
-    "spec": {"image": "img", "hypermodel": "m:H"},
-}
-LOG = logging.getLogger("test")
-
-
-class FakeResponse:
-    def __init__(self, status: int, data: Any) -> None:
-        self.status = status
-        self.data = json.dumps(data).encode() if data is not None else b""
-
-    def read(self) -> None:
-        return None
-
-
-class FakeApiClient:
-    """FAKE: records (method, path, body, kwargs of call_api) and answers `status`."""
-
-    def __init__(self, status: int = 200, data: Any = None) -> None:
-        self.sent: list[tuple[str, str, Any, dict[str, Any]]] = []
-        self.status, self.data = status, data
-
-    def param_serialize(self, *, method: str, resource_path: str, body: Any, **_: Any) -> Any:
-        return method, resource_path, {}, body, None
-
-    def call_api(self, method: str, url: str, *, body: Any = None, **kwargs: Any) -> FakeResponse:
-        self.sent.append((method, url, body, kwargs))
-        return FakeResponse(self.status, self.data)
-
-
-def _kube(api: FakeApiClient) -> kube.Kube:
-    k = kube.Kube.__new__(kube.Kube)
-    k.api = api  # type: ignore[assignment]
-    k.timeout = 12.5
-    return k
+from tests.unit.fakes import (
+    JOB,
+    LOG,
+    QUOTA_REFUSAL,
+    FakeApiClient,
+    FakeKube,
+    kube_on,
+    stored_object,
+)
 
 
 def test_every_call_is_bounded_by_the_request_timeout():
     api = FakeApiClient(200, {"items": []})
-    _kube(api).list_pods("ns", "j")
+    kube_on(api).list_pods("ns", "j")
     assert api.sent[0][3]["_request_timeout"] == 12.5
 
 
 def test_a_pod_delete_carries_the_uid_it_was_decided_about():
     api = FakeApiClient()
-    assert _kube(api).delete("Pod", "ns", "j-worker-0", uid="pod-uid-1")
+    assert kube_on(api).delete("Pod", "ns", "j-worker-0", uid="pod-uid-1")
     method, path, body, _ = api.sent[0]
     assert (method, path) == ("DELETE", "/api/v1/namespaces/ns/pods/j-worker-0")
     assert body["preconditions"] == {"uid": "pod-uid-1"}
@@ -77,79 +44,28 @@ def test_a_pod_delete_carries_the_uid_it_was_decided_about():
 
 def test_a_failed_precondition_means_a_successor_and_deletes_nothing():
     api = FakeApiClient(409, {"message": "Precondition failed: UID in precondition"})
-    assert not _kube(api).delete("Pod", "ns", "j-worker-0", uid="old")
+    assert not kube_on(api).delete("Pod", "ns", "j-worker-0", uid="old")
     with pytest.raises(kube.ApiError):  # without a uid a 409 is a real error
-        _kube(api).delete("Pod", "ns", "j-worker-0")
+        kube_on(api).delete("Pod", "ns", "j-worker-0")
 
 
 def test_the_status_patch_is_fenced_by_the_resource_version_read():
     api = FakeApiClient(200, {})
-    _kube(api).patch_status("ns", "j", {"attempt": 2}, resource_version="7")
+    kube_on(api).patch_status("ns", "j", {"attempt": 2}, resource_version="7")
     method, path, body, _ = api.sent[0]
     assert (method, path) == ("PATCH", "/apis/tuneop.io/v1alpha1/namespaces/ns/tuningjobs/j/status")
     assert body == {"status": {"attempt": 2}, "metadata": {"resourceVersion": "7"}}
 
 
-class MemoryKube(kube.Kube):
-    """FAKE: objects by (kind, name) in memory; create → 409 when taken."""
-
-    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
-        self.objects = objects
-        self.deleted: list[tuple[str, str, str | None]] = []
-        self.patches: list[dict[str, Any]] = []
-        self.events: list[str] = []
-
-    def _key(self, path: str) -> tuple[str, str]:
-        *_, plural, name = path.split("/")
-        kind = next(k for k, (_, p) in kube._PATHS.items() if p == plural)
-        return kind, name
-
-    def create(self, obj: dict[str, Any]) -> bool:
-        key = (obj["kind"], obj["metadata"]["name"])
-        if key in self.objects:
-            return False
-        self.objects[key] = obj
-        return True
-
-    def get(self, path: str) -> dict[str, Any] | None:
-        return self.objects.get(self._key(path))
-
-    def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        return [o for (k, _), o in self.objects.items() if k == "Pod"]
-
-    def delete(
-        self, kind: str, namespace: str, name: str, *, uid: str | None = None, **_: Any
-    ) -> bool:
-        self.deleted.append((kind, name, uid))
-        return self.objects.pop((kind, name), None) is not None
-
-    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return JOB
-
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any], **_: Any) -> None:
-        self.patches.append(status)
-
-    def post_event(self, job: dict[str, Any], event: Any) -> None:
-        self.events.append(event.reason)
-
-
-def _obj(
-    kind: str, name: str, owner_uid: str | None, uid: str = "x", **labels: str
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "uid": uid, "labels": labels}
-    if owner_uid is not None:
-        meta["ownerReferences"] = [{**builders.owner_reference(JOB), "uid": owner_uid}]
-    return {"kind": kind, "metadata": meta}
-
-
 def test_a_409_on_the_jobs_own_child_is_fine_and_on_someone_elses_a_conflict():
-    mine = MemoryKube({("ConfigMap", "j-spec"): _obj("ConfigMap", "j-spec", "u")})
+    mine = FakeKube({("ConfigMap", "j-spec"): stored_object("ConfigMap", "j-spec", "u")}, job=JOB)
     assert not executor.ensure_child(
         mine, JOB, builders.build_configmap(JOB, builders.JobSpec.from_dict(JOB["spec"]))
     )
     for owner in ("older-job-uid", None):  # an older job's, or a user's own object
-        theirs = MemoryKube(
-            {("ServiceAccount", "j-trainer"): _obj("ServiceAccount", "j-trainer", owner)}
+        theirs = FakeKube(
+            {("ServiceAccount", "j-trainer"): stored_object("ServiceAccount", "j-trainer", owner)},
+            job=JOB,
         )
         with pytest.raises(
             kube.ChildConflict, match="ServiceAccount j-trainer exists and is not owned"
@@ -159,8 +75,8 @@ def test_a_409_on_the_jobs_own_child_is_fine_and_on_someone_elses_a_conflict():
 
 def test_a_retained_claim_of_this_job_name_is_reused():
     labels = names.job_labels("j")
-    claim = _obj("PersistentVolumeClaim", "j-ckpt", None, **labels)
-    fake = MemoryKube({("PersistentVolumeClaim", "j-ckpt"): claim})
+    claim = stored_object("PersistentVolumeClaim", "j-ckpt", None, **labels)
+    fake = FakeKube({("PersistentVolumeClaim", "j-ckpt"): claim}, job=JOB)
     spec = builders.JobSpec.from_dict({**JOB["spec"], "checkpoint": {"reclaimPolicy": "Retain"}})
     pvc = builders.build_pvc(JOB, spec)
     assert pvc is not None and not executor.ensure_child(fake, JOB, pvc)
@@ -168,23 +84,27 @@ def test_a_retained_claim_of_this_job_name_is_reused():
 
 def test_a_pod_of_an_older_job_of_the_same_name_is_waited_for_not_adopted():
     spec = builders.JobSpec.from_dict(JOB["spec"])
-    old = _obj("Pod", "j-worker-0", "older-job-uid", **{names.LABEL_ATTEMPT: "0"})
-    fake = MemoryKube({("Pod", "j-worker-0"): old})
+    old = stored_object("Pod", "j-worker-0", "older-job-uid", **{names.LABEL_ATTEMPT: "0"})
+    fake = FakeKube({("Pod", "j-worker-0"): old}, job=JOB)
     with pytest.raises(executor.StaleGroup, match="another TuningJob"):
         executor.create_pod(fake, JOB, builders.build_pod(JOB, spec, 0, 0))
 
 
 def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
     objects = {
-        ("Pod", "j-worker-0"): _obj("Pod", "j-worker-0", "u", uid="p1"),
-        ("Pod", "j-worker-1"): _obj("Pod", "j-worker-1", "older-job-uid", uid="p2"),
-        ("ConfigMap", "j-spec"): _obj("ConfigMap", "j-spec", "u", uid="c1"),
-        ("ConfigMap", "j-progress"): _obj("ConfigMap", "j-progress", "u", uid="c2"),
-        ("ServiceAccount", "j-trainer"): _obj("ServiceAccount", "j-trainer", None, uid="s1"),
-        ("Role", "j-trainer"): _obj("Role", "j-trainer", "newer-job-uid", uid="r1"),
-        ("PersistentVolumeClaim", "j-ckpt"): _obj("PersistentVolumeClaim", "j-ckpt", "u", uid="v1"),
+        ("Pod", "j-worker-0"): stored_object("Pod", "j-worker-0", "u", uid="p1"),
+        ("Pod", "j-worker-1"): stored_object("Pod", "j-worker-1", "older-job-uid", uid="p2"),
+        ("ConfigMap", "j-spec"): stored_object("ConfigMap", "j-spec", "u", uid="c1"),
+        ("ConfigMap", "j-progress"): stored_object("ConfigMap", "j-progress", "u", uid="c2"),
+        ("ServiceAccount", "j-trainer"): stored_object(
+            "ServiceAccount", "j-trainer", None, uid="s1"
+        ),
+        ("Role", "j-trainer"): stored_object("Role", "j-trainer", "newer-job-uid", uid="r1"),
+        ("PersistentVolumeClaim", "j-ckpt"): stored_object(
+            "PersistentVolumeClaim", "j-ckpt", "u", uid="v1"
+        ),
     }
-    fake = MemoryKube(dict(objects))
+    fake = FakeKube(dict(objects), job=JOB)
     job = {**JOB, "spec": {**JOB["spec"], "checkpoint": {"reclaimPolicy": "Delete"}}}
     executor.cleanup(fake, job, LOG)
     assert sorted(fake.deleted) == [
@@ -197,8 +117,8 @@ def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
 
 
 def test_a_conflict_is_surfaced_in_status_and_one_event():
-    taken = _obj("ServiceAccount", "j-trainer", None)
-    fake = MemoryKube({("ServiceAccount", "j-trainer"): taken})
+    taken = stored_object("ServiceAccount", "j-trainer", None)
+    fake = FakeKube({("ServiceAccount", "j-trainer"): taken}, job=JOB)
     runtime = Runtime(Config.from_env({}), fake)
     runtime.reconcile_once("ns", "j", LOG)
     assert fake.patches and CHILD_CONFLICT in json.dumps(fake.patches[-1]["conditions"])
@@ -209,20 +129,10 @@ def test_a_conflict_is_surfaced_in_status_and_one_event():
     # kopf's per-object logger (each of its warnings would be an Event)
     kopf_logger = EventPostingLogger()
     job = {**JOB, "status": fake.patches[-1]}
-    fake.get_job = lambda namespace, name: job  # type: ignore[method-assign]
+    fake.job = job
     for _ in range(3):
         runtime.reconcile_once("ns", "j", kopf_logger)
     assert fake.events == [CHILD_CONFLICT] and kopf_logger.posted == []
-
-
-class RefusingKube(MemoryKube):
-    """FAKE: the API server refuses every pod (a ResourceQuota)."""
-
-    def create(self, obj: dict[str, Any]) -> bool:
-        if obj["kind"] == "Pod":
-            body = '{"message": "pods \\"j-worker-0\\" is forbidden: exceeded quota: gpus"}'
-            raise kube.ApiError(403, body, "POST", "/api/v1/namespaces/ns/pods")
-        return super().create(obj)
 
 
 def _stalled_gauge(namespace: str, name: str) -> tuple[float, str] | None:
@@ -236,7 +146,7 @@ def _stalled_gauge(namespace: str, name: str) -> tuple[float, str] | None:
 
 
 def test_pods_refused_past_the_pending_timeout_stall_the_job_once_and_are_exported():
-    fake = RefusingKube({})
+    fake = FakeKube({}, job=JOB, refuse_pods=QUOTA_REFUSAL)
     runtime = Runtime(Config.from_env({}), fake)
     runtime.reconcile_once("ns", "j", LOG)
     (first,) = fake.patches
@@ -248,7 +158,7 @@ def test_pods_refused_past_the_pending_timeout_stall_the_job_once_and_are_export
     long_ago = st.rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=601))
     conditions = [{**running, "lastTransitionTime": long_ago}]
     job = {**JOB, "status": {**first, "conditions": conditions}}
-    fake.get_job = lambda namespace, name: job  # type: ignore[method-assign]
+    fake.job = job
     runtime.reconcile_once("ns", "j", LOG)
     stalled = next(c for c in fake.patches[-1]["conditions"] if c["type"] == "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == POD_REJECTED
@@ -318,20 +228,6 @@ def test_a_failed_pass_counts_towards_backoff_without_an_event(error: Exception,
     assert loops.report()["failing"] == ({"ns/j": 1} if after else {})
 
 
-class NodeCountingKube(MemoryKube):
-    def __init__(self, job: dict[str, Any], objects: dict[tuple[str, str], Any]) -> None:
-        super().__init__(objects)
-        self.job = job
-        self.nodes: list[str] = []
-
-    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.job
-
-    def get_node(self, name: str) -> dict[str, Any] | None:
-        self.nodes.append(name)
-        return {"metadata": {"name": name}}
-
-
 def _running_job(**status: Any) -> dict[str, Any]:
     spec = {**JOB["spec"], "distribution": {"workers": 1}}
     return {**JOB, "spec": spec, "status": {"attempt": 0, "attemptStarted": True, **status}}
@@ -342,23 +238,23 @@ def test_a_running_job_is_read_with_its_pods_nodes_and_a_finished_one_rests():
     pod = builders.build_pod(JOB, spec, 0, 0)
     pod["spec"]["nodeName"] = "n1"
     pod["status"] = {"phase": "Running"}
-    running = NodeCountingKube(_running_job(phase="Running"), {("Pod", "j-worker-0"): pod})
+    running = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(phase="Running"))
     assert Runtime(Config.from_env({}), running).reconcile_once("ns", "j", LOG) is None
     assert running.nodes == ["n1"]
     done = {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z"}
-    finished = NodeCountingKube(_running_job(**done), {("Pod", "j-worker-0"): pod})
+    finished = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(**done))
     idle = Runtime(Config.from_env({}), finished).reconcile_once("ns", "j", LOG)
     assert idle == runtime_mod.FINISHED_RECHECK_SECONDS and finished.nodes == []
     job = _running_job(**done)
     job["spec"]["ttlSecondsAfterFinished"] = 10**9  # long, but its end is what wakes it
-    ttl = NodeCountingKube(job, {})
+    ttl = FakeKube({}, job=job)
     idle = Runtime(Config.from_env({}), ttl).reconcile_once("ns", "j", LOG)
     assert idle == runtime_mod.FINISHED_RECHECK_SECONDS
     job["spec"]["ttlSecondsAfterFinished"] = 1
     job["status"]["completionTime"] = kube.dt.datetime.now(kube.dt.UTC).strftime(
         "%Y-%m-%dT%H:%M:%SZ"
     )
-    idle = Runtime(Config.from_env({}), NodeCountingKube(job, {})).reconcile_once("ns", "j", LOG)
+    idle = Runtime(Config.from_env({}), FakeKube({}, job=job)).reconcile_once("ns", "j", LOG)
     assert idle is not None and 0 < idle <= 1
 
 
@@ -367,7 +263,7 @@ def test_a_node_read_serves_every_pass_for_a_while(monkeypatch: pytest.MonkeyPat
     pod = builders.build_pod(JOB, spec, 0, 0)
     pod["spec"]["nodeName"] = "n1"
     pod["status"] = {"phase": "Running"}
-    fake = NodeCountingKube(_running_job(phase="Running"), {("Pod", "j-worker-0"): pod})
+    fake = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(phase="Running"))
     runtime = Runtime(Config.from_env({}), fake)
     clock = [1000.0]
     monkeypatch.setattr(runtime_mod.time, "monotonic", lambda: clock[0])
@@ -418,7 +314,7 @@ def test_the_daemon_pause_ends_on_a_trigger_a_stop_or_its_time():
 
 
 def test_a_spec_change_wakes_the_jobs_loop_and_a_status_patch_does_not():
-    runtime = Runtime(Config.from_env({}), MemoryKube({}))
+    runtime = Runtime(Config.from_env({}), FakeKube({}, job=JOB))
     memo = type("Memo", (), {"runtime": runtime})()
 
     def event(generation: int, observed: int, **meta: Any) -> bool:
@@ -436,7 +332,7 @@ def test_the_pod_watch_is_filtered_by_the_api_server():
     import kopf
 
     settings = kopf.OperatorSettings()
-    memo = type("Memo", (), {"runtime": Runtime(Config.from_env({}), MemoryKube({}))})()
+    memo = type("Memo", (), {"runtime": Runtime(Config.from_env({}), FakeKube({}, job=JOB))})()
     handlers.configure(settings=settings, memo=memo)
     pods = kopf.Resource(group="", version="v1", plural="pods", namespaced=True)
     jobs = kopf.Resource(group=names.GROUP, version=names.VERSION, plural=names.PLURAL)
@@ -455,9 +351,9 @@ def test_a_suspended_job_rests_once_its_pods_are_gone():
     pod["status"] = {"phase": "Running"}
     job = _running_job(phase="Running")
     job["spec"]["suspend"] = True
-    stopping = NodeCountingKube(job, {("Pod", "j-worker-0"): pod})
+    stopping = FakeKube({("Pod", "j-worker-0"): pod}, job=job)
     assert Runtime(Config.from_env({}), stopping).reconcile_once("ns", "j", LOG) is None
     job = _running_job(phase="Suspended", attemptStarted=False)
     job["spec"]["suspend"] = True
-    idle = Runtime(Config.from_env({}), NodeCountingKube(job, {})).reconcile_once("ns", "j", LOG)
+    idle = Runtime(Config.from_env({}), FakeKube({}, job=job)).reconcile_once("ns", "j", LOG)
     assert idle == runtime_mod.FINISHED_RECHECK_SECONDS

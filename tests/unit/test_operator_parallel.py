@@ -14,7 +14,7 @@ from tuneop.groups import group_named, pod_groups
 from tuneop.reconcile import decide, nodes_to_read
 from tuneop.spec import JobSpec, validate
 
-from tests.unit.test_operator_reconcile import World
+from tests.unit.operator_world import World
 
 ORACLE, T0, T1 = "j-oracle", "j-t0-worker-0", "j-t1-worker-0"
 EVICTED = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}

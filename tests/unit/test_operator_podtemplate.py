@@ -20,7 +20,8 @@ from tuneop.reconcile import decide
 from tuneop.runtime import Runtime
 from tuneop.spec import JobSpec, validate
 
-from tests.unit.test_operator_apply import ReadingKube
+from tests.unit.crd_schema import ROOT, check, schema
+from tests.unit.fakes import FakeKube
 
 JOB: dict[str, Any] = {
     "apiVersion": names.API_VERSION,
@@ -489,17 +490,6 @@ def test_invalid_trainer_defaults_stop_the_operator_naming_the_variable(
         Config.from_env({f"TUNEOP_OPERATOR_{name}": value})
 
 
-class PodCapturing(ReadingKube):
-    def __init__(self, job: dict[str, Any]) -> None:
-        super().__init__(job, {})
-        self.pods: list[dict[str, Any]] = []
-
-    def create(self, obj: dict[str, Any]) -> bool:
-        if obj["kind"] == "Pod":
-            self.pods.append(obj)
-        return bool(super().create(obj))
-
-
 def test_the_operator_applies_its_defaults_when_it_reads_a_job():
     job = {
         "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
@@ -510,21 +500,19 @@ def test_the_operator_applies_its_defaults_when_it_reads_a_job():
         "TUNEOP_OPERATOR_TRAINER_IMAGE_PULL_SECRETS": "ml-registry",
         "TUNEOP_OPERATOR_TRAINER_PRIORITY_CLASS_NAME": "tuning-low",
     }
-    fake = PodCapturing(job)
+    fake = FakeKube(job=job)
     Runtime(Config.from_env(env), fake).reconcile_once("ns", "j", logging.getLogger("test"))
-    (pod,) = fake.pods
+    (pod,) = fake.of_kind("Pod")
     assert pod["spec"]["containers"][0]["image"] == "registry.example.com/ml/trainer:1"
     assert pod["spec"]["imagePullSecrets"] == [{"name": "ml-registry"}]
     assert pod["spec"]["priorityClassName"] == "tuning-low"
     # without a default, a job without an image is an InvalidSpec naming the chart value
-    bare = PodCapturing(job)
+    bare = FakeKube(job=job)
     Runtime(Config.from_env({}), bare).reconcile_once("ns", "j", logging.getLogger("test"))
-    assert bare.pods == [] and ("event", "InvalidSpec") in bare.calls
+    assert bare.of_kind("Pod") == [] and ("event", "InvalidSpec") in bare.calls
 
 
 def test_the_data_set_sample_is_valid_and_its_template_accepted():
-    from tests.unit.test_operator_crd import ROOT, check, schema
-
     sample = yaml.safe_load((ROOT / "manifests/samples/tuningjob-dataset.yaml").read_text())
     assert check(sample, schema()) == []
     spec = JobSpec.from_dict(sample["spec"])
@@ -535,26 +523,16 @@ def test_the_data_set_sample_is_valid_and_its_template_accepted():
 
 
 def test_a_pod_the_api_server_refuses_is_reported_on_the_job_not_retried_silently():
-    from tuneop.kube import ApiError
     from tuneop.runtime import POD_REJECTED
-
-    class Refusing(PodCapturing):
-        def create(self, obj: dict[str, Any]) -> bool:
-            if obj["kind"] == "Pod":
-                body = '{"message": "Pod \\"j-worker-0\\" is invalid: spec.volumes[2]: bad"}'
-                raise ApiError(422, body, "POST", "/api/v1/namespaces/ns/pods")
-            return super().create(obj)
-
-        def patch_status(self, namespace: str, name: str, patch: Any, **kw: Any) -> None:
-            self.calls.append(("status", str(patch)))
 
     job = {
         "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
         "spec": {"image": "img", "hypermodel": "m:H"},
     }
-    fake = Refusing(job)
+    invalid = (422, 'Pod "j-worker-0" is invalid: spec.volumes[2]: bad')
+    fake = FakeKube(job=job, refuse_pods=invalid)
     Runtime(Config.from_env({}), fake).reconcile_once("ns", "j", logging.getLogger("test"))
-    (status,) = [what for call, what in fake.calls if call == "status"]
+    (status,) = [str(patch) for patch in fake.patches]
     assert POD_REJECTED in status and "spec.volumes[2]: bad" in status
     assert ("event", POD_REJECTED) in fake.calls
 

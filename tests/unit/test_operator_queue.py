@@ -11,7 +11,7 @@ from tuneop.classify import Outcome, classify
 from tuneop.groups import pod_groups
 from tuneop.spec import JobSpec
 
-from tests.unit.test_operator_reconcile import World, start
+from tests.unit.operator_world import World, start
 
 QUEUE = {queue.QUEUE_LABEL: "team-a"}
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from tuneop import rbac
 
+from tests.unit.rbac_rules import triples
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operator-rbac.md"
 
 
@@ -24,20 +26,10 @@ def _documented(text: str) -> set[tuple[str, str, str]]:
     }
 
 
-def _expected(rules: list[dict]) -> set[tuple[str, str, str]]:
-    return {
-        (group, resource, verb)
-        for rule in rules
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-
-
 def test_doc_lists_exactly_the_rules():
     cluster_wide, namespaced = DOC.read_text().split("## Namespaced mode")
-    assert _documented(cluster_wide) == _expected(rbac.OPERATOR_RULES)
-    assert _documented(namespaced) == _expected(rbac.NAMESPACED_PEERING_RULES)
+    assert _documented(cluster_wide) == triples(rbac.OPERATOR_RULES)
+    assert _documented(namespaced) == triples(rbac.NAMESPACED_PEERING_RULES)
     parts = [*rbac.NAMESPACED_RULES, *rbac.CLUSTER_RULES, *rbac.CLUSTER_PEERING_RULES]
     assert parts == rbac.OPERATOR_RULES
     assert len(rbac.NAMESPACED_RULES) == 9  # "the first nine above"

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tuneop import executor, kube
+from tuneop import executor
 from tuneop import status as st
 from tuneop.classify import Outcome, classify, pending_reason
 from tuneop.reconcile import Decision
 
-from tests.unit.test_operator_apply import JOB, RecordingKube
-from tests.unit.test_operator_reconcile import World, start
+from tests.unit.fakes import JOB, QUOTA_REFUSAL, FakeKube
+from tests.unit.operator_world import World, start
 
 UNSCHEDULABLE = {
     "type": "PodScheduled",
@@ -137,16 +137,8 @@ def test_backoff_is_a_condition():
     assert running["reason"] == "Backoff" and "retrying at" in running["message"]
 
 
-class QuotaKube(RecordingKube):
-    def create(self, obj: dict[str, Any]) -> bool:
-        if obj["kind"] == "Pod":
-            body = '{"message": "pods \\"j-worker-0\\" is forbidden: exceeded quota: gpus"}'
-            raise kube.ApiError(403, body, "POST", "/api/v1/namespaces/ns/pods")
-        return super().create(obj)
-
-
 def test_a_pod_refused_by_quota_is_reported_and_nothing_else_applied():
-    fake = QuotaKube()
+    fake = FakeKube(refuse_pods=QUOTA_REFUSAL)
     decision = Decision(status={"attemptStarted": True}, create_pods=[0], create_attempt=0)
     with pytest.raises(executor.PodRejected, match="exceeded quota: gpus"):
         executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)

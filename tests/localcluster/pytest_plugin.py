@@ -1,0 +1,73 @@
+"""The local cluster's pytest fixtures, one of each per test session (registered by
+tests/conftest.py through ``pytest_plugins``):
+
+- ``control_plane``: a :class:`~tests.localcluster.controlplane.ControlPlane`;
+- ``cluster``: a :class:`~tests.localcluster.cluster.LocalCluster` on it (node agents and
+  local-path volumes);
+- ``kueue``: :class:`~tests.localcluster.kueue.Kueue`'s manager on it.
+
+Each is started lazily by the first test that asks for it and always stopped at the end
+of the session, also on Ctrl-C or SIGTERM; the atexit hooks of controlplane.py,
+cluster.py and kueue.py and PR_SET_PDEATHSIG on the processes they start are the safety
+nets if pytest itself dies. After its stop each fixture checks that no process (or mount)
+it started is left behind.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from types import FrameType
+
+import pytest
+
+from tests.localcluster import tools
+from tests.localcluster.cluster import LocalCluster
+from tests.localcluster.controlplane import ControlPlane
+from tests.localcluster.kueue import Kueue
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The session's control plane."""
+    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"))
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")  # unwinds into the finally below
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        cp.start()
+        pids = cp.pids
+        yield cp
+    finally:
+        cp.stop()
+        signal.signal(signal.SIGTERM, previous)
+    assert cp.leftover_pids(pids) == [], "control plane processes left behind"
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """The session's local cluster: control plane + node agent(s) + local-path volumes."""
+    lc = LocalCluster(control_plane, tmp_path_factory.mktemp("cluster"))
+    lc.start()
+    try:
+        yield lc
+    finally:
+        lc.stop()
+    assert lc.leftovers() == [], "local cluster left processes or mounts behind"
+
+
+@pytest.fixture(scope="session")
+def kueue(control_plane: ControlPlane) -> Iterator[Kueue]:
+    """Kueue on the session's control plane, started by the first test that asks."""
+    k = Kueue(control_plane, kueue_dir=tools.kueue_dir())
+    k.start()
+    pid = k.pid
+    try:
+        yield k
+    finally:
+        k.stop()
+    assert pid is not None and control_plane.leftover_pids([pid]) == [], "kueue left behind"

@@ -1,0 +1,183 @@
+"""FAKES of what the operator talks to, for the unit tests (the real API calls are
+exercised by tests/e2e):
+
+- :class:`FakeApiClient`: the kubernetes ApiClient under tuneop.kube.Kube; it records what
+  would go on the wire and answers one given status (:func:`kube_on` builds a Kube on it);
+- :class:`FakeKube`: tuneop.kube.Kube itself, in memory: objects by (kind, name), the
+  writes recorded in order;
+- :class:`Clock`: a monotonic clock the test moves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from tuneop import builders, kube
+from tuneop.reconcile import Event
+
+Obj = dict[str, Any]
+
+JOB: Obj = {
+    "metadata": {
+        "name": "j",
+        "namespace": "ns",
+        "uid": "u",
+        "generation": 1,
+        "resourceVersion": "7",
+    },
+    "spec": {"image": "img", "hypermodel": "m:H"},
+}
+LOG = logging.getLogger("test")
+QUOTA_REFUSAL = (403, 'pods "j-worker-0" is forbidden: exceeded quota: gpus')
+"""How the API server refuses a pod beyond a ResourceQuota (status, message)."""
+
+
+class FakeResponse:
+    def __init__(self, status: int, data: Any) -> None:
+        self.status = status
+        self.data = json.dumps(data).encode() if data is not None else b""
+
+    def read(self) -> None:
+        return None
+
+
+class FakeApiClient:
+    """FAKE: records (method, path, body, kwargs of call_api) and answers `status`."""
+
+    def __init__(self, status: int = 200, data: Any = None) -> None:
+        self.sent: list[tuple[str, str, Any, dict[str, Any]]] = []
+        self.status, self.data = status, data
+
+    def param_serialize(self, *, method: str, resource_path: str, body: Any, **_: Any) -> Any:
+        return method, resource_path, {}, body, None
+
+    def call_api(self, method: str, url: str, *, body: Any = None, **kwargs: Any) -> FakeResponse:
+        self.sent.append((method, url, body, kwargs))
+        return FakeResponse(self.status, self.data)
+
+
+def kube_on(api: FakeApiClient) -> kube.Kube:
+    """A real Kube whose requests go to `api`."""
+    k = kube.Kube.__new__(kube.Kube)
+    k.api = api  # type: ignore[assignment]
+    k.timeout = 12.5
+    return k
+
+
+def stored_object(
+    kind: str, name: str, owner_uid: str | None, uid: str = "x", **labels: str
+) -> Obj:
+    """An object as the API server holds it, owned by the TuningJob `j` of uid
+    `owner_uid` (None: no owner)."""
+    meta: Obj = {"name": name, "uid": uid, "labels": labels}
+    if owner_uid is not None:
+        meta["ownerReferences"] = [{**builders.owner_reference(JOB), "uid": owner_uid}]
+    return {"kind": kind, "metadata": meta}
+
+
+class FakeKube(kube.Kube):
+    """FAKE of the operator's API layer, in memory.
+
+    `objects` by (kind, name) (one namespace): create answers False (a 409) when the name
+    is taken, get and list_pods read them, delete removes them. `job` is what get_job
+    reads. `refuse_pods` (status, message): the API server refuses every pod so.
+
+    Recorded: `calls`, the writes in order as (verb, "Kind/name") (`("patch_status",
+    "<the status keys>")`, `("event", reason)`) and the reads of ConfigMaps by name
+    (`("get", "ConfigMap/<name>")`, the read phase's order); `patches`, the status patches;
+    `deleted`, (kind, name, uid precondition); `nodes`, the Nodes read (each answered as
+    a bare Node).
+    """
+
+    def __init__(
+        self,
+        objects: dict[tuple[str, str], Obj] | None = None,
+        *,
+        job: Obj | None = None,
+        refuse_pods: tuple[int, str] | None = None,
+    ) -> None:
+        self.objects = {} if objects is None else objects
+        self.job = job
+        self.refuse_pods = refuse_pods
+        self.calls: list[tuple[str, str]] = []
+        self.patches: list[Obj] = []
+        self.deleted: list[tuple[str, str, str | None]] = []
+        self.nodes: list[str] = []
+
+    @property
+    def events(self) -> list[str]:
+        """The reasons of the Events posted, in order."""
+        return [what for call, what in self.calls if call == "event"]
+
+    def of_kind(self, kind: str) -> list[Obj]:
+        """The objects of `kind` held, in the order they were created."""
+        return [obj for (k, _), obj in self.objects.items() if k == kind]
+
+    def request(self, method: str, path: str, body: Any = None, **_: Any) -> Obj | None:
+        raise AssertionError(f"FakeKube has no API server for {method} {path}")
+
+    def _key(self, path: str) -> tuple[str, str] | None:
+        *_, plural, name = path.split("/")
+        kind = next((k for k, (_, p) in kube._PATHS.items() if p == plural), None)
+        return None if kind is None else (kind, name)
+
+    # --- reads ---------------------------------------------------------------------
+    def get(self, path: str) -> Obj | None:
+        key = self._key(path)
+        return None if key is None else self.objects.get(key)
+
+    def get_job(self, namespace: str, name: str) -> Obj | None:
+        return self.job
+
+    def list_pods(self, namespace: str, job: str) -> list[Obj]:
+        return self.of_kind("Pod")
+
+    def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        self.calls.append(("get", f"ConfigMap/{name}"))
+        return self.objects.get(("ConfigMap", name))
+
+    def get_node(self, name: str) -> Obj | None:
+        self.nodes.append(name)
+        return {"metadata": {"name": name}}
+
+    # --- writes --------------------------------------------------------------------
+    def create(self, obj: Obj) -> bool:
+        meta = obj["metadata"]
+        if obj["kind"] == "Pod" and self.refuse_pods is not None:
+            status, message = self.refuse_pods
+            body = json.dumps({"message": message})
+            raise kube.ApiError(status, body, "POST", kube.collection("Pod", meta["namespace"]))
+        self.calls.append(("create", f"{obj['kind']}/{meta['name']}"))
+        key = (obj["kind"], meta["name"])
+        if key in self.objects:
+            return False
+        self.objects[key] = obj
+        return True
+
+    def delete(
+        self, kind: str, namespace: str, name: str, *, uid: str | None = None, **options: Any
+    ) -> bool:
+        self.calls.append(("delete", f"{kind}/{name}"))
+        self.deleted.append((kind, name, uid))
+        return self.objects.pop((kind, name), None) is not None
+
+    def patch_status(
+        self, namespace: str, name: str, status: Obj, *, resource_version: str | None = None
+    ) -> None:
+        self.calls.append(("patch_status", ",".join(sorted(status))))
+        self.patches.append(status)
+
+    def post_event(self, job: Obj, event: Event) -> None:
+        self.calls.append(("event", event.reason))
+
+
+class Clock:
+    """A monotonic clock that stands still until the test moves `now`."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
