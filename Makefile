@@ -10,6 +10,8 @@ PY = $(VENV)/bin/python
 # The repo's packages come from the work tree, so any clone works with the cached venv.
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/operator:$(CURDIR)/trainer_image:$(CURDIR)
 PYTEST_ARGS ?=
+# `make test` runs the suite in this many pytest-xdist workers (tests/conftest.py groups them).
+TEST_WORKERS ?= 2
 
 .PHONY: help
 help: ## Show this help
@@ -57,7 +59,7 @@ images: ## Build tuneop/trainer:TAG (GPU), tuneop/trainer:TAG-cpu, tuneop/operat
 
 .PHONY: test
 test: venv prometheus cluster-tools lint ## Set everything up and run the whole suite
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Flakiness shows only over many runs: `make repeat TEST=path::name N=20` reports passes/N.
 N ?= 20

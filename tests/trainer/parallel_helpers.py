@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from forkserver import TrainerProcess, launch
 from trainer_helpers import env
 from tuneop_contract import (
     ENV_ORACLE_IP,
@@ -78,7 +77,7 @@ class Search:
         self.extra_env = dict(extra_env or {})
         self.spec = tmp / "spec.yaml"
         self.spec.write_text(yaml.safe_dump(manifest or parallel_spec()))
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.procs: dict[str, TrainerProcess] = {}
         self.starts: dict[str, int] = {}
 
     def tuner_ids(self) -> list[str]:
@@ -89,7 +88,7 @@ class Search:
 
     def start(
         self, tuner_id: str, extra: dict[str, str] | None = None, name: str | None = None
-    ) -> subprocess.Popen[bytes]:
+    ) -> TrainerProcess:
         """Start one process of `tuner_id` (`name`: its process and log name when a
         group has several, e.g. "tuner0-w1")."""
         name = name or tuner_id
@@ -104,7 +103,7 @@ class Search:
         )
         e.update(self.extra_env)
         e.update(extra or {})
-        cmd = [sys.executable, "-m", "tuneop_trainer"]
+        cmd = ["-m", "tuneop_trainer"]
         if self.script is None:
             cmd += ["run", "--spec", str(self.spec), "--dir", str(self.ckpt)]
         else:
@@ -114,9 +113,7 @@ class Search:
         with log.open("ab") as handle:
             handle.write(f"--- start {self.starts.get(name, 0)}\n".encode())
         self.starts[name] = self.starts.get(name, 0) + 1
-        proc = subprocess.Popen(
-            cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=e, cwd=self.tmp
-        )
+        proc = launch(cmd, e, log, cwd=self.tmp)
         self.procs[name] = proc
         return proc
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forkserver import TrainerProcess, launch
 from trainer_helpers import SCRIPTS, env, signal_when, start_exec
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, TUNER_DIR, Progress
 from tuneop_trainer.script.projects import RECORD
@@ -87,17 +86,11 @@ def _outcome(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _plain(script: Path, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+def _plain(script: Path, cwd: Path, log: Path) -> TrainerProcess:
     """The script as its user runs it: plain Python, no tuneop."""
     cwd.mkdir()
     plain_env = {k: v for k, v in env().items() if not k.startswith("TUNEOP_")}
-    return subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=cwd,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env=plain_env,
-    )
+    return launch([str(script)], plain_env, log, cwd=cwd)
 
 
 def _run_exec(script: Path, ckpt: Path, log: Path) -> None:

@@ -10,13 +10,12 @@ import json
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forkserver import TrainerProcess, launch
 from trainer_helpers import (
     SCRIPTS,
     comparable,
@@ -54,7 +53,7 @@ def _free_ports(n: int) -> list[int]:
 
 def _start_group(
     spec: Path, ckpt: Path, logs: list[Path], script: Path | None = None
-) -> list[subprocess.Popen[bytes]]:
+) -> list[TrainerProcess]:
     """Start the workers: `run --spec`, or `exec` on `script` (script mode)."""
     workers = [f"127.0.0.1:{port}" for port in _free_ports(len(logs))]
     procs = []
@@ -63,23 +62,15 @@ def _start_group(
         e[ENV_TF_CONFIG] = json.dumps(
             {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         )
-        cmd = [sys.executable, "-m", "tuneop_trainer", "run", "--spec", str(spec)]
+        cmd = ["-m", "tuneop_trainer", "run", "--dir", str(ckpt), "--spec", str(spec)]
         if script is not None:
-            cmd = [sys.executable, "-m", "tuneop_trainer", "exec", "--spec", str(spec)]
+            cmd = ["-m", "tuneop_trainer", "exec", "--dir", str(ckpt), "--spec", str(spec)]
             cmd += ["--deterministic", str(script)]
-        procs.append(
-            subprocess.Popen(
-                [*cmd[:4], "--dir", str(ckpt), *cmd[4:]],
-                stdout=log.open("ab"),
-                stderr=subprocess.STDOUT,
-                env=e,
-                cwd=ckpt.parent,
-            )
-        )
+        procs.append(launch(cmd, e, log, cwd=ckpt.parent))
     return procs
 
 
-def _wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 150) -> list[int]:
+def _wait_all(procs: list[TrainerProcess], timeout: float = 150) -> list[int]:
     try:
         return [p.wait(timeout=timeout) for p in procs]
     finally:
@@ -89,7 +80,7 @@ def _wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 150) -> lis
                 p.wait()
 
 
-def _wait_progress(procs: list[subprocess.Popen[bytes]], ckpt: Path, pred: Any) -> None:
+def _wait_progress(procs: list[TrainerProcess], ckpt: Path, pred: Any) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert all(p.poll() is None for p in procs), "a worker exited before the kill point"

@@ -7,7 +7,15 @@ import signal
 from pathlib import Path
 
 import pytest
-from trainer_helpers import comparable, kill_when, results, run, tiny_spec, write_spec
+from trainer_helpers import (
+    checkpointed,
+    comparable,
+    kill_when,
+    results,
+    run,
+    tiny_spec,
+    write_spec,
+)
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, read_progress
 
 pytestmark = pytest.mark.slow
@@ -27,13 +35,19 @@ def test_sigkill_at_several_points_resumes_exactly(reference: dict, tmp_path: Pa
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     promoted = [t["trialId"] for t in reference["trials"] if t["continuesTrial"]]
     assert promoted, "the tiny Hyperband search must contain a promotion"
+    first, last = reference["trials"][0]["trialId"], reference["trials"][-1]["trialId"]
     kill_points = [
         # during the very first trial, mid-epoch (before keras-tuner wrote anything itself)
-        lambda p: p.trial_id == reference["trials"][0]["trialId"] and p.step >= 3,
+        lambda p: p.trial_id == first and p.step >= 3 and checkpointed(ckpt, first),
         # during a Hyperband promotion, in its second epoch
-        lambda p: p.trial_id == promoted[0] and p.epoch >= 1 and p.step >= 3,
-        # during the last trial
-        lambda p: p.trial_id == reference["trials"][-1]["trialId"] and p.step >= 1,
+        lambda p: (
+            p.trial_id == promoted[0]
+            and p.epoch >= 1
+            and p.step >= 3
+            and checkpointed(ckpt, promoted[0])
+        ),
+        # during the last trial, once it has a checkpoint of its own
+        lambda p: p.trial_id == last and p.step >= 1 and checkpointed(ckpt, last),
     ]
     for i, point in enumerate(kill_points):
         code = kill_when(spec, ckpt, log, point, delay=0.2 * i)

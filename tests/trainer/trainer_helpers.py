@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
+from forkserver import TrainerProcess, launch
 from tuneop_contract import (
     ENV_LOGICAL_CPU_DEVICES,
     ENV_METRICS_PORT,
@@ -67,13 +66,9 @@ def env(devices: int = 2) -> dict[str, str]:
     return e
 
 
-def start(spec: Path, ckpt: Path, log: Path, devices: int = 2) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tuneop_trainer", "run", "--spec", str(spec), "--dir", str(ckpt)],
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env=env(devices),
-    )
+def start(spec: Path, ckpt: Path, log: Path, devices: int = 2) -> TrainerProcess:
+    command = ["-m", "tuneop_trainer", "run", "--spec", str(spec), "--dir", str(ckpt)]
+    return launch(command, env(devices), log)
 
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -81,22 +76,16 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 def start_exec(
     script: Path, ckpt: Path, log: Path, *args: str, devices: int = 2, cwd: Path | None = None
-) -> subprocess.Popen[bytes]:
+) -> TrainerProcess:
     """`python -m tuneop_trainer exec --deterministic` on a user script (script mode)."""
     settings = ckpt.parent / "exec-spec.yaml"
     if not settings.exists():  # checkpoints every 3 steps: kill points land mid-epoch
         settings.write_text(
             yaml.safe_dump({"checkpoint": {"intervalSteps": 3, "intervalSeconds": 0}})
         )
-    command = [sys.executable, "-m", "tuneop_trainer", "exec", "--dir", str(ckpt)]
+    command = ["-m", "tuneop_trainer", "exec", "--dir", str(ckpt)]
     command += ["--spec", str(settings), "--deterministic", str(script), *args]
-    return subprocess.Popen(
-        command,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env=env(devices),
-        cwd=cwd or ckpt.parent,
-    )
+    return launch(command, env(devices), log, cwd=cwd or ckpt.parent)
 
 
 def kill_exec_when(
@@ -136,14 +125,18 @@ def fit_weights(ckpt: Path, fit_dir: str) -> str:
     return digest.hexdigest()
 
 
+def checkpointed(ckpt: Path, trial_id: str, execution: int = 0) -> bool:
+    """A spec-mode trial's execution has a checkpoint on the volume (a kill point past
+    `step >= n` alone can come before the save of step n is written)."""
+    return any((ckpt / "trials" / trial_id / f"exec-{execution}").glob("ckpt-*"))
+
+
 def run(spec: Path, ckpt: Path, log: Path, timeout: float = 240) -> int:
     proc = start(spec, ckpt, log)
     return proc.wait(timeout=timeout)
 
 
-def wait_for(
-    proc: subprocess.Popen[bytes], ckpt: Path, pred: Any, timeout: float = 180
-) -> Progress:
+def wait_for(proc: TrainerProcess, ckpt: Path, pred: Any, timeout: float = 180) -> Progress:
     """Poll progress.json until pred(progress) holds; fail if the trainer exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -166,9 +159,7 @@ def kill_when(
     return signal_when(start(spec, ckpt, log), ckpt, pred, sig, delay)
 
 
-def signal_when(
-    proc: subprocess.Popen[bytes], ckpt: Path, pred: Any, sig: int, delay: float = 0.0
-) -> int:
+def signal_when(proc: TrainerProcess, ckpt: Path, pred: Any, sig: int, delay: float = 0.0) -> int:
     """Send `sig` to a started trainer once pred(progress) holds (+delay); its exit code."""
     try:
         wait_for(proc, ckpt, pred)
