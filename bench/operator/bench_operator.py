@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 for sub in ("contract", "operator", "trainer_image", "."):
     sys.path.insert(0, str(ROOT / sub))
 
-from tuneop.status import parse_time  # noqa: E402
+from tuneop.api.status import parse_time  # noqa: E402
 
 from tests.e2e.harness import (  # noqa: E402
     Kubectl,

@@ -1,3 +1,18 @@
-"""tuneop: the Kubernetes operator for TuningJob (tuneop.io/v1alpha1)."""
+"""tuneop: the Kubernetes operator for TuningJob (tuneop.io/v1alpha1).
+
+Its layers are its subpackages; each imports only from those listed before it
+(tests/unit/test_operator_layers.py enforces it):
+
+- `api`: the TuningJob and its children as the operator reads them: names and labels,
+  the typed spec with its checks, the status keys and conditions, the trainer's
+  progress record, the pod groups, ownership, Kueue's vocabulary. Pure.
+- `render`: the children and pods the operator creates, rendered as dicts. Pure.
+- `decide`: one reconcile pass's decision from what was read. Pure.
+- `act`: the API client, the executor that carries out a Decision, the fence.
+- `run`: the process: configuration, kopf handlers, the reconcile loop's runtime,
+  health and metrics, the entry point.
+
+`render` and `decide` do not import each other; the Kubernetes client is used in `act`
+and `run` only, kopf and the Prometheus client in `run` only."""
 
 __version__ = "0.1.0"

@@ -2,6 +2,6 @@
 
 import sys
 
-from tuneop.main import main
+from tuneop.run.main import main
 
 sys.exit(main())

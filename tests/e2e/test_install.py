@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tuneop import rbac
+from tuneop.render import rbac
 
 from tests.e2e.harness import Operator, free_port, wait_for
 from tests.localcluster import tools
@@ -157,7 +157,7 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
         )
         assert '"serviceAccountName":"tuneop-e2e"' in deploy.stdout
 
-        # Every rule of OPERATOR_RULES (operator/tuneop/rbac.py), as the API server sees it.
+        # Every rule of OPERATOR_RULES (operator/tuneop/render/rbac.py), as the API server sees it.
         ns = ["--namespace", "research"]
         needed = []
         for rule in rbac.OPERATOR_RULES:

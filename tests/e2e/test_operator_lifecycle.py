@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import tuneop_contract as contract
-from tuneop.status import parse_time
+from tuneop.api.status import parse_time
 
 from tests.e2e.harness import ROOT, SEARCH, Env, Operator, required_condition, sample, wait_for
 from tests.localcluster import disruption
@@ -215,7 +215,7 @@ def test_failing_trainer_exhausts_the_failure_budget_with_backoff(e2e: Env):
     # backoff: the second pod group started at least backoffSeconds after the failure
     first_failure = events[1]["lastTimestamp"]
     second_start = events[2]["lastTimestamp"]
-    from tuneop.status import parse_time
+    from tuneop.api.status import parse_time
 
     gap = (parse_time(second_start) - parse_time(first_failure)).total_seconds()
     assert gap >= 4, gap

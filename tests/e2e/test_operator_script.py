@@ -8,7 +8,7 @@ operator (they end before a trainer would matter)."""
 from __future__ import annotations
 
 import pytest
-from tuneop import names
+from tuneop.api import names
 
 from tests.e2e.harness import SCRIPT_SEARCH, Env, required_condition, wait_for, wait_mid_epoch
 from tests.localcluster import disruption

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from tuneop import names
+from tuneop.api import names
 from tuneop_trainer.data import synthetic_emg
 
 from tests.e2e import admission

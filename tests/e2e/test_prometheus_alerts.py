@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tuneop import names
+from tuneop.api import names
 
 from tests.e2e.harness import Env, condition, wait_for
 from tests.localcluster import disruption

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from tuneop import queue as kq
+from tuneop.api import queue as kq
 
 from tests.e2e.harness import SEARCH, Env, condition, wait_for, wait_mid_epoch
 from tests.localcluster.kueue import API, Kueue

@@ -1,9 +1,10 @@
 """FAKES of what the operator talks to, for the unit tests (the real API calls are
 exercised by tests/e2e):
 
-- :class:`FakeApiClient`: the kubernetes ApiClient under tuneop.kube.Kube; it records what
-  would go on the wire and answers one given status (:func:`kube_on` builds a Kube on it);
-- :class:`FakeKube`: tuneop.kube.Kube itself, in memory: objects by (kind, name), the
+- :class:`FakeApiClient`: the kubernetes ApiClient under tuneop.act.kube.Kube; it records
+  what would go on the wire and answers one given status (:func:`kube_on` builds a Kube
+  on it);
+- :class:`FakeKube`: tuneop.act.kube.Kube itself, in memory: objects by (kind, name), the
   writes recorded in order;
 - :class:`Clock`: a monotonic clock the test moves.
 """
@@ -14,8 +15,9 @@ import json
 import logging
 from typing import Any
 
-from tuneop import builders, kube
-from tuneop.reconcile import Event
+from tuneop.act import kube
+from tuneop.api import owners
+from tuneop.api.events import Event
 
 Obj = dict[str, Any]
 
@@ -73,7 +75,7 @@ def stored_object(
     `owner_uid` (None: no owner)."""
     meta: Obj = {"name": name, "uid": uid, "labels": labels}
     if owner_uid is not None:
-        meta["ownerReferences"] = [{**builders.owner_reference(JOB), "uid": owner_uid}]
+        meta["ownerReferences"] = [{**owners.owner_reference(JOB), "uid": owner_uid}]
     return {"kind": kind, "metadata": meta}
 
 

@@ -33,7 +33,7 @@ OPERATOR = {
     "tuneop_reconcile_passes_total",
     "tuneop_reconcile_errors_total",
 }
-# Per job, from the reconcile loops' health (health.py, metrics.LoopSeries); also
+# Per job, from the reconcile loops' health (run.health, run.metrics.LoopSeries); also
 # while a job's passes fail.
 LOOP = {
     "tuneop_tuningjob_last_reconcile_success_timestamp_seconds",

@@ -1,5 +1,5 @@
 """A job's world for driving the reconcile decision through scenarios: `World` applies
-each Decision the way tuneop.kube does (merge-patch status, create/delete pods) to
+each Decision the way tuneop.act.executor does (merge-patch status, create/delete pods) to
 in-memory dicts, and plays the cluster and the trainer (pods run, end, vanish; progress
 reported), so the pure decision logic is exercised step by step."""
 
@@ -10,10 +10,12 @@ import json
 from typing import Any
 
 import tuneop_contract as contract
-from tuneop import builders, names
-from tuneop import status as st
-from tuneop.reconcile import Decision, decide
-from tuneop.spec import JobSpec
+from tuneop.api import names
+from tuneop.api import status as st
+from tuneop.api.spec import JobSpec
+from tuneop.decide.patch import Decision
+from tuneop.decide.reconcile import decide
+from tuneop.render import children, trainer_pods
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 """When every World's clock starts."""
@@ -69,9 +71,9 @@ class World:
         spec = JobSpec.from_dict(self.job["spec"])
         if d.ensure_children:
             self.children_ensured += 1
-            self.reported = builders.build_progress_configmap(self.job)  # reset, as apply does
+            self.reported = children.build_progress_configmap(self.job)  # reset, as apply does
         for i in d.create_pods:
-            pod = builders.build_pod(self.job, spec, i, d.create_attempt)
+            pod = trainer_pods.build_pod(self.job, spec, i, d.create_attempt)
             self.pods.setdefault(pod["metadata"]["name"], pod)
         self.job["status"] = d.merged_status(self.job)
         self.job["status"] = {k: v for k, v in self.job["status"].items() if v is not None}

@@ -146,7 +146,7 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
     promtool: str, tmp_path: Path
 ) -> None:
     """Debian's prometheus on a free loopback port scrapes an exporter built from the
-    operator's own metrics collector (tuneop.metrics.JobMetrics, fed job spec/status as
+    operator's own metrics collector (tuneop.run.metrics.JobMetrics, fed job spec/status as
     the operator does) under the scrape job name the alerts expect, and evaluates the
     shipped rules file: a Running job whose progress is older than its stall timeout is
     alerting (pending), a Running job with fresh progress is not, a Failed job is, a job
@@ -155,7 +155,7 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
     while the leader is up. With a trainer target (the trainer's own metrics registry)
     beside it, every query of the dashboard runs on that Prometheus and returns series."""
     from prometheus_client import CollectorRegistry, start_http_server
-    from tuneop.metrics import JobMetrics
+    from tuneop.run.metrics import JobMetrics
     from tuneop_trainer.progress import Metrics as TrainerMetrics
 
     prometheus = Path(promtool).with_name("prometheus")

@@ -256,8 +256,8 @@ def test_service_monitor_selects_the_metrics_service(helm: str) -> None:
 
 def test_trainer_pod_monitor_selects_the_pods_the_operator_builds(helm: str) -> None:
     """Cross-checked with the operator's own pod builder: labels and port name."""
-    from tuneop import builders
-    from tuneop.spec import JobSpec
+    from tuneop.api.spec import JobSpec
+    from tuneop.render import trainer_pods
 
     job = {
         "apiVersion": "tuneop.io/v1alpha1",
@@ -265,7 +265,7 @@ def test_trainer_pod_monitor_selects_the_pods_the_operator_builds(helm: str) -> 
         "metadata": {"name": "emg", "namespace": "ml", "uid": "u-1", "generation": 1},
         "spec": {"image": "tuneop/trainer:0.1.0", "hypermodel": "m:H"},
     }
-    pod = builders.build_pod(job, JobSpec.from_dict(job["spec"]), 0, 0)
+    pod = trainer_pods.build_pod(job, JobSpec.from_dict(job["spec"]), 0, 0)
     monitor = by_kind(template(helm, "metrics.trainerPodMonitor.enabled=true"))["PodMonitor"]
     selector = monitor["spec"]["selector"]["matchLabels"]
     assert selector.items() <= pod["metadata"]["labels"].items()
@@ -352,7 +352,7 @@ def test_deployment_runs_two_restricted_replicas_with_probe_and_metrics(helm: st
 
 def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     """The TUNEOP_OPERATOR_* variables the chart sets parse with the operator's own Config."""
-    from tuneop.config import Config
+    from tuneop.run.config import Config
 
     deploy = by_kind(
         template(
@@ -455,11 +455,12 @@ def test_labels_come_only_from_helpers() -> None:
 
 
 def test_clusterrole_is_exactly_the_operators_rules(helm: str) -> None:
-    """Cluster-wide: one ClusterRole equal to OPERATOR_RULES (operator/tuneop/rbac.py),
-    nothing missing, nothing more. With watched namespaces: a Role (and RoleBinding)
-    in each with NAMESPACED_RULES + NAMESPACED_PEERING_RULES, and a ClusterRole with only
-    the cluster-scoped CLUSTER_RULES."""
-    from tuneop import rbac
+    """Cluster-wide: one ClusterRole equal to OPERATOR_RULES
+    (operator/tuneop/render/rbac.py), nothing missing, nothing more. With watched
+    namespaces: a Role (and RoleBinding) in each with NAMESPACED_RULES +
+    NAMESPACED_PEERING_RULES, and a ClusterRole with only the cluster-scoped
+    CLUSTER_RULES."""
+    from tuneop.render import rbac
 
     cluster_wide = by_kind(template(helm))
     role = cluster_wide["ClusterRole"]

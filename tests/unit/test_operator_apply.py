@@ -1,4 +1,4 @@
-"""The order in which tuneop.executor.apply carries out a Decision (what makes a crash at
+"""The order in which tuneop.act.executor.apply carries out a Decision (what makes a crash at
 any instant safe): children, pods, status, deletions, events, job deletion. The API layer
 is the in-memory FAKE tests/unit/fakes.py:FakeKube, which records the calls: the ordering
 is the property under test; the real API calls are exercised by tests/e2e."""
@@ -9,10 +9,13 @@ import logging
 from typing import Any
 
 import pytest
-from tuneop import builders, executor, names
-from tuneop.config import Config
-from tuneop.reconcile import Decision, Event, PodRef
-from tuneop.runtime import Runtime
+from tuneop.act import executor
+from tuneop.api import names
+from tuneop.api.events import Event
+from tuneop.decide.patch import Decision, PodRef
+from tuneop.render import children
+from tuneop.run.config import Config
+from tuneop.run.runtime import Runtime
 
 from tests.unit.fakes import FakeKube, Obj, stored_object
 
@@ -123,7 +126,7 @@ def test_a_trainer_role_from_an_older_operator_gets_the_current_rule():
     i = fake.calls.index(("create", "Role/j-trainer"))
     assert fake.calls[i + 1 : i + 3] == [("delete", "Role/j-trainer"), ("create", "Role/j-trainer")]
     assert fake.calls.index(("create", "Pod/j-worker-0")) > i + 2
-    current = role_exists(builders.build_role(JOB)["rules"])
+    current = role_exists(children.build_role(JOB)["rules"])
     executor.apply(current, JOB, decision, metrics_port=9464, uid=1000)
     assert ("delete", "Role/j-trainer") not in current.calls
 

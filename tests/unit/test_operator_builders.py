@@ -8,8 +8,9 @@ import json
 
 import tuneop_contract as contract
 import yaml
-from tuneop import builders, names
-from tuneop.spec import JobSpec
+from tuneop.api import names
+from tuneop.api.spec import JobSpec
+from tuneop.render import children, trainer_pods
 
 JOB = {
     "apiVersion": names.API_VERSION,
@@ -36,7 +37,7 @@ def env_of(pod) -> dict:
 
 
 def test_pod_contract_security_and_gpus():
-    pod = builders.build_pod(JOB, spec_with(), 0, 3)
+    pod = trainer_pods.build_pod(JOB, spec_with(), 0, 3)
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == "emg-worker-0" and meta["namespace"] == "ml"
     assert meta["labels"][names.LABEL_JOB] == "emg"
@@ -101,14 +102,14 @@ def test_cpu_only_pod_has_no_gpu_limit_and_grace_period_follows_spec():
     spec = spec_with(
         distribution={"gpusPerWorker": 0}, terminationGracePeriodSeconds=120, resources={}
     )
-    pod = builders.build_pod(JOB, spec, 0, 0)
+    pod = trainer_pods.build_pod(JOB, spec, 0, 0)
     assert pod["spec"]["containers"][0]["resources"] == {}
     assert pod["spec"]["terminationGracePeriodSeconds"] == 120
 
 
 def test_multi_worker_pods_get_tf_config_and_the_headless_service():
     spec = spec_with(distribution={"strategy": "Auto", "workers": 3, "gpusPerWorker": 2})
-    pods = [builders.build_pod(JOB, spec, i, 0) for i in range(3)]
+    pods = [trainer_pods.build_pod(JOB, spec, i, 0) for i in range(3)]
     hosts = [f"emg-worker-{i}.emg-workers.ml.svc:{names.TF_WORKER_PORT}" for i in range(3)]
     for i, pod in enumerate(pods):
         tf_config = json.loads(env_of(pod)[contract.ENV_TF_CONFIG]["value"])
@@ -117,20 +118,20 @@ def test_multi_worker_pods_get_tf_config_and_the_headless_service():
         assert pod["spec"]["subdomain"] == "emg-workers"
         assert env_of(pod)[contract.ENV_WORKER_INDEX]["value"] == str(i)
         assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
-    service = builders.build_service(JOB)
+    service = children.build_service(JOB)
     assert service["metadata"]["name"] == "emg-workers"
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {names.LABEL_JOB: "emg"}
-    kinds = [c["kind"] for c in builders.build_children(JOB, spec)]
+    kinds = [c["kind"] for c in children.build_children(JOB, spec)]
     assert kinds == [
         "PersistentVolumeClaim", "ConfigMap", "ConfigMap", "ServiceAccount", "Role", "RoleBinding",
         "Service",
     ]  # fmt: skip
-    assert "Service" not in [c["kind"] for c in builders.build_children(JOB, spec_with())]
+    assert "Service" not in [c["kind"] for c in children.build_children(JOB, spec_with())]
 
 
 def test_pvc_retained_by_default_owned_with_delete_absent_with_existing_claim():
-    retained = builders.build_pvc(JOB, spec_with())
+    retained = children.build_pvc(JOB, spec_with())
     assert retained is not None
     assert retained["metadata"]["name"] == "emg-ckpt"
     assert "ownerReferences" not in retained["metadata"]
@@ -138,7 +139,7 @@ def test_pvc_retained_by_default_owned_with_delete_absent_with_existing_claim():
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": "1Gi"}},
     }
-    deleted = builders.build_pvc(
+    deleted = children.build_pvc(
         JOB,
         spec_with(checkpoint={"reclaimPolicy": "Delete", "size": "5Gi", "storageClassName": "f"}),
     )
@@ -147,20 +148,20 @@ def test_pvc_retained_by_default_owned_with_delete_absent_with_existing_claim():
     assert deleted["spec"]["storageClassName"] == "f"
     assert deleted["spec"]["resources"]["requests"]["storage"] == "5Gi"
     existing = spec_with(checkpoint={"existingClaim": "mine"})
-    assert builders.build_pvc(JOB, existing) is None
-    pod = builders.build_pod(JOB, existing, 0, 0)
+    assert children.build_pvc(JOB, existing) is None
+    pod = trainer_pods.build_pod(JOB, existing, 0, 0)
     claims = [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
     assert claims[0]["persistentVolumeClaim"]["claimName"] == "mine"
 
 
 def test_configmap_holds_the_spec_the_trainer_reads():
-    cm = builders.build_configmap(JOB, spec_with())
+    cm = children.build_configmap(JOB, spec_with())
     assert cm["metadata"]["name"] == "emg-spec"
     assert yaml.safe_load(cm["data"]["spec.yaml"]) == JOB["spec"]
 
 
 def test_trainer_rbac_is_least_privilege():
-    role = builders.build_role(JOB)
+    role = children.build_role(JOB)
     assert role["rules"] == [  # its progress ConfigMap; nothing of the TuningJob
         {
             "apiGroups": [""],
@@ -169,15 +170,15 @@ def test_trainer_rbac_is_least_privilege():
             "verbs": ["get", "patch"],
         }
     ]
-    progress = builders.build_progress_configmap(JOB)
+    progress = children.build_progress_configmap(JOB)
     assert progress["metadata"]["name"] == "emg-progress" and progress["data"] == {}
     assert progress["metadata"]["ownerReferences"][0]["uid"] == JOB["metadata"]["uid"]
-    binding = builders.build_role_binding(JOB)
+    binding = children.build_role_binding(JOB)
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == "emg-trainer"
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "emg-trainer", "namespace": "ml"}
     ]
-    assert builders.build_service_account(JOB)["metadata"]["name"] == "emg-trainer"
+    assert children.build_service_account(JOB)["metadata"]["name"] == "emg-trainer"
 
 
 def script_spec(**script) -> JobSpec:
@@ -190,7 +191,7 @@ def test_script_configmap_is_mounted_read_only_on_every_pod():
     multi = JobSpec.from_dict({**spec.raw, "distribution": {"workers": 3}})
     for job_spec, workers in ((spec, 1), (multi, 3)):
         for i in range(workers):
-            pod = builders.build_pod(JOB, job_spec, i, 0)
+            pod = trainer_pods.build_pod(JOB, job_spec, i, 0)
             (container,) = pod["spec"]["containers"]
             mounts = {m["name"]: m for m in container["volumeMounts"]}
             assert mounts[names.SCRIPT_VOLUME] == {
@@ -207,14 +208,14 @@ def test_script_configmap_is_mounted_read_only_on_every_pod():
             assert container["command"][-4:] == [
                 "--spec", contract.DEFAULT_SPEC_FILE, "--dir", contract.DEFAULT_CHECKPOINT_DIR,
             ]  # fmt: skip
-    spec_file = yaml.safe_load(builders.build_configmap(JOB, spec)["data"]["spec.yaml"])
+    spec_file = yaml.safe_load(children.build_configmap(JOB, spec)["data"]["spec.yaml"])
     assert spec_file["script"] == {"configMap": {"name": "my-search", "key": "search.py"},
                                    "args": ["-v"]}  # fmt: skip
 
 
 def test_no_script_volume_in_spec_mode_or_with_a_script_path():
     for spec in (spec_with(), script_spec(path="/checkpoints/code/search.py")):
-        pod = builders.build_pod(JOB, spec, 0, 0)
+        pod = trainer_pods.build_pod(JOB, spec, 0, 0)
         assert names.SCRIPT_VOLUME not in {v["name"] for v in pod["spec"]["volumes"]}
         mounts = pod["spec"]["containers"][0]["volumeMounts"]
         assert {m["mountPath"] for m in mounts} - {"/dev/shm"} == {"/checkpoints", "/etc/tuneop"}
@@ -223,7 +224,7 @@ def test_no_script_volume_in_spec_mode_or_with_a_script_path():
 def test_gpu_pods_get_an_in_memory_dev_shm_of_the_configured_size():
     def shm(dist: dict) -> tuple[dict | None, dict | None]:
         spec = JobSpec.from_dict({**JOB["spec"], "distribution": dist})
-        pod = builders.build_pod(JOB, spec, 0, 0)
+        pod = trainer_pods.build_pod(JOB, spec, 0, 0)
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
         mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
         return volumes.get(names.SHM_VOLUME), mounts.get(names.SHM_VOLUME)
@@ -245,7 +246,7 @@ def test_trainer_env_carries_the_jobs_mtbf_at_each_creation():
     prior = contract.MTBF_PRIOR_SECONDS
 
     def mtbf(status: dict, spec: JobSpec | None = None) -> float:
-        pod = builders.build_pod({**JOB, "status": status}, spec or spec_with(), 0, 0, now=now)
+        pod = trainer_pods.build_pod({**JOB, "status": status}, spec or spec_with(), 0, 0, now=now)
         return float(env_of(pod)[contract.ENV_MTBF_SECONDS]["value"])
 
     assert mtbf({}) == prior  # not started: the prior

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import tuneop_contract as contract
-from tuneop.classify import Outcome, classify, classify_missing
+from tuneop.decide.classify import Outcome, classify, classify_missing
 
 
 def pod(phase="Running", *, exit_code=None, reason=None, message="", disruption=None,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import tuneop_contract as contract
 import yaml
-from tuneop import names
-from tuneop.spec import Checkpoint, Distribution, FailurePolicy, JobSpec
+from tuneop.api import names
+from tuneop.api.spec import Checkpoint, Distribution, FailurePolicy, JobSpec
 
 from tests.unit.crd_schema import CRD_FILE, ROOT, apply_defaults, check, crd, schema, walk
 

@@ -6,8 +6,8 @@ import asyncio
 import threading
 
 import pytest
-from tuneop import kube
-from tuneop.fence import FREEZE_SECONDS, TICK_SECONDS, Fence, Frozen
+from tuneop.act import kube
+from tuneop.act.fence import FREEZE_SECONDS, TICK_SECONDS, Fence, Frozen
 
 from tests.unit.fakes import JOB, LOG, Clock, FakeApiClient, FakeKube, kube_on
 
@@ -108,8 +108,8 @@ def test_after_its_status_patch_a_pass_carries_out_the_rest():
 def test_a_pass_ends_with_its_thread_unchecked():
     """reconcile_once ends its pass: a kopf handler run later on the same thread (the
     cleanup) is not judged by that pass's start."""
-    from tuneop.config import Config
-    from tuneop.runtime import Runtime
+    from tuneop.run.config import Config
+    from tuneop.run.runtime import Runtime
 
     clock = Clock()
     client = FakeKube({}, job=JOB)

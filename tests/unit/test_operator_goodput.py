@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tuneop import status as st
-from tuneop.goodput import pod_gpu_seconds, trained_since_restore
-from tuneop.progress import ProgressView
+from tuneop.api import status as st
+from tuneop.api.progress import ProgressView
+from tuneop.decide.goodput import pod_gpu_seconds, trained_since_restore
 
 from tests.unit.operator_world import T0, World
 

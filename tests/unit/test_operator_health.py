@@ -10,8 +10,9 @@ from typing import Any
 import kopf
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
-from tuneop import handlers, health, kube, metrics
-from tuneop.config import Config
+from tuneop.act import kube
+from tuneop.run import handlers, health, metrics
+from tuneop.run.config import Config
 
 from tests.unit.fakes import Clock
 

@@ -11,11 +11,16 @@ import logging
 from typing import Any
 
 import pytest
-from tuneop import builders, executor, handlers, health, kube, metrics, names
-from tuneop import runtime as runtime_mod
-from tuneop import status as st
-from tuneop.config import Config
-from tuneop.runtime import CHILD_CONFLICT, POD_REJECTED, Runtime
+from tuneop.act import executor, kube
+from tuneop.api import names
+from tuneop.api import status as st
+from tuneop.api.spec import JobSpec
+from tuneop.decide.patch import Decision
+from tuneop.render import children, trainer_pods
+from tuneop.run import handlers, health, metrics
+from tuneop.run import runtime as runtime_mod
+from tuneop.run.config import Config
+from tuneop.run.runtime import CHILD_CONFLICT, POD_REJECTED, Runtime
 
 from tests.unit.fakes import (
     JOB,
@@ -49,6 +54,20 @@ def test_a_failed_precondition_means_a_successor_and_deletes_nothing():
         kube_on(api).delete("Pod", "ns", "j-worker-0")
 
 
+def test_the_ttl_deletion_carries_the_uid_of_the_job_read():
+    """ttlSecondsAfterFinished deletes the job the pass read, never a job deleted and
+    re-created under its name since: the delete names the uid read, so the API server
+    refuses it (409) for the successor, which is left alone."""
+    api = FakeApiClient()
+    executor.apply(kube_on(api), JOB, Decision(delete_job=True), metrics_port=9464, uid=1000)
+    ((method, path, body, _),) = api.sent
+    assert (method, path) == ("DELETE", "/apis/tuneop.io/v1alpha1/namespaces/ns/tuningjobs/j")
+    assert body["preconditions"] == {"uid": JOB["metadata"]["uid"]}
+    successor = FakeApiClient(409, {"message": "Precondition failed: UID in precondition"})
+    executor.apply(kube_on(successor), JOB, Decision(delete_job=True), metrics_port=9464, uid=1000)
+    assert [m for m, *_ in successor.sent] == ["DELETE"]  # refused, and no error
+
+
 def test_the_status_patch_is_fenced_by_the_resource_version_read():
     api = FakeApiClient(200, {})
     kube_on(api).patch_status("ns", "j", {"attempt": 2}, resource_version="7")
@@ -60,7 +79,7 @@ def test_the_status_patch_is_fenced_by_the_resource_version_read():
 def test_a_409_on_the_jobs_own_child_is_fine_and_on_someone_elses_a_conflict():
     mine = FakeKube({("ConfigMap", "j-spec"): stored_object("ConfigMap", "j-spec", "u")}, job=JOB)
     assert not executor.ensure_child(
-        mine, JOB, builders.build_configmap(JOB, builders.JobSpec.from_dict(JOB["spec"]))
+        mine, JOB, children.build_configmap(JOB, JobSpec.from_dict(JOB["spec"]))
     )
     for owner in ("older-job-uid", None):  # an older job's, or a user's own object
         theirs = FakeKube(
@@ -70,24 +89,24 @@ def test_a_409_on_the_jobs_own_child_is_fine_and_on_someone_elses_a_conflict():
         with pytest.raises(
             kube.ChildConflict, match="ServiceAccount j-trainer exists and is not owned"
         ):
-            executor.ensure_child(theirs, JOB, builders.build_service_account(JOB))
+            executor.ensure_child(theirs, JOB, children.build_service_account(JOB))
 
 
 def test_a_retained_claim_of_this_job_name_is_reused():
     labels = names.job_labels("j")
     claim = stored_object("PersistentVolumeClaim", "j-ckpt", None, **labels)
     fake = FakeKube({("PersistentVolumeClaim", "j-ckpt"): claim}, job=JOB)
-    spec = builders.JobSpec.from_dict({**JOB["spec"], "checkpoint": {"reclaimPolicy": "Retain"}})
-    pvc = builders.build_pvc(JOB, spec)
+    spec = JobSpec.from_dict({**JOB["spec"], "checkpoint": {"reclaimPolicy": "Retain"}})
+    pvc = children.build_pvc(JOB, spec)
     assert pvc is not None and not executor.ensure_child(fake, JOB, pvc)
 
 
 def test_a_pod_of_an_older_job_of_the_same_name_is_waited_for_not_adopted():
-    spec = builders.JobSpec.from_dict(JOB["spec"])
+    spec = JobSpec.from_dict(JOB["spec"])
     old = stored_object("Pod", "j-worker-0", "older-job-uid", **{names.LABEL_ATTEMPT: "0"})
     fake = FakeKube({("Pod", "j-worker-0"): old}, job=JOB)
     with pytest.raises(executor.StaleGroup, match="another TuningJob"):
-        executor.create_pod(fake, JOB, builders.build_pod(JOB, spec, 0, 0))
+        executor.create_pod(fake, JOB, trainer_pods.build_pod(JOB, spec, 0, 0))
 
 
 def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
@@ -234,8 +253,8 @@ def _running_job(**status: Any) -> dict[str, Any]:
 
 
 def test_a_running_job_is_read_with_its_pods_nodes_and_a_finished_one_rests():
-    spec = builders.JobSpec.from_dict(_running_job()["spec"])
-    pod = builders.build_pod(JOB, spec, 0, 0)
+    spec = JobSpec.from_dict(_running_job()["spec"])
+    pod = trainer_pods.build_pod(JOB, spec, 0, 0)
     pod["spec"]["nodeName"] = "n1"
     pod["status"] = {"phase": "Running"}
     running = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(phase="Running"))
@@ -259,8 +278,8 @@ def test_a_running_job_is_read_with_its_pods_nodes_and_a_finished_one_rests():
 
 
 def test_a_node_read_serves_every_pass_for_a_while(monkeypatch: pytest.MonkeyPatch):
-    spec = builders.JobSpec.from_dict(_running_job()["spec"])
-    pod = builders.build_pod(JOB, spec, 0, 0)
+    spec = JobSpec.from_dict(_running_job()["spec"])
+    pod = trainer_pods.build_pod(JOB, spec, 0, 0)
     pod["spec"]["nodeName"] = "n1"
     pod["status"] = {"phase": "Running"}
     fake = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(phase="Running"))
@@ -345,8 +364,8 @@ def test_the_pod_watch_is_filtered_by_the_api_server():
 def test_a_suspended_job_rests_once_its_pods_are_gone():
     """Idle jobs cost nothing per pass: a suspended job still stopping its pod is
     re-read at the normal interval, one with no pod left only as a safety net."""
-    spec = builders.JobSpec.from_dict(_running_job()["spec"])
-    pod = builders.build_pod(JOB, spec, 0, 0)
+    spec = JobSpec.from_dict(_running_job()["spec"])
+    pod = trainer_pods.build_pod(JOB, spec, 0, 0)
     pod["spec"]["nodeName"] = "n1"
     pod["status"] = {"phase": "Running"}
     job = _running_job(phase="Running")

@@ -8,8 +8,8 @@ import logging
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from tuneop import metrics
-from tuneop.metrics import JobMetrics
+from tuneop.run import metrics
+from tuneop.run.metrics import JobMetrics
 
 from tests.unit.metric_names import AGREED, OPERATOR, TRAINER
 
@@ -228,7 +228,7 @@ def test_the_trainer_names_are_what_the_trainer_exports():
 
 
 def test_running_trials_of_a_parallel_job():
-    from tuneop.metrics import snapshot
+    from tuneop.run.metrics import snapshot
 
     states = {"oracle": "Running", "t0": "Running", "t1": "Restarting", "t2": "Running"}
     groups = [{"name": name, "state": state} for name, state in states.items()]
@@ -257,7 +257,7 @@ def test_goodput_series_and_the_recovery_histogram():
 
 
 def test_checkpoint_cadence_series_only_when_the_trainer_reports_them():
-    from tuneop.metrics import snapshot
+    from tuneop.run.metrics import snapshot
 
     values = snapshot({}, {"phase": "Running", "progress": {"checkpointBytes": 10}})
     assert values["tuneop_tuningjob_checkpoint_interval_seconds"] is None

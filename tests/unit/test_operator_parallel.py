@@ -7,12 +7,13 @@ import json
 from typing import Any
 
 import tuneop_contract as contract
-from tuneop import builders, names
-from tuneop import status as st
-from tuneop.decision import Decision
-from tuneop.groups import group_named, pod_groups
-from tuneop.reconcile import decide, nodes_to_read
-from tuneop.spec import JobSpec, validate
+from tuneop.api import names
+from tuneop.api import status as st
+from tuneop.api.groups import group_named, pod_groups
+from tuneop.api.spec import JobSpec, validate
+from tuneop.decide.patch import Decision
+from tuneop.decide.reconcile import decide, nodes_to_read
+from tuneop.render import children, trainer_pods
 
 from tests.unit.operator_world import World
 
@@ -34,7 +35,7 @@ class ParallelWorld(World):
             group = group_named("j", spec, name)
             assert group is not None
             for i in range(len(group.pod_names)):
-                pod = builders.build_pod(self.job, spec, i, attempt, group=group)
+                pod = trainer_pods.build_pod(self.job, spec, i, attempt, group=group)
                 self.pods.setdefault(pod["metadata"]["name"], pod)
         return d
 
@@ -246,18 +247,18 @@ def test_pods_of_a_parallel_job():
                               "distribution": {"workers": 2, "gpusPerWorker": 1}})  # fmt: skip
     oracle, _, t1 = pod_groups("j", spec)
     assert oracle.pod_names == (ORACLE,) and t1.pod_names == ("j-t1-worker-0", "j-t1-worker-1")
-    pod = builders.build_pod(job, spec, 0, 0, group=oracle)
+    pod = trainer_pods.build_pod(job, spec, 0, 0, group=oracle)
     container = pod["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env[contract.ENV_TUNER_ID] == "chief" and contract.ENV_TF_CONFIG not in env
     assert env[contract.ENV_ORACLE_IP] == "j-oracle.j-workers.ns.svc"
     assert env[contract.ENV_ORACLE_PORT] == str(contract.DEFAULT_ORACLE_PORT)
-    assert builders.GPU_RESOURCE not in str(container["resources"])
+    assert trainer_pods.GPU_RESOURCE not in str(container["resources"])
     assert container["resources"] == {"requests": {"cpu": "250m", "memory": "1Gi"}}
     assert pod["spec"]["hostname"] == ORACLE and pod["spec"]["subdomain"] == "j-workers"
-    assert not any(t.get("key") == builders.GPU_RESOURCE for t in pod["spec"]["tolerations"])
+    assert not any(t.get("key") == trainer_pods.GPU_RESOURCE for t in pod["spec"]["tolerations"])
     assert pod["metadata"]["labels"][names.LABEL_GROUP] == "oracle"
-    pod = builders.build_pod(job, spec, 1, 3, group=t1)
+    pod = trainer_pods.build_pod(job, spec, 1, 3, group=t1)
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env[contract.ENV_TUNER_ID] == "tuner1" and env[contract.ENV_TRIAL_GROUPS] == "2"
     tf_config = json.loads(env[contract.ENV_TF_CONFIG])
@@ -266,10 +267,10 @@ def test_pods_of_a_parallel_job():
         "j-t1-worker-1.j-workers.ns.svc:2222",
     ]
     assert tf_config["task"] == {"type": "worker", "index": 1}
-    assert pod["spec"]["containers"][0]["resources"]["limits"][builders.GPU_RESOURCE] == 1
-    service = builders.build_service(job)
+    assert pod["spec"]["containers"][0]["resources"]["limits"][trainer_pods.GPU_RESOURCE] == 1
+    service = children.build_service(job)
     assert {p["port"] for p in service["spec"]["ports"]} == {2222, contract.DEFAULT_ORACLE_PORT}
-    assert any(c["kind"] == "Service" for c in builders.build_children(job, spec))
+    assert any(c["kind"] == "Service" for c in children.build_children(job, spec))
 
 
 def test_the_shared_claim_must_be_read_write_many():

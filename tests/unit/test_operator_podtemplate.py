@@ -1,7 +1,7 @@
-"""spec.template (tuneop.podtemplate): every owned field refused with its message, the
-restricted Pod Security checks, the merge over the operator's pod, the GPU-only parts,
-spec.distribution.gpuResource, and the cluster-wide trainer defaults with their
-precedence, from the env variables to the pod."""
+"""spec.template (tuneop.api.podtemplate, tuneop.render.overlay): every owned field
+refused with its message, the restricted Pod Security checks, the merge over the
+operator's pod, the GPU-only parts, spec.distribution.gpuResource, and the cluster-wide
+trainer defaults with their precedence, from the env variables to the pod."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 import yaml
-from tuneop import builders, names, podtemplate
-from tuneop.config import Config, ConfigError
-from tuneop.podtemplate import Defaults
-from tuneop.reconcile import decide
-from tuneop.runtime import Runtime
-from tuneop.spec import JobSpec, validate
+from tuneop.api import names, podtemplate
+from tuneop.api.podtemplate import Defaults
+from tuneop.api.spec import JobSpec, validate
+from tuneop.decide.reconcile import decide
+from tuneop.render import overlay, trainer_pods
+from tuneop.run.config import Config, ConfigError
+from tuneop.run.runtime import Runtime
 
 from tests.unit.crd_schema import ROOT, check, schema
 from tests.unit.fakes import FakeKube
@@ -60,7 +61,7 @@ def pod_of(template: Any = None, **spec: Any) -> dict[str, Any]:
     job_spec = {**JOB["spec"], **spec}
     if template is not None:
         job_spec["template"] = template
-    return builders.build_pod(JOB, JobSpec.from_dict(job_spec), 0, 0)
+    return trainer_pods.build_pod(JOB, JobSpec.from_dict(job_spec), 0, 0)
 
 
 def test_a_data_set_template_is_valid():
@@ -344,7 +345,7 @@ def test_the_overlay_serves_any_trainer_image_pod_by_its_container_name():
         "spec": {"containers": [{"name": "oracle", "image": "img"}], "volumes": []},
     }
     before = copy.deepcopy(oracle)
-    out = podtemplate.apply(oracle, {**JOB["spec"], "template": DATA}, container="oracle")
+    out = overlay.apply(oracle, {**JOB["spec"], "template": DATA}, container="oracle")
     assert oracle == before  # not changed in place
     (container,) = out["spec"]["containers"]
     assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
@@ -354,7 +355,7 @@ def test_the_overlay_serves_any_trainer_image_pod_by_its_container_name():
 
 
 def test_the_operators_labels_win_over_a_template_that_was_not_checked():
-    pod = podtemplate.apply(
+    pod = overlay.apply(
         {"metadata": {"labels": {names.LABEL_JOB: "emg"}}, "spec": {}},
         {"template": {"metadata": {"labels": {names.LABEL_JOB: "other", "tuneop.io/x": "1"}}}},
     )
@@ -391,8 +392,8 @@ def test_the_gpu_resource_name_is_used_in_the_limit_and_the_toleration():
     assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"][
         "tolerations"
     ]
-    assert podtemplate.requests_gpus(pod, "amd.com/gpu")
-    assert not podtemplate.requests_gpus(pod, "nvidia.com/gpu")
+    assert overlay.requests_gpus(pod, "amd.com/gpu")
+    assert not overlay.requests_gpus(pod, "nvidia.com/gpu")
     spec = JobSpec.from_dict(
         {**JOB["spec"], "distribution": {"gpuResource": "amd.com/gpu"},
          "resources": {"limits": {"amd.com/gpu": 1, "nvidia.com/gpu": 1}}}
@@ -517,13 +518,13 @@ def test_the_data_set_sample_is_valid_and_its_template_accepted():
     assert check(sample, schema()) == []
     spec = JobSpec.from_dict(sample["spec"])
     assert validate(spec) == []
-    pod = builders.build_pod({**JOB, "spec": sample["spec"]}, spec, 0, 0)
+    pod = trainer_pods.build_pod({**JOB, "spec": sample["spec"]}, spec, 0, 0)
     (trainer,) = pod["spec"]["containers"]
     assert {"name": "data", "mountPath": "/data", "readOnly": True} in trainer["volumeMounts"]
 
 
 def test_a_pod_the_api_server_refuses_is_reported_on_the_job_not_retried_silently():
-    from tuneop.runtime import POD_REJECTED
+    from tuneop.run.runtime import POD_REJECTED
 
     job = {
         "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
@@ -538,7 +539,7 @@ def test_a_pod_the_api_server_refuses_is_reported_on_the_job_not_retried_silentl
 
 
 def test_a_parallel_jobs_oracle_pod_gets_the_template_but_not_its_gpu_parts():
-    from tuneop.groups import pod_groups
+    from tuneop.api.groups import pod_groups
 
     job_spec = {**JOB["spec"], "parallelTrials": 2, "template": DATA,
                 "distribution": {"gpuResource": "amd.com/gpu"}}  # fmt: skip
@@ -546,7 +547,7 @@ def test_a_parallel_jobs_oracle_pod_gets_the_template_but_not_its_gpu_parts():
     assert validate(spec) == []
     oracle, trial, _ = pod_groups("emg", spec)
     job = {**JOB, "spec": job_spec}
-    pod = builders.build_pod(job, spec, 0, 0, group=oracle)
+    pod = trainer_pods.build_pod(job, spec, 0, 0, group=oracle)
     meta, pod_spec = pod["metadata"], pod["spec"]
     assert meta["labels"]["team"] == "vision" and meta["labels"][names.LABEL_GROUP] == "oracle"
     assert pod_spec["imagePullSecrets"] == [{"name": "registry"}]
@@ -554,13 +555,13 @@ def test_a_parallel_jobs_oracle_pod_gets_the_template_but_not_its_gpu_parts():
     assert any(v["name"] == "data" for v in pod_spec["volumes"])
     assert "runtimeClassName" not in pod_spec and "topologySpreadConstraints" not in pod_spec
     assert pod_spec["hostname"] == names.oracle_pod_name("emg")  # still the operator's
-    worker = builders.build_pod(job, spec, 0, 0, group=trial)
+    worker = trainer_pods.build_pod(job, spec, 0, 0, group=trial)
     assert worker["spec"]["runtimeClassName"] == "nvidia"
     assert worker["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": 1}
 
 
 def test_a_failed_init_container_is_a_failure_that_names_it():
-    from tuneop import classify
+    from tuneop.decide import classify
 
     pod = {
         "metadata": {"name": "emg-worker-0", "labels": {}},
@@ -582,6 +583,6 @@ def test_a_failed_init_container_is_a_failure_that_names_it():
 
 
 def test_reserved_env_prefixes_are_the_specs():
-    from tuneop import spec as spec_module
+    from tuneop.api import spec as spec_module
 
     assert podtemplate.RESERVED_ENV_PREFIXES == spec_module.RESERVED_ENV_PREFIXES

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuneop import builders, queue
-from tuneop import status as st
-from tuneop.classify import Outcome, classify
-from tuneop.groups import pod_groups
-from tuneop.spec import JobSpec
+from tuneop.api import queue
+from tuneop.api import status as st
+from tuneop.api.groups import pod_groups
+from tuneop.api.spec import JobSpec
+from tuneop.decide.classify import Outcome, classify
+from tuneop.render import trainer_pods
 
 from tests.unit.operator_world import World, start
 
@@ -40,7 +41,7 @@ def admit(w: World) -> None:
 def test_queued_pods_carry_the_queue_and_one_pod_group_per_attempt():
     job = {"metadata": {"name": "j", "namespace": "ns", "uid": "abcdef-1", "labels": QUEUE}}
     spec = JobSpec.from_dict({"image": "i", "hypermodel": "m:H", "distribution": {"workers": 2}})
-    pods = [builders.build_pod(job, spec, i, 3) for i in range(2)]
+    pods = [trainer_pods.build_pod(job, spec, i, 3) for i in range(2)]
     for pod in pods:
         assert pod["metadata"]["labels"][queue.QUEUE_LABEL] == "team-a"
         assert pod["metadata"]["labels"][queue.POD_GROUP_LABEL] == "j-abcde-3"
@@ -48,7 +49,7 @@ def test_queued_pods_carry_the_queue_and_one_pod_group_per_attempt():
     parallel = JobSpec.from_dict({"image": "i", "hypermodel": "m:H", "parallelTrials": 2})
     oracle, t0, _ = pod_groups("j", parallel)
     names = {
-        builders.build_pod(job, parallel, 0, 1, group=g)["metadata"]["labels"][
+        trainer_pods.build_pod(job, parallel, 0, 1, group=g)["metadata"]["labels"][
             queue.POD_GROUP_LABEL
         ]
         for g in (oracle, t0)
@@ -56,7 +57,9 @@ def test_queued_pods_carry_the_queue_and_one_pod_group_per_attempt():
     assert names == {"j-abcde-oracle-1", "j-abcde-t0-1"}
     long = {"metadata": {"name": "x" * 45, "uid": "u" * 36, "labels": QUEUE}}
     assert len(queue.pod_group_name(long, "t63", 12345)) <= 63
-    plain = builders.build_pod({**job, "metadata": {**job["metadata"], "labels": {}}}, spec, 0, 0)
+    plain = trainer_pods.build_pod(
+        {**job, "metadata": {**job["metadata"], "labels": {}}}, spec, 0, 0
+    )
     assert queue.QUEUE_LABEL not in plain["metadata"]["labels"]
     assert "annotations" not in plain["metadata"]
 
@@ -108,7 +111,7 @@ def test_kueue_s_message_comes_from_the_workload():
     gate(w)
     name = queue.workload_name(next(iter(w.pods.values())))
     assert name == "j-abcde-0"
-    from tuneop.reconcile import decide
+    from tuneop.decide.reconcile import decide
 
     workload = {
         "status": {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuneop import rbac
+from tuneop.render import rbac
 
 from tests.unit.rbac_rules import triples
 
@@ -47,14 +47,14 @@ def test_missing_reports_what_a_role_lacks():
 
 def test_the_operator_holds_what_it_grants_each_trainer_and_the_trainer_no_tuningjob():
     """RBAC's escalation check: a Role may only grant what its creator holds."""
-    from tuneop import builders
+    from tuneop.render import children
 
-    rule = builders.TRAINER_RULE
+    rule = children.TRAINER_RULE
     for group in rule["apiGroups"]:
         for resource in rule["resources"]:
             for verb in rule["verbs"]:
                 assert rbac.granted(rbac.OPERATOR_RULES, group, resource, verb), verb
-    role = builders.build_role({"metadata": {"name": "j", "namespace": "ns", "uid": "u"}})
+    role = children.build_role({"metadata": {"name": "j", "namespace": "ns", "uid": "u"}})
     (trainer,) = role["rules"]
     assert trainer["resourceNames"] == ["j-progress"]
     for resource in ("tuningjobs", "tuningjobs/status"):

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import tuneop_contract as contract
-from tuneop import builders, names
-from tuneop import status as st
-from tuneop.reconcile import decide, nodes_to_read
-from tuneop.spec import JobSpec
+from tuneop.api import names
+from tuneop.api import status as st
+from tuneop.api.spec import JobSpec
+from tuneop.decide.reconcile import decide, nodes_to_read
+from tuneop.render import children, trainer_pods
 
 from tests.unit.crd_schema import check, schema
 from tests.unit.operator_world import T0, World, start
@@ -241,7 +242,7 @@ def test_operator_restart_between_create_and_status_patch_creates_no_duplicates(
     d = decide(w.job, [], now=T0)
     assert d.create_pods == [0]
     # pods were created, then the operator died before patching status:
-    pod = builders.build_pod(w.job, JobSpec.from_dict(w.job["spec"]), 0, 0)
+    pod = trainer_pods.build_pod(w.job, JobSpec.from_dict(w.job["spec"]), 0, 0)
     w.pods[pod["metadata"]["name"]] = pod
     d = w.step()  # the restarted operator decides the same (create by name -> 409, fine)
     assert d.create_pods == [0] and d.create_attempt == 0
@@ -588,7 +589,7 @@ def test_the_last_groups_record_is_not_taken_for_the_new_groups_restore():
     w.vanish("j-worker-0")
     w.step()
     d = w.step()
-    assert d.create_pods == [0] and w.reported == builders.build_progress_configmap(w.job)
+    assert d.create_pods == [0] and w.reported == children.build_progress_configmap(w.job)
     w.run_pods()
     for _ in range(3):
         w.step()

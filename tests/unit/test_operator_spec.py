@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import tuneop_contract as contract
-from tuneop.config import Config, ConfigError
-from tuneop.spec import FailurePolicy, JobSpec, Script, check_script_configmap, validate
+from tuneop.api.spec import FailurePolicy, JobSpec, Script, check_script_configmap, validate
+from tuneop.run.config import Config, ConfigError
 
 BASE = {"image": "img", "hypermodel": "m:H"}
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tuneop import executor
-from tuneop import status as st
-from tuneop.classify import Outcome, classify, pending_reason
-from tuneop.reconcile import Decision
+from tuneop.act import executor
+from tuneop.api import status as st
+from tuneop.decide.classify import Outcome, classify, pending_reason
+from tuneop.decide.patch import Decision
 
 from tests.unit.fakes import JOB, QUOTA_REFUSAL, FakeKube
 from tests.unit.operator_world import World, start

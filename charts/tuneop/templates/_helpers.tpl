@@ -56,7 +56,7 @@ app.kubernetes.io/part-of: tuneop
 {{- default (include "tuneop.metricsServiceName" .) .Values.prometheusRule.operatorJob }}
 {{- end }}
 
-{{/* Labels the operator puts on trainer pods (operator/tuneop/names.py job_labels). */}}
+{{/* Labels the operator puts on trainer pods (operator/tuneop/api/names.py job_labels). */}}
 {{- define "tuneop.trainerSelectorLabels" -}}
 app.kubernetes.io/name: tuneop-trainer
 app.kubernetes.io/managed-by: tuneop
@@ -64,7 +64,7 @@ app.kubernetes.io/managed-by: tuneop
 
 {{/*
 The operator's rules in a namespace whose TuningJobs it runs: NAMESPACED_RULES in
-operator/tuneop/rbac.py (docs/operator-rbac.md). Cluster-wide they are part of the
+operator/tuneop/render/rbac.py (docs/operator-rbac.md). Cluster-wide they are part of the
 ClusterRole, with watchNamespaces a Role in each watched namespace.
 */}}
 {{- define "tuneop.namespacedRules" -}}

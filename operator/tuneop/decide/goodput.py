@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import status as st
-from .progress import ProgressView
+from ..api import status as st
+from ..api.progress import ProgressView
+
+if TYPE_CHECKING:  # the draft holds the ledger
+    from .patch import Draft
 
 Obj = dict[str, Any]
 
-FIELDS = ("allocatedGpuSeconds", "lostGpuSeconds")
+FIELDS = (st.GOODPUT_ALLOCATED, st.GOODPUT_LOST)
 
 
 def pod_gpu_seconds(pod: Obj, gpus: int, now: dt.datetime) -> float:
@@ -81,13 +84,13 @@ class Ledger:
     """status.goodput of one pass: ended groups added, disruptions noted, recoveries
     measured; `finish` writes it into the decision's status patch when it changed."""
 
-    def __init__(self, b: Any) -> None:
-        self.b = b
-        old = b.get("goodput")
+    def __init__(self, draft: Draft) -> None:
+        self.draft = draft
+        old = draft.get(st.GOODPUT)
         self.values: Obj = (
             {k: v for k, v in old.items() if v is not None} if isinstance(old, dict) else {}
         )
-        self.pending: Obj = dict(self.values.get("pending") or {})
+        self.pending: Obj = dict(self.values.get(st.GOODPUT_PENDING) or {})
         self.changed = False
         self.recoveries: list[tuple[str, float]] = []
 
@@ -98,16 +101,16 @@ class Ledger:
 
     def close(self, pods: Iterable[Obj], gpus_per_pod: int) -> None:
         """A pod group ended (preempted, failed, completed, replaced): its GPU time."""
-        self._add("endedGpuSeconds", group_gpu_seconds(pods, gpus_per_pod, self.b.now))
+        self._add(st.GOODPUT_ENDED, group_gpu_seconds(pods, gpus_per_pod, self.draft.now))
 
     def disrupted(self, group: str, last_checkpoint: Any, reason: str, gpus: int) -> None:
         """A preemption of `group`: its work since `last_checkpoint` will be redone."""
         if gpus <= 0:
             return
-        since = st.parse_time(last_checkpoint) or self.b.now
+        since = st.parse_time(last_checkpoint) or self.draft.now
         self.pending[group or "trainer"] = {
-            "since": st.rfc3339(min(since, self.b.now)),
-            "at": st.rfc3339(self.b.now),
+            "since": st.rfc3339(min(since, self.draft.now)),
+            "at": st.rfc3339(self.draft.now),
             "reason": reason,
             "gpus": gpus,
         }
@@ -124,10 +127,10 @@ class Ledger:
             return  # the lost group's last record, not the replacement's
         since = st.parse_time(pending.get("since")) or when
         gpus = int(pending.get("gpus") or 0)
-        self._add("lostGpuSeconds", max(0.0, (when - since).total_seconds()) * gpus)
+        self._add(st.GOODPUT_LOST, max(0.0, (when - since).total_seconds()) * gpus)
         seconds = max(0.0, (when - at).total_seconds())
-        self.values["recoveries"] = int(self.values.get("recoveries") or 0) + 1
-        self.values["lastRecoverySeconds"] = round(seconds, 1)
+        self.values[st.GOODPUT_RECOVERIES] = int(self.values.get(st.GOODPUT_RECOVERIES) or 0) + 1
+        self.values[st.GOODPUT_LAST_RECOVERY] = round(seconds, 1)
         self.recoveries.append((str(pending.get("reason") or "Preempted"), seconds))
         self.pending.pop(group or "trainer")
         self.changed = True
@@ -135,20 +138,20 @@ class Ledger:
     def finish(self, live_pods: Iterable[tuple[Obj, int]]) -> list[tuple[str, float]]:
         """Write status.goodput (closed part + the running pods' share) if anything
         changed or REFRESH_SECONDS passed; returns the recoveries to observe."""
-        updated = st.parse_time(self.values.get("updated"))
-        stale = updated is None or (self.b.now - updated).total_seconds() >= REFRESH_SECONDS
-        live = sum(pod_gpu_seconds(pod, gpus, self.b.now) for pod, gpus in live_pods)
+        updated = st.parse_time(self.values.get(st.GOODPUT_UPDATED))
+        stale = updated is None or (self.draft.now - updated).total_seconds() >= REFRESH_SECONDS
+        live = sum(pod_gpu_seconds(pod, gpus, self.draft.now) for pod, gpus in live_pods)
         if not (self.changed or (stale and live > 0)):
             return self.recoveries
-        ended = float(self.values.get("endedGpuSeconds") or 0.0)
-        lost = float(self.values.get("lostGpuSeconds") or 0.0)
+        ended = float(self.values.get(st.GOODPUT_ENDED) or 0.0)
+        lost = float(self.values.get(st.GOODPUT_LOST) or 0.0)
         allocated = ended + live
-        self.values["allocatedGpuSeconds"] = round(allocated, 1)
+        self.values[st.GOODPUT_ALLOCATED] = round(allocated, 1)
         share = percent(allocated, lost)
         if share is not None:
-            self.values["percent"] = share
-        self.values["updated"] = st.rfc3339(self.b.now)
+            self.values[st.GOODPUT_PERCENT] = share
+        self.values[st.GOODPUT_UPDATED] = st.rfc3339(self.draft.now)
         # a merge patch: a key is removed by sending null
-        self.values["pending"] = self.pending or None
-        self.b.put("goodput", self.values)
+        self.values[st.GOODPUT_PENDING] = self.pending or None
+        self.draft.put(st.GOODPUT, self.values)
         return self.recoveries

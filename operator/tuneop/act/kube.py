@@ -1,7 +1,9 @@
 """The operator's API client: a small JSON REST layer over the `kubernetes` client's
 configuration (in-cluster or KUBECONFIG), with timeouts, uid/resourceVersion
-preconditions and the fence (fence.py) before every write. What the operator does with
-it, a Decision carried out in a crash-safe order, is executor.py."""
+preconditions and the fence (act.fence) before every write. It speaks the API's
+vocabulary (api.names, api.queue, api.events) and nothing of decisions or builders:
+what the operator does with it, a Decision carried out in a crash-safe order, is
+act.executor."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from typing import Any
 
 import kubernetes
 
-from . import builders, names, queue
-from .decision import Event
+from ..api import names, queue
+from ..api.events import Event
 from .fence import Fence
 
 Obj = dict[str, Any]
@@ -76,23 +78,6 @@ def status_patch(status: Obj, resource_version: str | None) -> Obj:
     if resource_version:
         patch["metadata"] = {"resourceVersion": resource_version}
     return patch
-
-
-def owned_by(obj: Obj, job: Obj) -> bool:
-    """`obj` is this job's: it names the job's uid among its owners, or (a retained
-    checkpoint claim, which has no owner) it has no owner and the job's labels."""
-    meta = obj.get("metadata") or {}
-    uids = builders.owner_uids(obj)
-    if uids:
-        return str(job["metadata"].get("uid")) in uids
-    if meta.get("ownerReferences"):
-        return False
-    labels = meta.get("labels") or {}
-    return (
-        labels.get(names.LABEL_MANAGED_BY) == names.MANAGED_BY
-        and labels.get(names.LABEL_JOB) == job["metadata"]["name"]
-        and obj.get("kind", "PersistentVolumeClaim") == "PersistentVolumeClaim"
-    )
 
 
 class ChildConflict(Exception):

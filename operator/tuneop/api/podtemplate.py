@@ -1,16 +1,17 @@
-"""`spec.template`: a partial PodTemplateSpec laid over every pod the operator builds from
-the trainer image, and the cluster-wide trainer defaults (chart `trainer.*`).
+"""`spec.template`: what a job's partial PodTemplateSpec may hold, and the cluster-wide
+trainer defaults (chart `trainer.*`) that fill what a job leaves unset.
 
 Real GPU pods need what no fixed pod spec foresees: a data-set claim, pull secrets, pod
 labels for cost accounting, a RuntimeClass, spread constraints, an init container that
 fetches data, the UID range of an OpenShift project. Instead of one TuningJob field per
 Kubernetes feature, the job carries a PodTemplateSpec fragment; the operator builds its
-pod as before and `apply` lays the fragment over it. What the operator must own to keep
-its promises (resume after preemption, least privilege, restricted pod security, one
-place per setting) is listed in `OWNED_SPEC`/`OWNED_CONTAINER` and rejected by `check`
-naming the field; the CRD's CEL rejects the scalar ones already at the API server.
+pod as before and lays the fragment over it (render.overlay). What the operator must
+own to keep its promises (resume after preemption, least privilege, restricted pod
+security, one place per setting) is listed in `OWNED_SPEC`/`OWNED_CONTAINER` and rejected
+by `check` naming the field; the CRD's CEL rejects the scalar ones already at the API
+server.
 
-Merge rules (docs/design.md, "Pod template"):
+Merge rules (docs/design.md, "Pod template"; carried out by render.overlay):
 - metadata.labels/annotations are added to the pod's; the operator's label keys and
   the `tuneop.io/` prefix are reserved (rejected), so the operator's selectors hold.
 - Lists are merged by name: `volumes` and the trainer's `volumeMounts` are appended to
@@ -31,7 +32,6 @@ tests/unit/test_operator_podtemplate.py."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -310,7 +310,7 @@ def _unsupported(allowed: Iterable[str]) -> str:
     )
 
 
-def _reserved_key(key: str) -> bool:
+def reserved_key(key: str) -> bool:
     return key in OPERATOR_LABELS or key.startswith(RESERVED_PREFIX)
 
 
@@ -333,7 +333,7 @@ def _check_metadata(meta: Any, field: str) -> list[Error]:
             errors.append((f"{field}.{key}", "must be a map of strings"))
             continue
         for k, v in value.items():
-            if _reserved_key(str(k)):
+            if reserved_key(str(k)):
                 errors.append((f"{field}.{key}.{k}", "reserved for the operator's own labels"))
             elif not isinstance(v, str):
                 errors.append((f"{field}.{key}.{k}", "must be a string"))
@@ -551,95 +551,3 @@ def _check_container_security(ctx: Any, field: str) -> list[Error]:
             if "drop" in caps and "ALL" not in (caps.get("drop") or []):
                 errors.append((f"{field}.capabilities.drop", "must include ALL (restricted)"))
     return errors
-
-
-# --- apply -------------------------------------------------------------------------
-
-
-def requests_gpus(pod: Obj, resource: str) -> bool:
-    """Whether a container of `pod` has a limit > 0 of `resource`."""
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        limit = ((container.get("resources") or {}).get("limits") or {}).get(resource)
-        try:
-            if limit is not None and float(limit) > 0:
-                return True
-        except (TypeError, ValueError):
-            continue
-    return False
-
-
-def apply(
-    pod: Obj, job_spec: Mapping[str, Any], *, container: str = names.TRAINER_CONTAINER
-) -> Obj:
-    """`pod` (built by the operator from the trainer image) with the job's
-    `spec.template` laid over it; the operator's parts stay as they are. `container`:
-    the pod's trainer-image container, which gets the template's `trainer` container
-    (another pod, e.g. an oracle, names its own). The template is assumed checked
-    (`check`): an invalid job gets no pods. A new dict; `pod` is not changed."""
-    template = job_spec.get("template") or {}
-    out = copy.deepcopy(pod)
-    if not isinstance(template, dict):
-        return out
-    meta = template.get("metadata") or {}
-    out_meta = out.setdefault("metadata", {})
-    for key in ("labels", "annotations"):
-        extra = {
-            str(k): str(v) for k, v in (meta.get(key) or {}).items() if not _reserved_key(str(k))
-        }
-        if extra:
-            out_meta[key] = {**extra, **(out_meta.get(key) or {})}  # the operator's win
-    given: Obj = copy.deepcopy(template.get("spec") or {})
-    pod_spec = out.setdefault("spec", {})
-    gpus = requests_gpus(out, gpu_resource(job_spec))
-    for key, value in given.items():
-        if key in OWNED_SPEC or key not in ALLOWED_SPEC:
-            continue
-        if key in GPU_ONLY_SPEC and not gpus:
-            continue
-        if key == "volumes":
-            pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), *value]
-        elif key == "securityContext":
-            pod_spec["securityContext"] = _merge_security(pod_spec.get("securityContext"), value)
-        elif key == "initContainers":
-            pod_spec["initContainers"] = [
-                {**c, "securityContext": _restricted_container_security(c.get("securityContext"))}
-                for c in value
-            ]
-        elif key == "containers":
-            for given_container in value:
-                if given_container.get("name") == names.TRAINER_CONTAINER:
-                    _overlay_container(pod_spec, container, given_container)
-        else:
-            pod_spec[key] = value
-    return out
-
-
-def _merge_security(operator: Obj | None, given: Obj) -> Obj:
-    merged = {**(operator or {}), **given}
-    merged["runAsNonRoot"] = True
-    return merged
-
-
-def _restricted_container_security(given: Obj | None) -> Obj:
-    merged = {**RESTRICTED_CONTAINER_SECURITY, **(given or {})}
-    caps = dict(merged.get("capabilities") or {})
-    caps["drop"] = sorted({*(caps.get("drop") or []), "ALL"})
-    merged["capabilities"] = caps
-    merged["allowPrivilegeEscalation"] = False
-    merged["runAsNonRoot"] = True
-    return merged
-
-
-def _overlay_container(pod_spec: Obj, name: str, given: Obj) -> None:
-    target = next((c for c in pod_spec.get("containers") or [] if c.get("name") == name), None)
-    if target is None:
-        return
-    for key, value in given.items():
-        if key == "volumeMounts":
-            target["volumeMounts"] = [*(target.get("volumeMounts") or []), *value]
-        elif key == "securityContext":
-            target["securityContext"] = _restricted_container_security(
-                {**(target.get("securityContext") or {}), **value}
-            )
-        elif key in ALLOWED_CONTAINER and key != "name":
-            target[key] = value

@@ -8,14 +8,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import builders, names
-from .decision import Decision
-from .groups import group_named
-from .kube import ApiError, ChildConflict, Kube, collection, owned_by
-from .spec import JobSpec
+from ..api import names
+from ..api.groups import group_named
+from ..api.owners import owned_by, owner_uids
+from ..api.spec import JobSpec
+from ..decide.patch import Decision
+from ..render import children, trainer_pods
+from .kube import ApiError, ChildConflict, Kube, collection
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
+Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 
 class PodRejected(Exception):
@@ -62,7 +65,7 @@ def ensure_child(kube: Kube, job: Obj, child: Obj) -> bool:
         return True
     existing = kube.get(_path_of(child))
     if existing is not None and not owned_by({**existing, "kind": child["kind"]}, job):
-        owners = ", ".join(sorted(builders.owner_uids(existing))) or "none"
+        owners = ", ".join(sorted(owner_uids(existing))) or "none"
         raise ChildConflict(
             f"{child['kind']} {child['metadata']['name']} exists and is not owned by this "
             f"TuningJob (owner uids: {owners}); delete or rename it"
@@ -80,7 +83,7 @@ operator's version (a job created by an older operator gets the current rule).""
 def refresh_child(
     kube: Kube,
     child: Obj,
-    logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
+    logger: Logger = log,
 ) -> None:
     """Replace (delete + create) the job's own `child` when its REFRESHED field differs
     from the built one. Only called before a group's pods are created: no trainer
@@ -102,43 +105,23 @@ def apply(
     *,
     metrics_port: int,
     uid: int,
-    logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log,
+    logger: Logger = log,
     spec: JobSpec | None = None,
 ) -> None:
     """Carry out `decision` for `job` (`spec`: its parsed spec, parsed here when not
-    given)."""
+    given), in this order: children, pods, the status patch (the commit point), Kueue
+    releases, pod deletes, Events, the job's own deletion at its TTL."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     spec = spec or JobSpec.from_dict(job.get("spec") or {})
     if decision.ensure_children:
-        for child in builders.build_children(job, spec):
-            if ensure_child(kube, job, child):
-                logger.info("created %s %s", child["kind"], child["metadata"]["name"])
-            elif child["kind"] in REFRESHED:
-                progress_map = child["metadata"]["name"] == names.progress_configmap_name(name)
-                if decision.reset_progress or not progress_map:
-                    refresh_child(kube, child, logger)
-    # the pods see the status this decision writes (status.oomTrials -> their env)
-    updated = {**job, "status": decision.merged_status(job)}
-    for index in decision.create_pods:
-        pod = builders.build_pod(
-            updated, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
-        )
-        create_pod(kube, job, pod)
-    for group_name, attempt in decision.create_groups:
-        group = group_named(name, spec, group_name)
-        if group is None:  # the decision was made from this very spec
-            continue
-        for index in range(len(group.pod_names)):
-            pod = builders.build_pod(
-                updated, spec, index, attempt, metrics_port=metrics_port, uid=uid, group=group
-            )
-            create_pod(kube, job, pod)
+        _ensure_children(kube, job, spec, decision.reset_progress, logger)
+    _create_pods(kube, job, spec, decision, metrics_port=metrics_port, uid=uid)
     if decision.status:
         rv = meta.get("resourceVersion")
         kube.patch_status(namespace, name, decision.status, resource_version=rv)
         if kube.fence is not None:
-            kube.fence.committed()  # accepted as current: carry out the rest (fence.py)
+            kube.fence.committed()  # accepted as current: carry out the rest (act.fence)
     for ref in decision.release_pods:
         if kube.release_pod(namespace, ref.name, ref.uid):
             logger.info("released pod %s from its Kueue pod group", ref.name)
@@ -152,8 +135,48 @@ def apply(
         except ApiError as err:  # an Event lost is not worth a retry of the decision
             logger.warning("could not post event %s: %s", event.reason, err)
     if decision.delete_job:
+        # only this very job (uid): one deleted and re-created under the same name since
+        # the pass read it is a new job, whose TTL has not begun
         logger.info("ttlSecondsAfterFinished passed: deleting the TuningJob")
-        kube.delete(names.KIND, namespace, name)
+        kube.delete(names.KIND, namespace, name, uid=meta.get("uid"))
+
+
+def _ensure_children(
+    kube: Kube, job: Obj, spec: JobSpec, reset_progress: bool, logger: Logger
+) -> None:
+    """Every child a pod group needs, created if absent; the REFRESHED ones replaced
+    when they differ from what this spec builds (the progress map only with
+    `reset_progress`)."""
+    progress_map = names.progress_configmap_name(job["metadata"]["name"])
+    for child in children.build_children(job, spec):
+        if ensure_child(kube, job, child):
+            logger.info("created %s %s", child["kind"], child["metadata"]["name"])
+        elif child["kind"] in REFRESHED and (
+            reset_progress or child["metadata"]["name"] != progress_map
+        ):
+            refresh_child(kube, child, logger)
+
+
+def _create_pods(
+    kube: Kube, job: Obj, spec: JobSpec, decision: Decision, *, metrics_port: int, uid: int
+) -> None:
+    """The sequential group's pods and each parallel group's the decision creates. The
+    pods see the status this decision writes (status.oomTrials -> their env)."""
+    updated = {**job, "status": decision.merged_status(job)}
+    for index in decision.create_pods:
+        pod = trainer_pods.build_pod(
+            updated, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
+        )
+        create_pod(kube, job, pod)
+    for group_name, attempt in decision.create_groups:
+        group = group_named(job["metadata"]["name"], spec, group_name)
+        if group is None:  # the decision was made from this very spec
+            continue
+        for index in range(len(group.pod_names)):
+            pod = trainer_pods.build_pod(
+                updated, spec, index, attempt, metrics_port=metrics_port, uid=uid, group=group
+            )
+            create_pod(kube, job, pod)
 
 
 def _delete_owned(
@@ -161,7 +184,7 @@ def _delete_owned(
     job: Obj,
     kind: str,
     name: str,
-    logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+    logger: Logger,
 ) -> bool:
     """Delete the job's child `name` only if it is the job's (by owner uid), and only
     that object (uid precondition). True if deleted."""
@@ -175,9 +198,7 @@ def _delete_owned(
     return kube.delete(kind, namespace, name, uid=(existing.get("metadata") or {}).get("uid"))
 
 
-def cleanup(
-    kube: Kube, job: Obj, logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = log
-) -> None:
+def cleanup(kube: Kube, job: Obj, logger: Logger = log) -> None:
     """On job deletion: pods and the service go at once (they are owned too, but the
     garbage collector may lag); the created claim only with reclaimPolicy Delete. Only
     objects owned by this job (its uid) are deleted: a job re-created under the same
@@ -198,4 +219,4 @@ def cleanup(
         if _delete_owned(kube, job, "PersistentVolumeClaim", names.pvc_name(name), logger):
             logger.info("deleted the checkpoint claim (reclaimPolicy Delete)")
     else:
-        logger.info("kept the checkpoint claim %s", builders.claim_name(job, spec))
+        logger.info("kept the checkpoint claim %s", children.claim_name(job, spec))

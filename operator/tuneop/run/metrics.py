@@ -22,7 +22,7 @@ Operator-wide series (no labels): `tuneop_operator_leader`,
 `tuneop_reconcile_passes_total` (passes that reached a decision and applied it, counted
 by `JobMetrics.observe`) and `tuneop_reconcile_errors_total` (passes that failed,
 counted by `reconcile_failed()`, which the reconcile loop calls on a failed pass).
-Per job, also while its passes fail (health.py):
+Per job, also while its passes fail (run.health):
 `tuneop_tuningjob_last_reconcile_success_timestamp_seconds` and
 `tuneop_tuningjob_reconcile_consecutive_errors`."""
 
@@ -43,9 +43,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from ..api import names
+from ..api import status as st
+from ..api.spec import FailurePolicy
 from . import health
-from . import status as st
-from .spec import FailurePolicy
 
 Obj = dict[str, Any]
 LABELS = ["namespace", "tuningjob"]
@@ -117,21 +118,25 @@ def _max_failures(spec: Obj) -> float | None:
 
 def _running_trials(status: Obj) -> float:
     """Trial groups in state Running (parallel jobs), else 1 while the job runs."""
-    groups = status.get("groups")
+    groups = status.get(st.GROUPS)
     if isinstance(groups, list) and groups:
         return float(
             sum(
                 1
                 for g in groups
-                if isinstance(g, dict) and g.get("name") != "oracle" and g.get("state") == "Running"
+                if isinstance(g, dict)
+                and g.get(st.GROUP_NAME) != names.ORACLE_GROUP
+                and g.get(st.GROUP_STATE) == "Running"
             )
         )
-    return 1.0 if status.get("phase") == st.PHASE_RUNNING else 0.0
+    return 1.0 if status.get(st.PHASE) == st.PHASE_RUNNING else 0.0
 
 
 def _goodput(status: Obj, key: str) -> float | None:
     value = (
-        (status.get("goodput") or {}).get(key) if isinstance(status.get("goodput"), dict) else None
+        (status.get(st.GOODPUT) or {}).get(key)
+        if isinstance(status.get(st.GOODPUT), dict)
+        else None
     )
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
@@ -139,7 +144,7 @@ def _goodput(status: Obj, key: str) -> float | None:
 
 
 def _progress_number(status: Obj, key: str) -> float | None:
-    progress = status.get("progress")
+    progress = status.get(st.PROGRESS)
     value = progress.get(key) if isinstance(progress, dict) else None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
@@ -153,8 +158,8 @@ def _parallel_trials(spec: Obj) -> float:
 
 def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
     """The numbers exported for one job, from its spec and (merged) status."""
-    best = status.get("bestTrial") or {}
-    conditions = status.get("conditions") or []
+    best = status.get(st.BEST_TRIAL) or {}
+    conditions = status.get(st.CONDITIONS) or []
     stalled_reason = ""
     if st.condition_is(conditions, st.COND_STALLED):
         stalled_reason = str(
@@ -163,17 +168,17 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         stalled_reason = stalled_reason or st.COND_STALLED
     return {
         "tuneop_tuningjob_last_progress_timestamp_seconds": _timestamp(
-            status.get("lastProgressTime")
+            status.get(st.LAST_PROGRESS_TIME)
         ),
         "tuneop_tuningjob_last_checkpoint_timestamp_seconds": _timestamp(
-            status.get("lastCheckpointTime")
+            status.get(st.LAST_CHECKPOINT_TIME)
         ),
-        "tuneop_tuningjob_completion_timestamp_seconds": _timestamp(status.get("completionTime")),
+        "tuneop_tuningjob_completion_timestamp_seconds": _timestamp(status.get(st.COMPLETION_TIME)),
         "tuneop_tuningjob_stall_timeout_seconds": float(spec.get("stallTimeoutSeconds", 900)),
         "tuneop_tuningjob_max_failures": _max_failures(spec),
-        "tuneop_tuningjob_trials_completed": float(status.get("trialsCompleted") or 0),
+        "tuneop_tuningjob_trials_completed": float(status.get(st.TRIALS_COMPLETED) or 0),
         "tuneop_tuningjob_trials_planned": (
-            float(status["trialsTotal"]) if status.get("trialsTotal") is not None else None
+            float(status[st.TRIALS_TOTAL]) if status.get(st.TRIALS_TOTAL) is not None else None
         ),
         "tuneop_tuningjob_best_score": (
             float(best["score"]) if best.get("score") is not None else None
@@ -181,20 +186,20 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         "tuneop_tuningjob_stalled": 1.0 if stalled_reason else 0.0,
         "tuneop_tuningjob_parallel_trials": _parallel_trials(spec),
         "tuneop_tuningjob_running_trials": _running_trials(status),
-        "tuneop_tuningjob_goodput_percent": _goodput(status, "percent"),
+        "tuneop_tuningjob_goodput_percent": _goodput(status, st.GOODPUT_PERCENT),
         "tuneop_tuningjob_checkpoint_interval_seconds": _progress_number(
             status, "checkpointIntervalSeconds"
         ),
         "tuneop_tuningjob_checkpoint_expected_waste_seconds_per_hour": _progress_number(
             status, "expectedWasteSecondsPerHour"
         ),
-        "tuneop_tuningjob_allocated_gpu_seconds": _goodput(status, "allocatedGpuSeconds") or 0.0,
-        "tuneop_tuningjob_lost_gpu_seconds": _goodput(status, "lostGpuSeconds") or 0.0,
-        "tuneop_tuningjob_preemptions": float(status.get("preemptions") or 0),
-        "tuneop_tuningjob_failures": float(status.get("failures") or 0),
-        "tuneop_tuningjob_trial_ooms": float(status.get("trialOOMs") or 0),
-        "tuneop_tuningjob_restores": float(status.get("restores") or 0),
-        "phase": str(status.get("phase") or st.PHASE_PENDING),
+        "tuneop_tuningjob_allocated_gpu_seconds": _goodput(status, st.GOODPUT_ALLOCATED) or 0.0,
+        "tuneop_tuningjob_lost_gpu_seconds": _goodput(status, st.GOODPUT_LOST) or 0.0,
+        "tuneop_tuningjob_preemptions": float(status.get(st.PREEMPTIONS) or 0),
+        "tuneop_tuningjob_failures": float(status.get(st.FAILURES) or 0),
+        "tuneop_tuningjob_trial_ooms": float(status.get(st.TRIAL_OOMS) or 0),
+        "tuneop_tuningjob_restores": float(status.get(st.RESTORES) or 0),
+        "phase": str(status.get(st.PHASE) or st.PHASE_PENDING),
         STALLED_REASON: stalled_reason,
     }
 
@@ -262,6 +267,11 @@ class JobMetrics(Collector):
             return {key: values for key, (seen, values) in self._jobs.items() if seen >= oldest}
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._operator_series()
+        yield from _job_series(self._exported())
+
+    def _operator_series(self) -> Iterator[Metric]:
+        """The replica's own series: leadership, passes, errors, recovery times."""
         with self._lock:
             leader, passes, errors = self._leader, self._passes, self._errors
         yield GaugeMetricFamily(
@@ -292,36 +302,37 @@ class JobMetrics(Collector):
             buckets.append(("+Inf", counts[len(RECOVERY_BUCKETS)]))
             histogram.add_metric([reason], buckets, sum_value=counts[-1])
         yield histogram
-        jobs = self._exported()
-        for metric_name, help_text in GAUGES.items():
-            by_reason = metric_name == STALLED
-            gauge = GaugeMetricFamily(
-                metric_name, help_text, labels=[*LABELS, "reason"] if by_reason else LABELS
-            )
-            for (ns, name), values in jobs.items():
-                value = values.get(metric_name)
-                if isinstance(value, float):
-                    extra = [str(values.get(STALLED_REASON) or "")] if by_reason else []
-                    gauge.add_metric([ns, name, *extra], value)
-            yield gauge
-        for metric_name, help_text in COUNTERS.items():
-            counter = CounterMetricFamily(metric_name, help_text, labels=LABELS)
-            for (ns, name), values in jobs.items():
-                value = values.get(metric_name)
-                if isinstance(value, float):
-                    counter.add_metric([ns, name], value)
-            yield counter
-        phase = GaugeMetricFamily(
-            "tuneop_tuningjob_phase",
-            "1 for the job's current phase, 0 for the others.",
-            labels=[*LABELS, "phase"],
+
+
+def _job_series(jobs: dict[tuple[str, str], dict[str, float | str | None]]) -> Iterator[Metric]:
+    """The exported jobs' series, from their snapshots."""
+    for metric_name, help_text in GAUGES.items():
+        by_reason = metric_name == STALLED
+        gauge = GaugeMetricFamily(
+            metric_name, help_text, labels=[*LABELS, "reason"] if by_reason else LABELS
         )
         for (ns, name), values in jobs.items():
-            for candidate in st.PHASES:
-                phase.add_metric(
-                    [ns, name, candidate], 1.0 if values["phase"] == candidate else 0.0
-                )
-        yield phase
+            value = values.get(metric_name)
+            if isinstance(value, float):
+                extra = [str(values.get(STALLED_REASON) or "")] if by_reason else []
+                gauge.add_metric([ns, name, *extra], value)
+        yield gauge
+    for metric_name, help_text in COUNTERS.items():
+        counter = CounterMetricFamily(metric_name, help_text, labels=LABELS)
+        for (ns, name), values in jobs.items():
+            value = values.get(metric_name)
+            if isinstance(value, float):
+                counter.add_metric([ns, name], value)
+        yield counter
+    phase = GaugeMetricFamily(
+        "tuneop_tuningjob_phase",
+        "1 for the job's current phase, 0 for the others.",
+        labels=[*LABELS, "phase"],
+    )
+    for (ns, name), values in jobs.items():
+        for candidate in st.PHASES:
+            phase.add_metric([ns, name, candidate], 1.0 if values["phase"] == candidate else 0.0)
+    yield phase
 
 
 JOBS = JobMetrics()

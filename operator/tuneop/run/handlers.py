@@ -13,8 +13,11 @@ from typing import Any
 
 import kopf
 
-from . import executor, health, kube, metrics, names
-from .fence import Frozen
+from ..act import executor, kube
+from ..act.fence import Frozen
+from ..api import names
+from ..api import status as st
+from . import health, metrics
 from .runtime import Runtime, job_of
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
@@ -56,7 +59,7 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=names.GROUP, key="last-handled-configuration"
     )
-    settings.posting.level = logging.WARNING  # our own Events are posted by tuneop.kube
+    settings.posting.level = logging.WARNING  # our own Events are posted by act.kube
     # Server-side: the API server streams only the trainer pods, not every pod in the
     # cluster (the handler's `labels=` filter alone would be applied client-side).
     settings.watching.label_selectors[POD_RESOURCE] = POD_SELECTOR
@@ -163,7 +166,7 @@ def _failed(loops: health.LoopHealth, key: tuple[str, str]) -> None:
 @kopf.on.probe(id="reconcile")
 def reconcile_probe(memo: Any, **_: Any) -> dict[str, object]:
     """`/healthz`: the job loops' report; fails (500) while every loop is failing and
-    none has completed a pass for the configured time (health.py). A PermanentError:
+    none has completed a pass for the configured time (run.health). A PermanentError:
     kopf would retry any other error inside the probe request, with its backoff."""
     try:
         return health.LOOPS.check(_runtime(memo).config.unhealthy_after_seconds)
@@ -179,7 +182,7 @@ async def job_event(body: kopf.Body, namespace: str | None, name: str, memo: Any
     if meta.get("deletionTimestamp"):  # kopf stops the daemon; cleanup forgets the job
         return
     generation = meta.get("generation")
-    observed = (body.get("status") or {}).get("observedGeneration")
+    observed = (body.get("status") or {}).get(st.OBSERVED_GENERATION)
     if namespace and generation is not None and generation != observed:
         _runtime(memo).trigger((namespace, name)).set()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import tuneop_contract as contract
 
-from .podtemplate import Defaults
+from ..api.podtemplate import Defaults
 
 PREFIX = "TUNEOP_OPERATOR_"
 
@@ -51,7 +51,7 @@ class Config:
     this long."""
     unhealthy_after_seconds: float = 300.0
     """`/healthz` fails when job loops are failing and no pass of any job has succeeded
-    for this long (health.py)."""
+    for this long (run.health)."""
     trainer_defaults: Defaults = dataclasses.field(default_factory=Defaults)
     """Cluster-wide trainer defaults (TRAINER_IMAGE, TRAINER_IMAGE_PULL_SECRETS,
     TRAINER_TOLERATIONS, TRAINER_PRIORITY_CLASS_NAME), each filling a job's field the
@@ -59,68 +59,76 @@ class Config:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
-        env = os.environ if env is None else env
-
-        def get(name: str) -> str | None:
-            value = env.get(PREFIX + name)
-            return value.strip() if value is not None and value.strip() != "" else None
-
-        def integer(name: str, default: int, low: int, high: int) -> int:
-            raw = get(name)
-            if raw is None:
-                return default
-            try:
-                value = int(raw)
-            except ValueError:
-                raise ConfigError(f"{PREFIX}{name}={raw!r}: not an integer") from None
-            if not low <= value <= high:
-                raise ConfigError(f"{PREFIX}{name}={value}: must be in [{low}, {high}]")
-            return value
-
-        def number(name: str, default: float, low: float, high: float) -> float:
-            raw = get(name)
-            if raw is None:
-                return default
-            try:
-                value = float(raw)
-            except ValueError:
-                raise ConfigError(f"{PREFIX}{name}={raw!r}: not a number") from None
-            if not low <= value <= high:
-                raise ConfigError(f"{PREFIX}{name}={value}: must be in [{low}, {high}]")
-            return value
-
-        namespaces = tuple(n.strip() for n in (get("NAMESPACES") or "").split(",") if n.strip())
-        interval = number("RECONCILE_SECONDS", cls.reconcile_seconds, 0.1, 300)
-        level = (get("LOG_LEVEL") or "INFO").upper()
+        read = _Env(os.environ if env is None else env)
+        namespaces = tuple(
+            n.strip() for n in (read.get("NAMESPACES") or "").split(",") if n.strip()
+        )
+        interval = read.number("RECONCILE_SECONDS", cls.reconcile_seconds, 0.1, 300)
+        level = (read.get("LOG_LEVEL") or "INFO").upper()
         if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"{PREFIX}LOG_LEVEL={level!r}: one of DEBUG, INFO, WARNING, ERROR")
-        peering = env.get(PREFIX + "PEERING", "tuneop").strip()
         return cls(
             namespaces=namespaces,
-            metrics_port=integer("METRICS_PORT", 8080, 0, 65535),
-            health_port=integer("HEALTH_PORT", 8081, 0, 65535),
-            peering_name=peering,
-            priority=integer("PRIORITY", random.randint(1, 2**31 - 1), 0, 2**31 - 1),
-            peering_lifetime_seconds=integer(
+            metrics_port=read.integer("METRICS_PORT", 8080, 0, 65535),
+            health_port=read.integer("HEALTH_PORT", 8081, 0, 65535),
+            peering_name=read.env.get(PREFIX + "PEERING", "tuneop").strip(),
+            priority=read.integer("PRIORITY", random.randint(1, 2**31 - 1), 0, 2**31 - 1),
+            peering_lifetime_seconds=read.integer(
                 "PEERING_LIFETIME_SECONDS", cls.peering_lifetime_seconds, 2, 3600
             ),
             reconcile_seconds=interval,
-            trainer_metrics_port=integer(
+            trainer_metrics_port=read.integer(
                 "TRAINER_METRICS_PORT", contract.DEFAULT_METRICS_PORT, 0, 65535
             ),
-            trainer_uid=integer("TRAINER_UID", 1000, 1, 2**31 - 1),
+            trainer_uid=read.integer("TRAINER_UID", 1000, 1, 2**31 - 1),
             log_level=level,
-            request_timeout_seconds=number(
+            request_timeout_seconds=read.number(
                 "REQUEST_TIMEOUT_SECONDS", cls.request_timeout_seconds, 1, 600
             ),
-            error_backoff_max_seconds=number(
+            error_backoff_max_seconds=read.number(
                 "ERROR_BACKOFF_MAX_SECONDS", cls.error_backoff_max_seconds, 1, 3600
             ),
-            unhealthy_after_seconds=number(
+            unhealthy_after_seconds=read.number(
                 "UNHEALTHY_AFTER_SECONDS", cls.unhealthy_after_seconds, 10, 86400
             ),
-            trainer_defaults=trainer_defaults(get),
+            trainer_defaults=trainer_defaults(read.get),
         )
+
+
+class _Env:
+    """TUNEOP_OPERATOR_* variables, each checked as it is read (ConfigError names it)."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def get(self, name: str) -> str | None:
+        """The variable's value, None when unset or blank."""
+        value = self.env.get(PREFIX + name)
+        return value.strip() if value is not None and value.strip() != "" else None
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        raw = self.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name}={raw!r}: not an integer") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{PREFIX}{name}={value}: must be in [{low}, {high}]")
+        return value
+
+    def number(self, name: str, default: float, low: float, high: float) -> float:
+        raw = self.get(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name}={raw!r}: not a number") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{PREFIX}{name}={value}: must be in [{low}, {high}]")
+        return value
 
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

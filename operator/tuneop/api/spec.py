@@ -12,11 +12,11 @@ trainer's progress, which works the same for spec mode and for a `spec.script`."
 from __future__ import annotations
 
 import dataclasses
+import re
 from decimal import Decimal
 from typing import Any
 
 import tuneop_contract as contract
-from kubernetes.utils.quantity import parse_quantity
 
 from . import podtemplate
 
@@ -225,10 +225,36 @@ def _interval_valid(value: int | str) -> bool:
     return value == contract.CHECKPOINT_INTERVAL_AUTO
 
 
-def _quantity(value: Any) -> Decimal | None:
+QUANTITY = re.compile(
+    r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:(?P<binary>[KMGTPE])i|(?P<decimal>[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
+)
+"""A Kubernetes resource quantity (apimachinery's grammar, as the CRD's pattern): a
+signed decimal number, then a binary suffix (Ki..Ei), a decimal one (n, u, m, k, M..E)
+or an exponent (e3)."""
+_BINARY = {"K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(value: Any) -> Decimal | None:
+    """The value of a resource quantity (`2Gi`, `500m`, `1e3`, or a YAML number), None
+    if it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = Decimal(value)
+        return number if number.is_finite() else None
+    match = QUANTITY.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        return None
     try:
-        return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
-    except (ValueError, TypeError, ArithmeticError):
+        number = Decimal(match["number"])
+        if match["binary"]:
+            return number * Decimal(1024) ** _BINARY[match["binary"]]
+        if match["decimal"]:
+            return number.scaleb(_DECIMAL[match["decimal"]])
+        return number.scaleb(int(match["exponent"] or 0))
+    except ArithmeticError:
         return None
 
 
@@ -249,6 +275,39 @@ def validate(spec: JobSpec) -> list[SpecError]:
             errors.append(
                 SpecError(f"spec.env[{i}].name", f"{name} is reserved (set by the operator)")
             )
+    errors += _check_resources(spec)
+    errors += _check_checkpoint(spec)
+    if spec.distribution.workers > 1 and spec.distribution.strategy == "Mirrored":
+        errors.append(
+            SpecError(
+                "spec.distribution.strategy",
+                "Mirrored runs in one pod; workers > 1 needs MultiWorkerMirrored or Auto",
+            )
+        )
+    # spec.template (checked on the raw spec: it is laid over the pods as given)
+    errors += [SpecError(f, m) for f, m in podtemplate.check(spec.raw.get("template"))]
+    errors += _check_access_modes(spec)
+    fp = spec.failure_policy
+    if fp.max_backoff_seconds < fp.backoff_seconds:
+        errors.append(
+            SpecError("spec.failurePolicy.maxBackoffSeconds", "must be >= backoffSeconds")
+        )
+    # Only spec.script.configMap is mounted there: a path under it names nothing.
+    if spec.script is not None and _under(spec.script.path, contract.SCRIPT_DIR):
+        errors.append(
+            SpecError(
+                "spec.script.path",
+                f"{contract.SCRIPT_DIR} is where spec.script.configMap is mounted; "
+                "use spec.script.configMap for a script in a ConfigMap",
+            )
+        )
+    return errors
+
+
+def _check_resources(spec: JobSpec) -> list[SpecError]:
+    """`spec.resources`: quantities, no GPU resource (gpusPerWorker sets it), requests
+    within limits."""
+    errors: list[SpecError] = []
     requests = spec.resources.get("requests") or {}
     limits = spec.resources.get("limits") or {}
     for section_name, section in (("requests", requests), ("limits", limits)):
@@ -256,11 +315,11 @@ def validate(spec: JobSpec) -> list[SpecError]:
             field = f"spec.resources.{section_name}.{key}"
             if key in (spec.distribution.gpu_resource, podtemplate.DEFAULT_GPU_RESOURCE):
                 errors.append(SpecError(field, "set spec.distribution.gpusPerWorker instead"))
-            elif _quantity(value) is None:
+            elif parse_quantity(value) is None:
                 errors.append(SpecError(field, f"{value!r} is not a valid quantity"))
     for key, req in requests.items():
         if key in limits:
-            low, high = _quantity(req), _quantity(limits[key])
+            low, high = parse_quantity(req), parse_quantity(limits[key])
             if low is not None and high is not None and low > high:
                 errors.append(
                     SpecError(
@@ -268,6 +327,12 @@ def validate(spec: JobSpec) -> list[SpecError]:
                         f"{req} exceeds spec.resources.limits.{key} ({limits[key]})",
                     )
                 )
+    return errors
+
+
+def _check_checkpoint(spec: JobSpec) -> list[SpecError]:
+    """`spec.checkpoint`: an existing claim is never deleted, the interval, the size."""
+    errors: list[SpecError] = []
     if spec.checkpoint.existing_claim and spec.checkpoint.reclaim_policy == "Delete":
         errors.append(
             SpecError(
@@ -283,17 +348,14 @@ def validate(spec: JobSpec) -> list[SpecError]:
                 f'"{contract.CHECKPOINT_INTERVAL_AUTO}"',
             )
         )
-    if not spec.checkpoint.existing_claim and _quantity(spec.checkpoint.size) is None:
+    if not spec.checkpoint.existing_claim and parse_quantity(spec.checkpoint.size) is None:
         errors.append(SpecError("spec.checkpoint.size", f"{spec.checkpoint.size!r} is invalid"))
-    if spec.distribution.workers > 1 and spec.distribution.strategy == "Mirrored":
-        errors.append(
-            SpecError(
-                "spec.distribution.strategy",
-                "Mirrored runs in one pod; workers > 1 needs MultiWorkerMirrored or Auto",
-            )
-        )
-    # spec.template (checked on the raw spec: it is laid over the pods as given)
-    errors += [SpecError(f, m) for f, m in podtemplate.check(spec.raw.get("template"))]
+    return errors
+
+
+def _check_access_modes(spec: JobSpec) -> list[SpecError]:
+    """`spec.checkpoint.accessModes` against the pods that share the claim."""
+    errors: list[SpecError] = []
     modes = spec.checkpoint.access_modes
     if spec.parallel and not spec.checkpoint.existing_claim and PARALLEL_ACCESS_MODE not in modes:
         errors.append(
@@ -309,20 +371,6 @@ def validate(spec: JobSpec) -> list[SpecError]:
                 "spec.checkpoint.accessModes",
                 "ReadWriteOncePod allows one pod only: not with distribution.workers > 1 "
                 "or parallelTrials > 1",
-            )
-        )
-    fp = spec.failure_policy
-    if fp.max_backoff_seconds < fp.backoff_seconds:
-        errors.append(
-            SpecError("spec.failurePolicy.maxBackoffSeconds", "must be >= backoffSeconds")
-        )
-    # Only spec.script.configMap is mounted there: a path under it names nothing.
-    if spec.script is not None and _under(spec.script.path, contract.SCRIPT_DIR):
-        errors.append(
-            SpecError(
-                "spec.script.path",
-                f"{contract.SCRIPT_DIR} is where spec.script.configMap is mounted; "
-                "use spec.script.configMap for a script in a ConfigMap",
             )
         )
     return errors

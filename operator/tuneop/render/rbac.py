@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import names
+from ..api import names
 
 NAMESPACED_RULES: list[dict[str, Any]] = [
     # TuningJobs: watch (kopf), patch (kopf finalizer/annotations), delete
@@ -41,7 +41,7 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
     },
     # The spec and progress ConfigMaps; `get` also reads the progress the trainer reports
     # and the user's spec.script.configMap before each pod group. `patch` only because
-    # each trainer Role grants patch on its progress map (builders.TRAINER_RULE), and
+    # each trainer Role grants patch on its progress map (render.children.TRAINER_RULE), and
     # RBAC lets the operator grant only what it holds; the operator never patches one.
     {
         "apiGroups": [""],

@@ -6,23 +6,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import threading
 import time
 from typing import Any
 
-from . import executor, metrics, names, podtemplate, queue
-from . import kube as kube_mod
-from . import status as st
+from ..act import executor
+from ..act import kube as kube_mod
+from ..api import names, podtemplate, queue
+from ..api import status as st
+from ..api.events import Event
+from ..api.spec import JobSpec
+from ..decide.patch import Decision
+from ..decide.reconcile import decide, nodes_to_read
+from . import metrics
 from .config import Config
-from .reconcile import Event, decide, nodes_to_read
-from .spec import JobSpec
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
 
 log = logging.getLogger(__name__)
+Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 FINISHED_RECHECK_SECONDS = 600.0
 """A finished job, or a suspended one with no pod left, is re-read this rarely (a
@@ -91,13 +97,13 @@ class Runtime:
         self,
         namespace: str,
         name: str,
-        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+        logger: Logger,
     ) -> float | None:
         """One level-based pass: read the job, its pods (and the nodes their
         classification needs), its progress ConfigMap and the user's script ConfigMap;
         decide; apply. Returns how long the next pass may wait when that is longer than
         the normal interval (a finished job), else None. Its writes ask the fence
-        (tuneop.fence) whether the process was frozen since the pass began."""
+        (act.fence) whether the process was frozen since the pass began."""
         fence = self.kube.fence
         if fence is not None:
             fence.begin()
@@ -107,12 +113,7 @@ class Runtime:
             if fence is not None:
                 fence.end()
 
-    def _reconcile(
-        self,
-        namespace: str,
-        name: str,
-        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
-    ) -> float | None:
+    def _reconcile(self, namespace: str, name: str, logger: Logger) -> float | None:
         job = self.kube.get_job(namespace, name)
         if job is None or job["metadata"].get("deletionTimestamp"):
             return None
@@ -121,23 +122,7 @@ class Runtime:
         spec = JobSpec.from_dict(job.get("spec") or {})  # once per pass, passed down
         pods = self.kube.list_pods(namespace, name)
         nodes = {node: self.node(node) for node in nodes_to_read(job, pods, spec)}
-        reported = self.kube.get_configmap(namespace, names.progress_configmap_name(name))
-        configmaps: dict[str, Obj | None] = {}
-        if spec.script_configmap:
-            configmaps[spec.script_configmap] = self.kube.get_configmap(
-                namespace, spec.script_configmap
-            )
-        workloads: dict[str, Obj | None] = {}
-        for pod in pods:
-            workload = queue.workload_name(pod) if queue.gated(pod) else None
-            if workload and workload not in workloads:
-                workloads[workload] = self.kube.get_workload(namespace, workload)
-        claim = None
-        if spec.parallel and spec.checkpoint.existing_claim:
-            claim = self.kube.get(
-                f"{kube_mod.collection('PersistentVolumeClaim', namespace)}/"
-                f"{spec.checkpoint.existing_claim}"
-            )
+        read = self._read_objects(namespace, name, spec, pods)
         decision = decide(
             job,
             pods,
@@ -145,10 +130,10 @@ class Runtime:
             now=dt.datetime.now(dt.UTC),
             nodes=nodes,
             last_seen=self.last_seen((namespace, name)),
-            configmaps=configmaps,
-            progress_configmap=reported,
-            claim=claim,
-            workloads=workloads,
+            configmaps=read.configmaps,
+            progress_configmap=read.progress,
+            claim=read.claim,
+            workloads=read.workloads,
         )
         self._log_ignored((namespace, name), decision.ignored, logger)
         try:
@@ -170,15 +155,29 @@ class Runtime:
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
             metrics.JOBS.recovered(reason, seconds)
-        if decision.delete_job:
-            return None
-        if decision.finished:
-            return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
-        if spec.suspend and not pods:
-            # nothing runs and nothing can change by itself: resuming is a spec change
-            # and a new pod an event, both of which wake the loop
-            return FINISHED_RECHECK_SECONDS
-        return None
+        return _rest(decision, spec, pods)
+
+    def _read_objects(self, namespace: str, name: str, spec: JobSpec, pods: list[Obj]) -> _Read:
+        """What else the decision reads: the progress ConfigMap, the user's script
+        ConfigMap, the Workloads of Kueue-gated pods, a parallel job's existing claim."""
+        progress = self.kube.get_configmap(namespace, names.progress_configmap_name(name))
+        configmaps: dict[str, Obj | None] = {}
+        if spec.script_configmap:
+            configmaps[spec.script_configmap] = self.kube.get_configmap(
+                namespace, spec.script_configmap
+            )
+        workloads: dict[str, Obj | None] = {}
+        for pod in pods:
+            workload = queue.workload_name(pod) if queue.gated(pod) else None
+            if workload and workload not in workloads:
+                workloads[workload] = self.kube.get_workload(namespace, workload)
+        claim = None
+        if spec.parallel and spec.checkpoint.existing_claim:
+            claim = self.kube.get(
+                f"{kube_mod.collection('PersistentVolumeClaim', namespace)}/"
+                f"{spec.checkpoint.existing_claim}"
+            )
+        return _Read(progress, configmaps, workloads, claim)
 
     def _report_blocked(self, job: Obj, spec: JobSpec, reason: str, message: str) -> None:
         """The decision could not be applied (a child's name taken by an object the job
@@ -189,7 +188,7 @@ class Runtime:
         reason and one Warning Event Stalled. The job's series are exported as after any
         pass, so TuneopJobStalled sees it. The next pass tries again."""
         meta, old = job["metadata"], job.get("status") or {}
-        before = list(old.get("conditions") or [])
+        before = list(old.get(st.CONDITIONS) or [])
         generation = int(meta.get("generation") or 1)
         now = dt.datetime.now(dt.UTC)
         conditions = st.set_condition(
@@ -210,7 +209,7 @@ class Runtime:
                 conditions, st.COND_STALLED, True, reason, stall[:32768], generation, now
             )
             events.append(Event("Warning", "Stalled", stall))
-        patch = {"message": message, "conditions": conditions}
+        patch = {st.MESSAGE: message, st.CONDITIONS: conditions}
         metrics.JOBS.observe(
             meta["namespace"], meta["name"], job.get("spec") or {}, {**old, **patch}, applied=False
         )
@@ -235,7 +234,7 @@ class Runtime:
         self,
         key: Key,
         ignored: tuple[str, ...],
-        logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
+        logger: Logger,
     ) -> None:
         """Invalid progress fields, logged when the set changes (not every pass)."""
         with self._lock:
@@ -243,6 +242,30 @@ class Runtime:
             self._ignored[key] = ignored
         if changed and ignored:
             logger.warning("ignoring invalid %s (wrong type or out of range)", ", ".join(ignored))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Read:
+    """The objects a pass reads besides the job, its pods and their nodes."""
+
+    progress: Obj | None
+    configmaps: dict[str, Obj | None]
+    workloads: dict[str, Obj | None]
+    claim: Obj | None
+
+
+def _rest(decision: Decision, spec: JobSpec, pods: list[Obj]) -> float | None:
+    """How long the next pass may wait when that is longer than the normal interval (a
+    finished job, a suspended one with no pod left), else None."""
+    if decision.delete_job:
+        return None
+    if decision.finished:
+        return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
+    if spec.suspend and not pods:
+        # nothing runs and nothing can change by itself: resuming is a spec change
+        # and a new pod an event, both of which wake the loop
+        return FINISHED_RECHECK_SECONDS
+    return None
 
 
 def job_of(pod: Obj) -> str | None:

@@ -9,10 +9,11 @@ import sys
 
 import kopf
 
+from ..act import kube
+from ..act.fence import Fence
 from . import handlers as _handlers  # registers the handlers
-from . import kube, metrics
+from . import metrics
 from .config import Config, ConfigError
-from .fence import Fence
 from .runtime import Runtime
 
 del _handlers

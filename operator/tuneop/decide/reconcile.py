@@ -1,6 +1,6 @@
 """The level-based decision, as a pure function: given the TuningJob (spec + status),
 its pods and what is known of their nodes, return what to change. No API calls here:
-tuneop.kube applies a Decision, tests/unit/test_operator_reconcile.py drives this
+act.executor applies a Decision, tests/unit/test_operator_reconcile.py drives this
 function through whole scenarios (preemption, failures and backoff, budgets, suspend,
 restore reporting, stall, TTL).
 
@@ -16,23 +16,31 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from . import status as st
-from .classify import needs_node
-from .decision import (
+from ..api import status as st
+from ..api.groups import pod_groups, sequential_group
+from ..api.owners import foreign
+from ..api.progress import ProgressView
+from ..api.queue import QUEUED
+from ..api.spec import JobSpec, validate
+from .classify import attempt_of, needs_node
+from .group import (
+    backoff_wait,
+    classify_group,
+    current_pods,
+    held_pods,
+    queued_condition,
+    release_held,
+    run_group,
+    start_group,
+)
+from .job import (
     INVALID_SPEC_PREFIX,
-    Builder,
-    Decision,
-    Event,
-    PodRef,
     apply_final,
     apply_progress,
-    attempt_of,
     best_text,
     copy_progress,
     delete_alive,
     finish,
-    foreign,
-    int_of,
     reopen_or_stay,
     resume_if_suspended,
     script_error,
@@ -41,29 +49,14 @@ from .decision import (
     ttl,
     wait_for_script,
 )
-from .group_step import (
-    Slot,
-    apply_stall_policy,
-    backoff_wait,
-    classify_group,
-    current_pods,
-    held_pods,
-    judge_stall,
-    queued_condition,
-    release_held,
-    run_group,
-    running_stuck,
-    start_group,
-    waiting_stuck,
-)
-from .groups import pod_groups, sequential_group
-from .progress import ProgressView
-from .queue import QUEUED
-from .spec import JobSpec, validate
+from .parallel import decide_parallel
+from .patch import Decision, Draft
+from .slot import GroupResult, Slot
+from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
 Obj = dict[str, Any]
 
-__all__ = ["Decision", "Event", "PodRef", "decide", "nodes_to_read"]
+__all__ = ["decide", "nodes_to_read"]
 
 
 def nodes_to_read(job: Obj, pods: list[Obj], spec: JobSpec | None = None) -> list[str]:
@@ -71,21 +64,23 @@ def nodes_to_read(job: Obj, pods: list[Obj], spec: JobSpec | None = None) -> lis
     bound and have not ended. Nothing while no group runs or once the job is finished.
     `spec`: the job's parsed spec (parsed here when not given)."""
     status = job.get("status") or {}
-    if status.get("phase") in st.TERMINAL_PHASES:
+    if status.get(st.PHASE) in st.TERMINAL_PHASES:
         return []
     spec = spec or JobSpec.from_dict(job.get("spec") or {})
     name = job["metadata"]["name"]
     attempts: dict[str, str] = {}  # pod name -> the attempt of its group that runs
     if spec.parallel:
-        entries = {e.get("name"): e for e in status.get("groups") or [] if isinstance(e, dict)}
+        entries = {
+            e.get(st.GROUP_NAME): e for e in status.get(st.GROUPS) or [] if isinstance(e, dict)
+        }
         for group in pod_groups(name, spec):
             entry = entries.get(group.name) or {}
-            if entry.get("started"):
+            if entry.get(st.GROUP_STARTED):
                 for pod_name in group.pod_names:
-                    attempts[pod_name] = str(int_of(entry.get("attempt")))
-    elif status.get("attemptStarted"):
+                    attempts[pod_name] = str(st.int_of(entry.get(st.ATTEMPT)))
+    elif status.get(st.ATTEMPT_STARTED):
         for pod_name in sequential_group(name, spec).pod_names:
-            attempts[pod_name] = str(int_of(status.get("attempt")))
+            attempts[pod_name] = str(st.int_of(status.get(st.ATTEMPT)))
     return sorted(
         {
             str(pod["spec"]["nodeName"])
@@ -124,20 +119,18 @@ def decide(
     nodes = nodes or {}
     last_seen = last_seen or {}
     configmaps = configmaps or {}
-    b = Builder(job, now)
-    b.workloads = workloads or {}
+    draft = Draft(job, now)
+    draft.workloads = workloads or {}
     spec = spec or JobSpec.from_dict(job.get("spec") or {})
-    b.put("observedGeneration", b.generation)
-    for counter in ("preemptions", "failures", "trialOOMs", "restarts", "restores"):
-        if b.get(counter) is None:
-            b.put(counter, 0)
-    if b.get("phase") is None:
-        b.put("phase", st.PHASE_PENDING)
+    draft.put(st.OBSERVED_GENERATION, draft.generation)
+    for counter in st.COUNTERS:
+        if draft.get(counter) is None:
+            draft.put(counter, 0)
+    if draft.get(st.PHASE) is None:
+        draft.put(st.PHASE, st.PHASE_PENDING)
     if spec.parallel:
-        from .reconcile_parallel import decide_parallel  # it builds on this module
-
         decision = decide_parallel(
-            b,
+            draft,
             spec,
             pods,
             nodes=nodes,
@@ -148,14 +141,14 @@ def decide(
         )
     else:
         decision = _decide_sequential(
-            b, spec, pods, nodes, last_seen, configmaps, progress_configmap
+            draft, spec, pods, nodes, last_seen, configmaps, progress_configmap
         )
-    decision.recoveries = b.ledger.finish(b.live_pods)
+    decision.recoveries = draft.ledger.finish(draft.live_pods)
     return decision
 
 
 def _decide_sequential(
-    b: Builder,
+    draft: Draft,
     spec: JobSpec,
     pods: list[Obj],
     nodes: Mapping[str, Obj | None],
@@ -166,32 +159,32 @@ def _decide_sequential(
     """The sequential job (one pod group) in three phases: stop what must stop (a
     finished, invalid or suspended job), start a group when none runs, or follow the
     running one."""
-    job = b.job
-    progress = copy_progress(b, progress_configmap)
-    b.decision.ignored = progress.ignored
-    apply_progress(b, progress)
+    job = draft.job
+    progress = copy_progress(draft, progress_configmap)
+    draft.decision.ignored = progress.ignored
+    apply_progress(draft, progress)
 
-    slot = Slot(b, sequential_group(job["metadata"]["name"], spec))
+    slot = Slot(draft, sequential_group(job["metadata"]["name"], spec))
     others = [p for p in pods if foreign(p, job)]
     pods = [p for p in pods if not foreign(p, job)]
     current = current_pods(slot, pods)
     stale = [p for p in pods if p["metadata"]["name"] not in current]
-    delete_alive(b, stale)
-    stopping = b.get("phase") in st.TERMINAL_PHASES or spec.suspend
-    release_held(b, pods, set(current), stopping)
+    delete_alive(draft, stale)
+    stopping = draft.get(st.PHASE) in st.TERMINAL_PHASES or spec.suspend
+    release_held(draft, pods, set(current), stopping)
 
-    kept = _stop_phase(b, spec, slot, pods, current, configmaps)
+    kept = _stop_phase(draft, spec, slot, pods, current, configmaps)
     if kept is None:
-        return b.decision
+        return draft.decision
     if not slot.started:
-        _start_phase(b, spec, slot, stale, others, configmaps, progress)
+        _start_phase(draft, spec, slot, stale, others, configmaps, progress)
     else:
-        _follow_phase(b, spec, slot, kept, nodes, last_seen, configmaps, progress)
-    return b.decision
+        _follow_phase(draft, spec, slot, kept, nodes, last_seen, configmaps, progress)
+    return draft.decision
 
 
 def _stop_phase(
-    b: Builder,
+    draft: Draft,
     spec: JobSpec,
     slot: Slot,
     pods: list[Obj],
@@ -202,29 +195,29 @@ def _stop_phase(
     suspended job stops its group. None: the decision is complete; else the current
     pods the job goes on with."""
     errors = validate(spec)
-    if b.get("phase") in st.TERMINAL_PHASES:
+    if draft.get(st.PHASE) in st.TERMINAL_PHASES:
         bad_script = script_error(spec, configmaps)
-        if reopen_or_stay(b, spec, [slot], list(current.values()), errors, bad_script):
+        if reopen_or_stay(draft, spec, [slot], list(current.values()), errors, bad_script):
             return None
         current = {}
     gpus = spec.distribution.gpus_per_worker
     if errors:
         message = INVALID_SPEC_PREFIX + "; ".join(str(e) for e in errors)
-        delete_alive(b, list(current.values()))
-        b.ledger.close(current.values(), gpus)
-        finish(b, succeeded=False, reason="InvalidSpec", message=message)
+        delete_alive(draft, list(current.values()))
+        draft.ledger.close(current.values(), gpus)
+        finish(draft, succeeded=False, reason="InvalidSpec", message=message)
         return None
     if spec.suspend:
         if slot.started:
-            b.ledger.close(current.values(), gpus)
-        suspend(b, [slot], pods)
+            draft.ledger.close(current.values(), gpus)
+        suspend(draft, [slot], pods)
         return None
-    resume_if_suspended(b)
+    resume_if_suspended(draft)
     return current
 
 
 def _start_phase(
-    b: Builder,
+    draft: Draft,
     spec: JobSpec,
     slot: Slot,
     stale: list[Obj],
@@ -234,48 +227,51 @@ def _start_phase(
 ) -> None:
     """No group runs: wait for old pods, the backoff and the script's ConfigMap, then
     start the next pod group."""
-    name = b.job["metadata"]["name"]
+    name = draft.job["metadata"]["name"]
     if stale:
-        b.put("message", f"waiting for {len(stale)} old trainer pod(s) to terminate")
+        draft.put(st.MESSAGE, f"waiting for {len(stale)} old trainer pod(s) to terminate")
         return
     if others:
-        b.put("message", f"waiting for {len(others)} pod(s) of an earlier TuningJob {name!r}")
+        draft.put(st.MESSAGE, f"waiting for {len(others)} pod(s) of an earlier TuningJob {name!r}")
         return
-    waiting = backoff_wait(b, slot)
+    waiting = backoff_wait(draft, slot)
     if waiting is not None:
-        b.put("message", waiting)
-        b.cond(st.COND_RUNNING, False, "Backoff", waiting)
-        if b.get("phase") == st.PHASE_RUNNING:
-            b.put("phase", st.PHASE_PENDING)
+        draft.put(st.MESSAGE, waiting)
+        draft.cond(st.COND_RUNNING, False, "Backoff", waiting)
+        if draft.get(st.PHASE) == st.PHASE_RUNNING:
+            draft.put(st.PHASE, st.PHASE_PENDING)
         return
     # checked before every pod group: the map may have changed since the last one
     bad_script = script_error(spec, configmaps)
     if bad_script is not None:
         finish(
-            b, succeeded=False, reason="InvalidSpec", message=INVALID_SPEC_PREFIX + str(bad_script)
+            draft,
+            succeeded=False,
+            reason="InvalidSpec",
+            message=INVALID_SPEC_PREFIX + str(bad_script),
         )
         return
     if script_missing(spec, configmaps):
-        wait_for_script(b, spec)
+        wait_for_script(draft, spec)
         return
-    start_group(b, slot)
+    start_group(draft, slot)
     attempt = slot.attempt
-    if not b.get("startTime"):
-        b.put("startTime", st.rfc3339(b.now))
+    if not draft.get(st.START_TIME):
+        draft.put(st.START_TIME, st.rfc3339(draft.now))
     if attempt > 0:
         # what the new trainer reports from now on is about this group
-        b.decision.status["progress"] = {
-            **(b.decision.status.get("progress") or {}),
+        draft.decision.status[st.PROGRESS] = {
+            **(draft.decision.status.get(st.PROGRESS) or {}),
             "resumedFromStep": None,
             "resumedFromEpoch": None,
         }
-        b.put("restoreBaseline", progress.count("restores") or 0)
+        draft.put(st.RESTORE_BASELINE, progress.count("restores") or 0)
     workers = len(slot.group.pod_names)
-    b.put("message", f"starting trainer pod group {attempt} ({workers} worker(s))")
+    draft.put(st.MESSAGE, f"starting trainer pod group {attempt} ({workers} worker(s))")
 
 
 def _follow_phase(
-    b: Builder,
+    draft: Draft,
     spec: JobSpec,
     slot: Slot,
     current: dict[str, Obj],
@@ -288,45 +284,65 @@ def _follow_phase(
     judge a stall, and report the phase, condition and message."""
     outcomes = classify_group(slot, current, nodes, last_seen)
     held = held_pods(slot, current, last_seen)
-    result = run_group(b, spec, slot, current, outcomes, progress, held)
+    result = run_group(draft, spec, slot, current, outcomes, progress, held)
     if result.kind == "completed" and result.chief is not None:
-        delete_alive(b, list(current.values()), keep_ended=True)
-        apply_final(b, result.chief)
-        finish(b, succeeded=True, reason="Completed", message=f"search completed: {best_text(b)}")
-        ttl(b, spec)
+        delete_alive(draft, list(current.values()), keep_ended=True)
+        apply_final(draft, result.chief)
+        message = f"search completed: {best_text(draft)}"
+        finish(draft, succeeded=True, reason="Completed", message=message)
+        ttl(draft, spec)
         return
     if result.kind == "invalid":
-        delete_alive(b, list(current.values()))
-        finish(b, succeeded=False, reason="InvalidSpec", message=result.message)
+        delete_alive(draft, list(current.values()))
+        finish(draft, succeeded=False, reason="InvalidSpec", message=result.message)
         return
+    result = _judge_stall(draft, spec, slot, current, result)
+    if result.kind != "ended":
+        _report(draft, spec, slot, configmaps, result)
+
+
+def _judge_stall(
+    draft: Draft, spec: JobSpec, slot: Slot, current: dict[str, Obj], result: GroupResult
+) -> GroupResult:
+    """Condition Queued, and a group that runs, waits or terminates judged for Stalled
+    (not while Kueue holds it); the stall policy's result when it acted."""
     queued = result.kind == "pending" and result.reason == QUEUED
-    queued_condition(b, result.message if queued else None)
-    if result.kind in ("running", "pending", "terminating") and not queued:
-        stuck = (
-            running_stuck(b, spec, slot, b.get("lastProgressTime"))
-            if result.kind == "running"
-            else waiting_stuck(b, spec, slot, result)
-        )
-        stalled = judge_stall(b, [stuck])
-        acted = apply_stall_policy(b, spec, stalled, current) if stalled else None
-        if acted is not None:
-            result = acted
-    if result.kind == "ended":
-        return
-    if result.kind != "running" and b.get("phase") == st.PHASE_RUNNING:
-        b.put("phase", st.PHASE_PENDING)  # no trainer trains while the group is replaced
+    queued_condition(draft, result.message if queued else None)
+    if result.kind not in ("running", "pending", "terminating") or queued:
+        return result
+    stuck = (
+        running_stuck(draft, spec, slot, draft.get(st.LAST_PROGRESS_TIME))
+        if result.kind == "running"
+        else waiting_stuck(draft, spec, slot, result)
+    )
+    stalled = judge_stall(draft, [stuck])
+    acted = apply_stall_policy(draft, spec, stalled, current) if stalled else None
+    return acted if acted is not None else result
+
+
+def _report(
+    draft: Draft,
+    spec: JobSpec,
+    slot: Slot,
+    configmaps: Mapping[str, Obj | None],
+    result: GroupResult,
+) -> None:
+    """Phase, condition Running and message of a job whose group goes on."""
+    if result.kind != "running" and draft.get(st.PHASE) == st.PHASE_RUNNING:
+        draft.put(st.PHASE, st.PHASE_PENDING)  # no trainer trains while the group is replaced
     if result.kind in ("recreate", "terminating"):
-        b.put("message", result.summary)
-        b.cond(st.COND_RUNNING, False, result.reason, result.message)
+        draft.put(st.MESSAGE, result.summary)
+        draft.cond(st.COND_RUNNING, False, result.reason, result.message)
     elif result.kind == "running":
-        if b.get("phase") != st.PHASE_RUNNING:
-            b.put("phase", st.PHASE_RUNNING)
+        if draft.get(st.PHASE) != st.PHASE_RUNNING:
+            draft.put(st.PHASE, st.PHASE_RUNNING)
         workers = len(slot.group.pod_names)
-        b.cond(st.COND_RUNNING, True, "TrainerRunning", f"{workers} trainer pod(s) running")
-        trial = b.get("currentTrial")
-        b.put(
-            "message",
-            f"running trial {trial}, {b.get('trials')} trials done" if trial else "trainer running",
+        draft.cond(st.COND_RUNNING, True, "TrainerRunning", f"{workers} trainer pod(s) running")
+        trial = draft.get(st.CURRENT_TRIAL)
+        trials = draft.get(st.TRIALS)
+        draft.put(
+            st.MESSAGE,
+            f"running trial {trial}, {trials} trials done" if trial else "trainer running",
         )
     elif result.kind == "pending":
         pending = result.message
@@ -336,5 +352,5 @@ def _follow_phase(
                 f"; ConfigMap {spec.script_configmap!r} (spec.script.configMap.name) not "
                 "found: the pods start once it exists"
             )
-        b.cond(st.COND_RUNNING, False, result.reason, pending)
-        b.put("message", f"waiting for trainer pods ({pending})")
+        draft.cond(st.COND_RUNNING, False, result.reason, pending)
+        draft.put(st.MESSAGE, f"waiting for trainer pods ({pending})")

@@ -1,8 +1,8 @@
-"""Pure builders of the TuningJob's children: `dict` in, `dict` out, no API calls.
-
-Every child is named deterministically (tuneop.names), carries the job labels and an
-owner reference to the TuningJob (except a retained checkpoint claim, which must outlive
-the job). Unit-tested in tests/unit/test_operator_builders.py."""
+"""Pure builders of a TuningJob's trainer pods: `dict` in, `dict` out, no API calls.
+Each pod of a pod group (the sequential group, or a parallel job's oracle and trial
+groups) with its environment (the contract's variables, TF_CONFIG, keras-tuner's
+distributed tuning), resources, volumes and restricted security, then `spec.template`
+laid over it (render.overlay). Unit-tested in tests/unit/test_operator_builders.py."""
 
 from __future__ import annotations
 
@@ -11,169 +11,17 @@ import json
 from typing import Any
 
 import tuneop_contract as contract
-import yaml
 
-from . import names, podtemplate, queue
-from . import status as st
-from .groups import PodGroup, sequential_group
-from .spec import JobSpec
+from ..api import names, podtemplate, queue
+from ..api import status as st
+from ..api.groups import PodGroup, sequential_group
+from ..api.spec import JobSpec
+from . import children, overlay
 
 Obj = dict[str, Any]
 
 GPU_RESOURCE = podtemplate.DEFAULT_GPU_RESOURCE
 """The default of spec.distribution.gpuResource."""
-
-
-def owner_reference(job: Obj) -> Obj:
-    meta = job["metadata"]
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def owner_uids(obj: Obj) -> set[str]:
-    """The uids of the TuningJobs among `obj`'s owners."""
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return {str(r.get("uid")) for r in refs if r.get("kind") == names.KIND and r.get("uid")}
-
-
-def _meta(job: Obj, name: str, *, owned: bool = True, extra: Obj | None = None) -> Obj:
-    job_name = job["metadata"]["name"]
-    meta: Obj = {
-        "name": name,
-        "namespace": job["metadata"]["namespace"],
-        "labels": {**names.job_labels(job_name), **(extra or {})},
-    }
-    if owned:
-        meta["ownerReferences"] = [owner_reference(job)]
-    return meta
-
-
-def build_pvc(job: Obj, spec: JobSpec) -> Obj | None:
-    """The checkpoint claim, or None when spec.checkpoint.existingClaim is used. Owned by
-    the job (deleted with it) only with reclaimPolicy Delete."""
-    ckpt = spec.checkpoint
-    if ckpt.existing_claim:
-        return None
-    pvc_spec: Obj = {
-        "accessModes": list(ckpt.access_modes),
-        "resources": {"requests": {"storage": ckpt.size}},
-    }
-    if ckpt.storage_class_name:
-        pvc_spec["storageClassName"] = ckpt.storage_class_name
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": _meta(
-            job,
-            names.pvc_name(job["metadata"]["name"]),
-            owned=ckpt.reclaim_policy == "Delete",
-            extra={names.LABEL_COMPONENT: "checkpoint"},
-        ),
-        "spec": pvc_spec,
-    }
-
-
-def claim_name(job: Obj, spec: JobSpec) -> str:
-    return spec.checkpoint.existing_claim or names.pvc_name(job["metadata"]["name"])
-
-
-def build_configmap(job: Obj, spec: JobSpec) -> Obj:
-    """The spec file the trainer reads (`--spec /etc/tuneop/spec.yaml`)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(job, names.configmap_name(job["metadata"]["name"])),
-        "data": {names.SPEC_KEY: yaml.safe_dump(spec.raw, sort_keys=True)},
-    }
-
-
-def build_progress_configmap(job: Obj) -> Obj:
-    """Where the trainer reports its progress record (tuneop_contract.PROGRESS_KEY), so
-    its token never needs write access to the TuningJob. Created empty, and emptied
-    again before each pod group (apply replaces it): what it holds is always about the
-    group that runs now."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(
-            job,
-            names.progress_configmap_name(job["metadata"]["name"]),
-            extra={names.LABEL_COMPONENT: "progress"},
-        ),
-        "data": {},
-    }
-
-
-def build_service_account(job: Obj) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": _meta(job, names.service_account_name(job["metadata"]["name"])),
-    }
-
-
-TRAINER_RULE: dict[str, list[str]] = {
-    "apiGroups": [""],
-    "resources": ["configmaps"],
-    "verbs": ["get", "patch"],
-}
-"""The trainer Role's one rule, without its resourceNames (the operator must hold these
-verbs itself to grant them: RBAC's escalation check)."""
-
-
-def build_role(job: Obj) -> Obj:
-    """Least privilege for the trainer: get/patch its job's progress ConfigMap, nothing
-    else (no access to the TuningJob: its status is the operator's)."""
-    job_name = job["metadata"]["name"]
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _meta(job, names.service_account_name(job_name)),
-        "rules": [
-            {
-                **{key: list(value) for key, value in TRAINER_RULE.items()},
-                "resourceNames": [names.progress_configmap_name(job_name)],
-            }
-        ],
-    }
-
-
-def build_role_binding(job: Obj) -> Obj:
-    sa = names.service_account_name(job["metadata"]["name"])
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": _meta(job, sa),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
-        "subjects": [
-            {"kind": "ServiceAccount", "name": sa, "namespace": job["metadata"]["namespace"]}
-        ],
-    }
-
-
-def build_service(job: Obj) -> Obj:
-    """Headless Service giving workers stable DNS names (several workers only)."""
-    job_name = job["metadata"]["name"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(job, names.service_name(job_name)),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {names.LABEL_JOB: job_name},
-            "ports": [
-                {"name": "tf-worker", "port": names.TF_WORKER_PORT},
-                {"name": "oracle", "port": contract.DEFAULT_ORACLE_PORT},
-            ],
-        },
-    }
 
 
 def pod_host(job: Obj, pod: str) -> str:
@@ -202,24 +50,15 @@ def _field_env(name: str, path: str) -> Obj:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def oom_trials(status: Obj) -> list[str]:
-    """`status.oomTrials`: the trials whose trainer ran out of memory, oldest first
-    (status is writable by others: anything but a list of ids reads as none)."""
-    value = status.get("oomTrials")
-    if not isinstance(value, list):
-        return []
-    return [str(v) for v in value if isinstance(v, (str, int)) and not isinstance(v, bool)]
-
-
 def mtbf_seconds(job: Obj, spec: JobSpec, now: dt.datetime) -> float:
     """The job's mean time between disruptions so far (contract.mtbf_estimate): its pod
     groups' time since `status.startTime` (x parallelTrials: each group can be disrupted)
     over `status.preemptions`. Time a lost group waited to be recreated counts as running
     time too: a slight overestimate, small beside the prior's uncertainty."""
     status = job.get("status") or {}
-    start = st.parse_time(status.get("startTime"))
+    start = st.parse_time(status.get(st.START_TIME))
     running = max(0.0, (now - start).total_seconds()) if start is not None else 0.0
-    preemptions = status.get("preemptions")
+    preemptions = status.get(st.PREEMPTIONS)
     if not isinstance(preemptions, int) or isinstance(preemptions, bool):
         preemptions = 0
     return contract.mtbf_estimate(running * spec.parallel_trials, preemptions)
@@ -253,7 +92,7 @@ def build_env(
             "value": str(round(mtbf_seconds(job, spec, now or dt.datetime.now(dt.UTC)))),
         },
     ]
-    failed = oom_trials(job.get("status") or {})
+    failed = st.oom_trials(job.get("status") or {})
     if failed:
         # the trainer records these FAILED in the oracle instead of retrying them
         value = contract.format_failed_trials(dict.fromkeys(failed, contract.FAILED_REASON_OOM))
@@ -306,16 +145,40 @@ def build_pod(
     the volume, GPU limits + toleration, the grace period the trainer needs to write its
     checkpoint, restartPolicy Never (the operator decides about restarts), an in-memory
     /dev/shm of `distribution.shmSize` for GPU pods, then `spec.template` laid over it
-    (podtemplate.apply). In script
+    (overlay.apply). In script
     mode with `spec.script.configMap` the user's ConfigMap is mounted too; the command
     is the same in both modes (the trainer reads `spec.script` from the spec file).
     `group` (default: the sequential one) names the pod; the oracle of a parallel job
     gets no GPU, the oracle's resources and port, and a DNS name. `now` (default: the
     current time) dates the MTBF estimate passed in TUNEOP_MTBF_SECONDS."""
-    job_name = job["metadata"]["name"]
-    group = group or sequential_group(job_name, spec)
+    group = group or sequential_group(job["metadata"]["name"], spec)
     pod_name = group.pod_names[index]
-    gpus = group.gpus and spec.distribution.gpus_per_worker > 0
+    container = _trainer_container(job, spec, index, group, metrics_port, now)
+    pod_spec = _pod_spec(job, spec, group, container, uid)
+    _add_volumes(spec, group, container, pod_spec)
+    _add_placement(job, spec, pod_name, pod_spec)
+    labels, annotations = _pod_metadata(job, group, index, attempt)
+    pod: Obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": children.child_meta(job, pod_name, extra=labels),
+        "spec": pod_spec,
+    }
+    if annotations:
+        pod["metadata"]["annotations"] = annotations
+    return overlay.apply(pod, spec.raw)  # spec.template, over what the operator owns
+
+
+def _trainer_container(
+    job: Obj,
+    spec: JobSpec,
+    index: int,
+    group: PodGroup,
+    metrics_port: int,
+    now: dt.datetime | None,
+) -> Obj:
+    """The pod's one container: the trainer image running `tuneop_trainer run` on the
+    spec file and the checkpoint volume, its ports, resources and restricted context."""
     spec_dir = contract.DEFAULT_SPEC_FILE.rsplit("/", 1)[0]
     container: Obj = {
         "name": names.TRAINER_CONTAINER,
@@ -350,6 +213,14 @@ def build_pod(
         container["ports"].append({"name": "tf-worker", "containerPort": names.TF_WORKER_PORT})
     if group.oracle:
         container["ports"].append({"name": "oracle", "containerPort": contract.DEFAULT_ORACLE_PORT})
+    return container
+
+
+def _pod_spec(job: Obj, spec: JobSpec, group: PodGroup, container: Obj, uid: int) -> Obj:
+    """What every trainer pod has: the trainer's ServiceAccount, restartPolicy Never,
+    the grace period, a restricted pod context, the tolerations (the GPU one for pods
+    with GPUs), the checkpoint claim and the spec file."""
+    job_name = job["metadata"]["name"]
     gpu_toleration = {
         "key": spec.distribution.gpu_resource,
         "operator": "Exists",
@@ -359,7 +230,7 @@ def build_pod(
         *([gpu_toleration] if group.gpus else []),
         *[dict(t) for t in spec.tolerations],
     ]
-    pod_spec: Obj = {
+    return {
         "restartPolicy": "Never",
         "serviceAccountName": names.service_account_name(job_name),
         "automountServiceAccountToken": True,
@@ -377,7 +248,7 @@ def build_pod(
         "volumes": [
             {
                 "name": names.CHECKPOINT_VOLUME,
-                "persistentVolumeClaim": {"claimName": claim_name(job, spec)},
+                "persistentVolumeClaim": {"claimName": children.claim_name(job, spec)},
             },
             {
                 "name": names.SPEC_VOLUME,
@@ -385,6 +256,10 @@ def build_pod(
             },
         ],
     }
+
+
+def _add_volumes(spec: JobSpec, group: PodGroup, container: Obj, pod_spec: Obj) -> None:
+    """The user's script ConfigMap (script mode) and the in-memory /dev/shm of GPU pods."""
     if spec.script_configmap:
         # the whole map, read-only: the trainer resolves the entry script in it
         container["volumeMounts"].append(
@@ -393,6 +268,7 @@ def build_pod(
         pod_spec["volumes"].append(
             {"name": names.SCRIPT_VOLUME, "configMap": {"name": spec.script_configmap}}
         )
+    gpus = group.gpus and spec.distribution.gpus_per_worker > 0
     shm = spec.distribution.shm_size
     if gpus and shm not in ("0", ""):
         # NCCL all-reduces through /dev/shm; runtimes give containers 64 MiB.
@@ -400,6 +276,11 @@ def build_pod(
         pod_spec["volumes"].append(
             {"name": names.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": shm}}
         )
+
+
+def _add_placement(job: Obj, spec: JobSpec, pod_name: str, pod_spec: Obj) -> None:
+    """The job's node selector, affinity and priority class; a DNS name for the pods of
+    multi-worker and parallel jobs."""
     if spec.node_selector:
         pod_spec["nodeSelector"] = dict(spec.node_selector)
     if spec.affinity:
@@ -409,7 +290,12 @@ def build_pod(
     if spec.multi_worker or spec.parallel:
         # a DNS name behind the headless Service: TF_CONFIG peers, the oracle's address
         pod_spec["hostname"] = pod_name
-        pod_spec["subdomain"] = names.service_name(job_name)
+        pod_spec["subdomain"] = names.service_name(job["metadata"]["name"])
+
+
+def _pod_metadata(job: Obj, group: PodGroup, index: int, attempt: int) -> tuple[Obj, Obj]:
+    """(labels beyond the job's, annotations) of a pod: its role, worker index, pod
+    group attempt and group, and Kueue's pod group when the job is queued."""
     labels = {
         names.LABEL_COMPONENT: "oracle" if group.oracle else "trainer",
         names.LABEL_WORKER_INDEX: str(index),
@@ -421,30 +307,4 @@ def build_pod(
         job, group.name, attempt, len(group.pod_names)
     )
     labels.update(queue_labels)
-    pod: Obj = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": _meta(job, pod_name, extra=labels),
-        "spec": pod_spec,
-    }
-    if queue_annotations:
-        pod["metadata"]["annotations"] = queue_annotations
-    return podtemplate.apply(pod, spec.raw)  # spec.template, over what the operator owns
-
-
-def build_children(job: Obj, spec: JobSpec) -> list[Obj]:
-    """Everything a pod group needs, in creation order (pods excluded)."""
-    out: list[Obj] = []
-    pvc = build_pvc(job, spec)
-    if pvc is not None:
-        out.append(pvc)
-    out += [
-        build_configmap(job, spec),
-        build_progress_configmap(job),
-        build_service_account(job),
-        build_role(job),
-        build_role_binding(job),
-    ]
-    if spec.multi_worker or spec.parallel:
-        out.append(build_service(job))
-    return out
+    return labels, queue_annotations

@@ -18,7 +18,7 @@ from typing import Any
 
 import tuneop_contract as contract
 
-from . import names, queue
+from ..api import names, queue
 
 Obj = dict[str, Any]
 
@@ -173,6 +173,18 @@ def node_unreachable(node: Obj | None) -> bool:
         if cond.get("type") == "Ready":
             return bool(cond.get("status") != "True")
     return False
+
+
+def attempt_of(pod: Obj) -> str | None:
+    """The pod group index (`tuneop.io/attempt`) the pod was created for."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    value = labels.get(names.LABEL_ATTEMPT)
+    return str(value) if value is not None else None
+
+
+def alive(pod: Obj) -> bool:
+    """Not yet being deleted (a delete call would still do something)."""
+    return not (pod.get("metadata") or {}).get("deletionTimestamp")
 
 
 def needs_node(pod: Obj) -> bool:

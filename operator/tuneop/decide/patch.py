@@ -1,0 +1,105 @@
+"""What a reconcile pass decides (`Decision`: the status patch and the actions the
+executor carries out) and the draft it is drawn up in (`Draft`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from ..api import status as st
+from ..api.events import Event
+from .goodput import Ledger
+
+Obj = dict[str, Any]
+
+
+class PodRef(NamedTuple):
+    """A pod to delete: that very object (uid), not a successor under its name."""
+
+    name: str
+    uid: str | None
+
+
+@dataclasses.dataclass
+class Decision:
+    status: Obj = dataclasses.field(default_factory=dict)
+    """Merge patch for .status (only what changed)."""
+    events: list[Event] = dataclasses.field(default_factory=list)
+    ensure_children: bool = False
+    create_pods: list[int] = dataclasses.field(default_factory=list)
+    """Worker indexes of the sequential group to create (pod group `create_attempt`)."""
+    create_attempt: int = 0
+    create_groups: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    """Parallel jobs: (group name, its pod group index) of each group to create whole."""
+    reset_progress: bool = True
+    """With ensure_children: empty the progress ConfigMap for the new pod group. Not for
+    a parallel job's group, whose siblings keep reporting there under their own keys."""
+    delete_pods: list[PodRef] = dataclasses.field(default_factory=list)
+    release_pods: list[PodRef] = dataclasses.field(default_factory=list)
+    """Pods whose Kueue pod group is over (annotated retriable-in-group=false first)."""
+    delete_job: bool = False
+    requeue_after: float | None = None
+    finished: bool = False
+    """The job is done and stays so until its spec changes (or TTL, or a pod event):
+    no need to reconcile it every few seconds."""
+    ignored: tuple[str, ...] = ()
+    """Fields of status.progress dropped as invalid (the executor logs them)."""
+    recoveries: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    """(disruption reason, seconds from the loss to the next training step) measured in
+    this pass, for the operator's recovery-time histogram."""
+
+    def merged_status(self, job: Obj) -> Obj:
+        """The job's status after this decision's patch (for metrics and logs)."""
+        merged = dict(job.get("status") or {})
+        for key, value in self.status.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        return merged
+
+
+class Draft:
+    """One pass's decision as it is drawn up: the status patch, whose reads (`get`) see
+    its earlier writes (`put`, `count`, `cond`), the Events and the actions, plus what
+    the pass has learnt on the way (the goodput ledger, the pods that go on holding
+    GPUs, Kueue's Workloads)."""
+
+    def __init__(self, job: Obj, now: dt.datetime) -> None:
+        self.job = job
+        self.now = now
+        self.old: Obj = dict(job.get("status") or {})
+        self.decision = Decision()
+        self.generation = st.int_of(job["metadata"].get("generation")) or 1
+        self.conditions: list[Obj] = list(self.old.get(st.CONDITIONS) or [])
+        self.ledger = Ledger(self)
+        self.live_pods: list[tuple[Obj, int]] = []
+        """Pods of started groups that hold GPUs after this pass (goodput's live share)."""
+        self.workloads: Mapping[str, Obj | None] = {}
+        """Kueue Workloads of queued pod groups, by name (their admission message)."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self.decision.status:
+            return self.decision.status[key]
+        return self.old.get(key, default)
+
+    def put(self, key: str, value: Any) -> None:
+        if self.old.get(key) != value or key in self.decision.status:
+            self.decision.status[key] = value
+
+    def cond(self, type_: str, status: bool, reason: str, message: str = "") -> None:
+        self.conditions = st.set_condition(
+            self.conditions, type_, status, reason, message, self.generation, self.now
+        )
+        if self.conditions != (self.old.get(st.CONDITIONS) or []):
+            self.decision.status[st.CONDITIONS] = self.conditions
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.decision.events.append(Event(type_, reason, message))
+
+    def count(self, key: str) -> int:
+        value = st.int_of(self.get(key)) + 1
+        self.put(key, value)
+        return value

@@ -1,0 +1,119 @@
+"""Stall: a pod group judged against its timeouts in every non-terminal state (a
+running group against `stallTimeoutSeconds` since its last progress, a group not
+started, or not finished terminating, against `pendingTimeoutSeconds` since it was
+created), condition Stalled with one Warning Event per stall, and `spec.stallPolicy`
+(Ignore, Restart, Fail) for a group that just became Stalled."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from ..api import status as st
+from ..api.spec import JobSpec
+from .job import delete_alive, finish
+from .patch import Draft
+from .slot import GroupResult, Slot, gpus_per_pod
+
+Obj = dict[str, Any]
+
+
+def idle_seconds(draft: Draft, last_progress: Any, started_at: Any) -> float | None:
+    """Seconds since the later of the last progress and the group's start."""
+    known = [t for t in (st.parse_time(last_progress), st.parse_time(started_at)) if t]
+    return (draft.now - max(known)).total_seconds() if known else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Stuck:
+    """A pod group judged for Stalled: how long it has been idle or not started."""
+
+    slot: Slot
+    idle: float | None
+    timeout: int
+    reason: str
+    detail: str = ""
+    field: str = "stallTimeoutSeconds"
+
+
+def running_stuck(draft: Draft, spec: JobSpec, slot: Slot, last_progress: Any) -> Stuck:
+    """A running group: idle since its last progress (or its start)."""
+    idle = idle_seconds(draft, last_progress, slot.get(st.START_TIME))
+    return Stuck(slot, idle, spec.stall_timeout_seconds, "NoProgress")
+
+
+def waiting_stuck(draft: Draft, spec: JobSpec, slot: Slot, result: GroupResult) -> Stuck:
+    """A group whose pods have not started (or cannot finish terminating) since it was
+    created: judged against pendingTimeoutSeconds, with the reason it waits."""
+    idle = idle_seconds(draft, None, slot.get(st.START_TIME))
+    return Stuck(
+        slot, idle, spec.pending_timeout_seconds, result.reason, result.message,
+        "pendingTimeoutSeconds",
+    )  # fmt: skip
+
+
+def judge_stall(draft: Draft, candidates: list[Stuck]) -> Stuck | None:
+    """Condition Stalled from the groups over their timeout (the first one named; True
+    with one Warning Event when it starts or its reason changes), False otherwise.
+    Returns the group that became stalled in this pass, for the stall policy."""
+    over = [c for c in candidates if c.idle is not None and c.idle > c.timeout]
+    current = st.get_condition(draft.conditions, st.COND_STALLED) or {}
+    if not over:
+        if current.get("status") == "True" or not current:
+            draft.cond(st.COND_STALLED, False, "Progressing", "")
+        return None
+    first = over[0]
+    who = "" if first.slot.entry is None else f"{first.slot.label}: "
+    what = "no progress" if first.reason == "NoProgress" else first.reason
+    message = f"{who}{what} for {int(first.idle or 0)}s ({first.field}={first.timeout})"
+    if first.detail:
+        message += f": {first.detail}"
+    if current.get("status") == "True" and current.get("reason") == first.reason:
+        return None
+    draft.cond(st.COND_STALLED, True, first.reason, message[:32768])
+    draft.event("Warning", "Stalled", message)
+    return first
+
+
+STALL_RESTART = "StallRestart"
+
+
+def _stop(draft: Draft, spec: JobSpec, slot: Slot, pods: Mapping[str, Obj]) -> None:
+    """The operator stops a running group: its pods go, their GPU time is closed and no
+    longer counted as live."""
+    delete_alive(draft, list(pods.values()))
+    draft.ledger.close(pods.values(), gpus_per_pod(spec, slot))
+    draft.live_pods = [(p, g) for p, g in draft.live_pods if p not in pods.values()]
+
+
+def apply_stall_policy(
+    draft: Draft, spec: JobSpec, stuck: Stuck, pods: Mapping[str, Obj]
+) -> GroupResult | None:
+    """spec.stallPolicy for a group that just became Stalled: Restart recreates it
+    (status.restarts and stallRestarts, never a failure or a preemption), Fail ends the
+    job with reason Stalled; Ignore leaves it to the condition and the alert."""
+    slot = stuck.slot
+    condition = st.get_condition(draft.conditions, st.COND_STALLED) or {}
+    message = str(condition.get("message") or stuck.reason)
+    if spec.stall_policy == "Fail":
+        _stop(draft, spec, slot, pods)
+        finish(draft, succeeded=False, reason="Stalled", message=f"stalled: {message}")
+        return GroupResult("ended")
+    if spec.stall_policy != "Restart":
+        return None
+    _stop(draft, spec, slot, pods)
+    draft.event(
+        "Warning",
+        STALL_RESTART,
+        f"{slot.label} pod group {slot.attempt} stalled ({stuck.reason}); recreating it "
+        "(stallPolicy Restart)",
+    )
+    slot.restart()
+    draft.count(st.STALL_RESTARTS)
+    return GroupResult(
+        "recreate",
+        STALL_RESTART,
+        message,
+        f"stalled ({stuck.reason}); recreating the {slot.label} pod group",
+    )

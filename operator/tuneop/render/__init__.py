@@ -1,0 +1,1 @@
+"""What the operator creates for a TuningJob, rendered as dicts from the api layer: pure."""

@@ -1,0 +1,1 @@
+"""The operator process: configuration, kopf handlers, runtime, health, metrics."""
