@@ -13,6 +13,7 @@ Exits non-zero if the job did not complete or did not resume after the preemptio
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -57,7 +58,7 @@ def stopped_at_step(status: Any) -> int | None:
             "the trainer's preemption checkpoint",
             every=0.1,
         )
-    except AssertionError:
+    except TimeoutError:
         return None
     return int((status().get("progress") or {}).get("step", 0))
 
@@ -113,7 +114,7 @@ def preemption_cost(
 
     try:
         wait_for(trained_again, 300, "the next training step", every=0.2)
-    except AssertionError:
+    except TimeoutError:
         return "", None
     trained_at = time.monotonic()
     seconds = trained_at - evicted_at
@@ -146,6 +147,119 @@ def summary_table(status: dict[str, Any]) -> str:
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 
 
+@dataclasses.dataclass
+class Demo:
+    """The demo's cluster, operator and job, and what it measured."""
+
+    work: Path
+    kubectl: Kubectl
+    cluster: LocalCluster
+    applied_at: float = 0.0  # wall clock: compared with the claim's file times
+    evicted_at: float = 0.0  # time.monotonic() of the eviction
+    evicted_wall: float = 0.0
+    stopped_step: int | None = None
+    cost: str = ""
+    trained_at: float | None = None
+
+    def status(self) -> dict[str, Any]:
+        job = self.kubectl.job(NAMESPACE, NAME) or {}
+        return dict(job.get("status") or {})
+
+    def show(self) -> None:
+        print(self.kubectl("get", "tj", "-n", NAMESPACE).stdout.rstrip(), flush=True)
+
+
+def submit(demo: Demo) -> None:
+    wait_for(
+        lambda: (
+            demo.kubectl("get", "cm", "kube-root-ca.crt", "-n", NAMESPACE, check=False).returncode
+            == 0
+        ),
+        60,
+        "the namespace's kube-root-ca.crt",
+    )
+    say("kubectl apply -f manifests/samples/tuningjob-emg.yaml")
+    demo.kubectl.apply(sample(NAME, NAMESPACE))
+    demo.applied_at = time.time()
+
+
+def preempt(demo: Demo) -> None:
+    """Evict the trainer mid-epoch in a later trial; wait for the resume and its cost."""
+    say("waiting for the trainer to be mid-epoch in its second trial or later")
+    wait_for(lambda: demo.status().get("phase") == "Running", 300, "the trainer running")
+    job = sample(NAME, NAMESPACE)
+    data = job["spec"]["data"]
+    train = int(data["synthetic"]["samples"] * (1 - data["validationSplit"]))
+    steps = train // job["spec"]["tuner"]["batchSize"]
+    p = wait_mid_epoch(demo.kubectl, NAMESPACE, NAME, steps, timeout=600)
+    demo.show()
+    say(f"evicting the trainer pod during trial {p['trial_id']} at step {p['step']}")
+    demo.evicted_at, demo.evicted_wall = time.monotonic(), time.time()
+    disruption.evict_pod(demo.cluster.api, NAMESPACE, f"{NAME}-worker-0")
+    wait_for(lambda: demo.status().get("preemptions", 0) >= 1, 120, "the preemption")
+    demo.stopped_step = stopped_at_step(demo.status)
+    demo.show()
+    say("waiting for the recreated trainer to resume from its checkpoint")
+    wait_for(lambda: demo.status().get("restores", 0) >= 1, 300, "the restore", every=0.5)
+    p = demo.status()["progress"]
+    print(f"resumed trial {p['trialId']} at step {p.get('resumedFromStep')}", flush=True)
+    demo.cost, demo.trained_at = preemption_cost(demo.status, demo.evicted_at, demo.stopped_step)
+
+
+def wait_completed(demo: Demo, timeout: float = 900) -> dict[str, Any]:
+    """Follow `kubectl get tj` until the job ends (or `timeout`); its final status."""
+    say("waiting for the search to complete")
+    last = ""
+    deadline = time.monotonic() + timeout
+    while demo.status().get("phase") not in ("Succeeded", "Failed"):
+        if time.monotonic() > deadline:
+            break
+        line = demo.kubectl("get", "tj", "-n", NAMESPACE, "--no-headers").stdout.strip()
+        if line.split()[:3] != last.split()[:3]:
+            print(line, flush=True)
+            last = line
+        time.sleep(2)
+    say("kubectl get tj")
+    demo.show()
+    say("events")
+    for event in demo.kubectl.events(NAMESPACE, NAME):
+        print(f"{event['type']:8} {event['reason']:12} {event['message']}")
+    return demo.status()
+
+
+def report(demo: Demo, final: dict[str, Any]) -> bool:
+    """Print the cost, the best trials, the summary and the plot; whether the job
+    completed after a preemption and a restore."""
+    if demo.cost:
+        say("what the preemption cost")
+        print(demo.cost, flush=True)
+    best = final.get("bestTrial") or {}
+    objective = final.get("progress", {}).get("objective")
+    say(f"best trial {best.get('id')} ({objective} {best.get('score')}):")
+    print(json.dumps(best.get("hyperparameters"), indent=2, sort_keys=True))
+    say("the best trials (status.topTrials)")
+    for trial in final.get("topTrials") or []:
+        hps = json.dumps(trial.get("hyperparameters"), sort_keys=True)
+        print(f"{trial['id']:>6}  {trial['score']:.4f}  {hps}")
+    say("summary")
+    print(summary_table(final), flush=True)
+    lost = demo.evicted_wall - demo.applied_at
+    # the operator's figure (the trainer's own time of its next step); the demo's
+    # own one waits for that step to reach the status, seconds later
+    recovery = (final.get("goodput") or {}).get("lastRecoverySeconds")
+    if recovery is None and demo.trained_at is not None:
+        recovery = demo.trained_at - demo.evicted_at
+    outage = demo_plot.Outage(lost, None if recovery is None else lost + recovery)
+    plot = write_plot(demo.kubectl, final, demo.applied_at, outage)
+    if plot is not None:
+        say(f"plot of each trial's objective over time, the preemption marked: {plot}")
+    return bool(
+        final.get("phase") == "Succeeded"
+        and final.get("preemptions", 0) >= 1
+        and final.get("restores", 0) >= 1
+    )
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tuneop-demo-"))
     say(f"starting the local control plane and node gpu-node-0 (state in {work})")
@@ -157,107 +271,27 @@ def main() -> int:
         cp.start()
         cluster = LocalCluster(cp, work / "cluster")
         cluster.start()
-        kubectl = Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig)
+        demo = Demo(work, Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig), cluster)
         say("make install: applying manifests/crd/")
-        kubectl.install_crds()
+        demo.kubectl.install_crds()
         say(f"running the operator in the background (log: {work / 'operator.log'})")
         operator = Operator(cp.kubeconfig, work / "operator.log").start()
-        wait_for(
-            lambda: (
-                kubectl("get", "cm", "kube-root-ca.crt", "-n", NAMESPACE, check=False).returncode
-                == 0
-            ),
-            60,
-            "the namespace's kube-root-ca.crt",
-        )
-        say("kubectl apply -f manifests/samples/tuningjob-emg.yaml")
-        kubectl.apply(sample(NAME, NAMESPACE))
-        applied_at = time.time()  # wall clock: compared with the claim's file times
-
-        def status() -> dict:
-            job = kubectl.job(NAMESPACE, NAME) or {}
-            return dict(job.get("status") or {})
-
-        def show() -> None:
-            print(kubectl("get", "tj", "-n", NAMESPACE).stdout.rstrip(), flush=True)
-
-        say("waiting for the trainer to be mid-epoch in its second trial or later")
-        wait_for(lambda: status().get("phase") == "Running", 300, "the trainer running")
-        job = sample(NAME, NAMESPACE)
-        data = job["spec"]["data"]
-        train = int(data["synthetic"]["samples"] * (1 - data["validationSplit"]))
-        p = wait_mid_epoch(
-            kubectl, NAMESPACE, NAME, train // job["spec"]["tuner"]["batchSize"], timeout=600
-        )
-        show()
-        say(f"evicting the trainer pod during trial {p['trial_id']} at step {p['step']}")
-        evicted_at, evicted_wall = time.monotonic(), time.time()
-        disruption.evict_pod(cluster.api, NAMESPACE, f"{NAME}-worker-0")
-        wait_for(lambda: status().get("preemptions", 0) >= 1, 120, "the preemption")
-        stopped_step = stopped_at_step(status)
-        show()
-        say("waiting for the recreated trainer to resume from its checkpoint")
-        wait_for(lambda: status().get("restores", 0) >= 1, 300, "the restore", every=0.5)
-        p = status()["progress"]
-        print(f"resumed trial {p['trialId']} at step {p.get('resumedFromStep')}", flush=True)
-        cost, trained_at = preemption_cost(status, evicted_at, stopped_step=stopped_step)
-        say("waiting for the search to complete")
-        last = ""
-        deadline = time.monotonic() + 900
-        while status().get("phase") not in ("Succeeded", "Failed"):
-            if time.monotonic() > deadline:
-                break
-            line = kubectl("get", "tj", "-n", NAMESPACE, "--no-headers").stdout.strip()
-            if line.split()[:3] != last.split()[:3]:
-                print(line, flush=True)
-                last = line
-            time.sleep(2)
-        say("kubectl get tj")
-        show()
-        say("events")
-        for event in kubectl.events(NAMESPACE, NAME):
-            print(f"{event['type']:8} {event['reason']:12} {event['message']}")
-        final = status()
-        if cost:
-            say("what the preemption cost")
-            print(cost, flush=True)
-        best = final.get("bestTrial") or {}
+        submit(demo)
+        preempt(demo)
+        final = wait_completed(demo)
+        passed = report(demo, final)
+        if passed:
+            say("demo OK: preempted, resumed from the checkpoint, completed")
+            return 0
         say(
-            f"best trial {best.get('id')} ({final.get('progress', {}).get('objective')} "
-            f"{best.get('score')}):"
-        )
-        print(json.dumps(best.get("hyperparameters"), indent=2, sort_keys=True))
-        say("the best trials (status.topTrials)")
-        for trial in final.get("topTrials") or []:
-            hps = json.dumps(trial.get("hyperparameters"), sort_keys=True)
-            print(f"{trial['id']:>6}  {trial['score']:.4f}  {hps}")
-        say("summary")
-        print(summary_table(final), flush=True)
-        lost = evicted_wall - applied_at
-        # the operator's figure (the trainer's own time of its next step); the demo's
-        # own one waits for that step to reach the status, seconds later
-        recovery = (final.get("goodput") or {}).get("lastRecoverySeconds")
-        if recovery is None and trained_at is not None:
-            recovery = trained_at - evicted_at
-        outage = demo_plot.Outage(lost, None if recovery is None else lost + recovery)
-        plot = write_plot(kubectl, final, applied_at, outage)
-        if plot is not None:
-            say(f"plot of each trial's objective over time, the preemption marked: {plot}")
-        ok = (
-            final.get("phase") == "Succeeded"
-            and final.get("preemptions", 0) >= 1
-            and final.get("restores", 0) >= 1
-        )
-        say(
-            "demo OK: preempted, resumed from the checkpoint, completed"
-            if ok
-            else f"demo FAILED: phase={final.get('phase')} preemptions={final.get('preemptions')} "
+            f"demo FAILED: phase={final.get('phase')} preemptions={final.get('preemptions')} "
             f"restores={final.get('restores')}"
         )
-        if not ok and operator is not None:
-            print(operator.log_tail(40))
-        passed = ok
-        return 0 if ok else 1
+        print(operator.log_tail(40))
+        return 1
+    except KeyboardInterrupt:
+        say(f"demo interrupted; logs kept in {work}")
+        return 130
     except Exception as err:  # one line for the person at the terminal, never a traceback
         what = str(err).splitlines()[0] if str(err) else type(err).__name__
         say(f"demo FAILED: {what}")

@@ -35,6 +35,7 @@ def tmpfs(tmp_path: Path) -> Callable[[str], AbstractContextManager[Path]]:
 
 
 _CLUSTER_FIXTURES = {"control_plane", "cluster", "kueue"}
+_CLUSTER_DIRS = ("tests/e2e/", "tests/localcluster/")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,6 +44,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     cluster, started once), every other module in one worker (its module-scoped
     reference runs computed once)."""
     for item in items:
+        path = item.nodeid.split("::")[0]
         uses_cluster = bool(_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())))
-        group = "cluster" if uses_cluster else item.nodeid.split("::")[0]
+        # (some tests there start cluster processes of their own)
+        group = "cluster" if uses_cluster or path.startswith(_CLUSTER_DIRS) else path
         item.add_marker(pytest.mark.xdist_group(group))

@@ -252,12 +252,13 @@ class ForkServer:
 
 
 def launch(
-    argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None
+    argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None, fresh: bool = False
 ) -> TrainerProcess:
     """`python <argv>` with output appended to `log`: forked from the session's server
-    when it can be, else a fresh process."""
+    when it can be, else (or with `fresh`: a test that measures the process's memory,
+    which a fork shares with its server) a fresh process."""
     server = _session_server
-    if server is not None and server.accepts(env):
+    if server is not None and not fresh and server.accepts(env):
         return server.spawn(argv, env, cwd, log)
     return subprocess.Popen(
         [sys.executable, *argv], stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd=cwd

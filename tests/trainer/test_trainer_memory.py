@@ -38,7 +38,7 @@ def out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_script_mode_fit_does_not_copy_the_set(tmp_path: Path, out: Path) -> None:
     log = tmp_path / "log"
-    proc = start_exec(SCRIPTS / "memory_fit.py", tmp_path / "ckpt", log, devices=1)
+    proc = start_exec(SCRIPTS / "memory_fit.py", tmp_path / "ckpt", log, devices=1, fresh=True)
     assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
     record = json.loads(out.read_text())
     _assert_flat(record["epochsMB"], record["beforeMB"], record["dataMB"])
@@ -59,7 +59,7 @@ def test_spec_mode_trial_does_not_copy_the_set(tmp_path: Path, out: Path) -> Non
         "checkpoint": {"intervalSteps": 0, "intervalSeconds": 0},
     }
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    proc = start(write_spec(tmp_path, manifest), ckpt, log, devices=1)
+    proc = start(write_spec(tmp_path, manifest), ckpt, log, devices=1, fresh=True)
     peak: dict[int, float] = {}  # epoch in progress → highest RSS seen during it
     while proc.poll() is None:
         rss = status_mb(proc.pid, "VmRSS")

@@ -102,7 +102,7 @@ def _peak_memory(tmp: Path, data: Path) -> tuple[float, float]:
         "checkpoint": {"intervalSteps": 0, "intervalSeconds": 0},
     }
     ckpt, log = tmp / f"ckpt-{data.name}", tmp / f"{data.name}.log"
-    proc = start(write_spec(tmp, manifest, f"{data.name}.yaml"), ckpt, log, devices=1)
+    proc = start(write_spec(tmp, manifest, f"{data.name}.yaml"), ckpt, log, devices=1, fresh=True)
     anon = file = 0.0
     while proc.poll() is None:
         sample = status_mb(proc.pid, "RssAnon", "RssFile")

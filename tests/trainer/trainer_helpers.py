@@ -66,16 +66,25 @@ def env(devices: int = 2) -> dict[str, str]:
     return e
 
 
-def start(spec: Path, ckpt: Path, log: Path, devices: int = 2) -> TrainerProcess:
+def start(
+    spec: Path, ckpt: Path, log: Path, devices: int = 2, fresh: bool = False
+) -> TrainerProcess:
+    """`python -m tuneop_trainer run` (`fresh`: not forked, see forkserver.launch)."""
     command = ["-m", "tuneop_trainer", "run", "--spec", str(spec), "--dir", str(ckpt)]
-    return launch(command, env(devices), log)
+    return launch(command, env(devices), log, fresh=fresh)
 
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
 def start_exec(
-    script: Path, ckpt: Path, log: Path, *args: str, devices: int = 2, cwd: Path | None = None
+    script: Path,
+    ckpt: Path,
+    log: Path,
+    *args: str,
+    devices: int = 2,
+    cwd: Path | None = None,
+    fresh: bool = False,
 ) -> TrainerProcess:
     """`python -m tuneop_trainer exec --deterministic` on a user script (script mode)."""
     settings = ckpt.parent / "exec-spec.yaml"
@@ -85,7 +94,7 @@ def start_exec(
         )
     command = ["-m", "tuneop_trainer", "exec", "--dir", str(ckpt)]
     command += ["--spec", str(settings), "--deterministic", str(script), *args]
-    return launch(command, env(devices), log, cwd=cwd or ckpt.parent)
+    return launch(command, env(devices), log, cwd=cwd or ckpt.parent, fresh=fresh)
 
 
 def kill_exec_when(
