@@ -178,6 +178,7 @@ def job_progress(
 def fetch_progress(url: str, pod: str) -> tuple[dict[str, Any] | None, bool]:
     """(the progress record at `url` if the trainer of `pod` answered it, else None;
     whether something else answered)."""
+    import urllib.error
     import urllib.request
 
     try:
@@ -185,6 +186,8 @@ def fetch_progress(url: str, pod: str) -> tuple[dict[str, Any] | None, bool]:
             if response.headers.get(contract.PROGRESS_POD_HEADER) != pod:
                 return None, True
             return dict(json.loads(response.read())), False
+    except urllib.error.HTTPError as err:  # an answer, an error status: whose?
+        return None, err.headers.get(contract.PROGRESS_POD_HEADER) != pod
     except (OSError, ValueError):
         return None, False
 

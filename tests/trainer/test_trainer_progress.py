@@ -51,9 +51,9 @@ def test_progress_names_its_pod_so_a_reader_can_tell_another_answer(
     port = reporter.serve(port=0, address="127.0.0.1")
 
     class Squatter(BaseHTTPRequestHandler):  # another exporter on a port, any JSON
-        def do_GET(self) -> None:
+        def do_GET(self) -> None:  # JSON on /progress, 404 (as a file server) elsewhere
             body = b'{"trial_id": "9", "step": 1}'
-            self.send_response(200)
+            self.send_response(200 if self.path == "/progress" else 404)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -71,6 +71,8 @@ def test_progress_names_its_pod_so_a_reader_can_tell_another_answer(
         assert fetch_progress(ours, "search-worker-1") == (None, True)
         squatter = f"http://127.0.0.1:{other.server_address[1]}/progress"
         assert fetch_progress(squatter, "search-worker-0") == (None, True)
+        not_found = squatter.replace("/progress", "/nothing")
+        assert fetch_progress(not_found, "search-worker-0") == (None, True)
         assert fetch_progress("http://127.0.0.1:9/progress", "search-worker-0") == (None, False)
     finally:
         other.shutdown()
