@@ -154,25 +154,16 @@ def _endpoint_progress(
     return fetch_progress(f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress", pod)
 
 
-def job_progress(
-    kubectl: Kubectl, namespace: str, job: str, fresh: float = 5.0
-) -> dict[str, Any] | None:
-    """What the operator copied into the TuningJob's status.progress, in the endpoint's
-    (snake_case) form, if the trainer reported it in the last `fresh` seconds (an older
-    record, e.g. a replaced pod's, would say where training no longer is); else None."""
-    import datetime as dt
-
-    found = kubectl.job(namespace, job) or {}
-    status = (found.get("status") or {}).get("progress")
-    if not status:
-        return None
-    progress = dataclasses.asdict(contract.Progress.from_dict(status))
-    at = progress.get("last_progress_time")
+def claim_progress(kubectl: Kubectl, namespace: str, job: str) -> dict[str, Any] | None:
+    """The progress record the job's trainer wrote on its claim (the local volume's host
+    directory), in the endpoint's form: what the endpoint would have said, for when
+    another process holds the trainer's port (status.progress is a few seconds old,
+    too coarse to find a step in the middle of an epoch of a short search)."""
     try:
-        age = dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(str(at))
-    except ValueError:
+        progress = contract.read_progress(claim_dir(kubectl, namespace, job))
+    except (OSError, ValueError, KeyError, RuntimeError):  # no claim yet, a torn read
         return None
-    return progress if age.total_seconds() <= fresh else None
+    return None if progress is None else dataclasses.asdict(progress)
 
 
 def fetch_progress(url: str, pod: str) -> tuple[dict[str, Any] | None, bool]:
@@ -203,14 +194,14 @@ def wait_mid_epoch(
     """Until the (first) trainer is in a trial after the first one, in the middle of an
     epoch (at `min_step` or later), so that a disruption now makes it resume at a step
     > 0. Polls the trainer's own endpoint every 50 ms (a step takes ~0.1 s here), or,
-    while another process holds the trainer's port, the job's status.progress."""
+    while another process holds the trainer's port, the progress file on its claim."""
     pod = f"{job}-worker-0"
     high = max(min_step, steps_per_epoch - 6)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         progress, other = _endpoint_progress(kubectl, namespace, pod)
-        if other:  # the port is another process's: what the operator reads instead
-            progress = job_progress(kubectl, namespace, job)
+        if other:  # the port is another process's: what the trainer wrote on its claim
+            progress = claim_progress(kubectl, namespace, job)
         if progress is None or (progress.get("trials_completed") or 0) < 1:
             time.sleep(0.5)
             continue
