@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 from forkserver import TrainerProcess, launch
-from trainer_helpers import env
+from trainer_helpers import env, tiny_spec
 from tuneop_contract import (
     ENV_ORACLE_IP,
     ENV_ORACLE_PORT,
@@ -34,27 +34,9 @@ ORACLE = ORACLE_TUNER_ID
 def parallel_spec(samples: int = 320, **tuner: Any) -> dict[str, Any]:
     """A 6-trial RandomSearch of the tiny CNN; each trial a couple of seconds (32 steps
     per epoch, 2 epochs), checkpoints every 3 steps: room for a kill mid-epoch."""
-    spec_tuner = {
-        "algorithm": "RandomSearch",
-        "maxTrials": 6,
-        "maxEpochs": 2,
-        "seed": 7,
-        "batchSize": 8,
-        "deterministic": True,
-        "objective": {"name": "val_accuracy", "direction": "max"},
-    }
-    spec_tuner.update(tuner)
-    return {
-        "apiVersion": "tuneop.io/v1alpha1",
-        "kind": "TuningJob",
-        "metadata": {"name": "par", "namespace": "default"},
-        "spec": {
-            "hypermodel": "tuneop_trainer.examples.emg:TinyCNNHyperModel",
-            "data": {"synthetic": {"samples": samples, "seed": 3}, "validationSplit": 0.2},
-            "tuner": spec_tuner,
-            "checkpoint": {"intervalSteps": 3, "intervalSeconds": 0, "keep": 2},
-        },
-    }
+    manifest = tiny_spec(samples, "par", **{"algorithm": "RandomSearch", "maxTrials": 6, **tuner})
+    del manifest["spec"]["tuner"]["factor"]  # Hyperband's
+    return manifest
 
 
 class Search:

@@ -5,37 +5,24 @@ mix of two searches."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from forkserver import launch
 from trainer_helpers import SCRIPTS, env, kill_exec_when, start_exec
 from tuneop_contract import EXIT_COMPLETED, EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_PREEMPTED
 
 
-def _exec(tmp: Path, script: Path, *args: str) -> tuple[int, str]:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tuneop_trainer",
-            "exec",
-            "--dir",
-            str(tmp / "ckpt"),
-            str(script),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        env=env(devices=1),
-        cwd=tmp,
-        timeout=300,
-    )
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 or proc.returncode == 0, proc.stderr[-3000:]
-    return proc.returncode, lines[0] if lines else ""
+def _exec(tmp: Path, script: Path, *args: str, devices: int = 1) -> tuple[int, str]:
+    """`exec` on `script` to its end: (exit code, its one `error: ` line or "")."""
+    log = tmp / "exec.log"
+    command = ["-m", "tuneop_trainer", "exec", "--dir", str(tmp / "ckpt"), str(script), *args]
+    code = launch(command, env(devices), log, cwd=tmp).wait(timeout=300)
+    output = log.read_text()
+    lines = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 or code == 0, output[-3000:]
+    return code, lines[0] if lines else ""
 
 
 def test_missing_script(tmp_path: Path) -> None:
@@ -64,24 +51,8 @@ def test_a_raising_script_is_exit_1_with_its_line(tmp_path: Path) -> None:
 
 
 def test_model_built_outside_the_scope_is_exit_2(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tuneop_trainer",
-            "exec",
-            "--dir",
-            str(tmp_path / "c"),
-            str(SCRIPTS / "outside_scope.py"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env(devices=2),
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert proc.returncode == EXIT_INVALID_SPEC, proc.stderr[-3000:]
-    line = next(x for x in proc.stderr.splitlines() if x.startswith("error: "))
+    code, line = _exec(tmp_path, SCRIPTS / "outside_scope.py", devices=2)
+    assert code == EXIT_INVALID_SPEC, line
     assert "outside_scope.py: build(hp) returned a model or optimizer created outside" in line
 
 

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(str(REPO / p) for p in ("contract", "operator", "trainer_image", "."))
 
 
-def tiny_spec(**tuner: Any) -> dict[str, Any]:
+def tiny_spec(samples: int = 80, name: str = "tiny", **tuner: Any) -> dict[str, Any]:
     """A TuningJob manifest for a search that takes seconds: tiny CNN, tiny data."""
     spec_tuner = {
         "algorithm": "Hyperband",
@@ -40,10 +40,10 @@ def tiny_spec(**tuner: Any) -> dict[str, Any]:
     return {
         "apiVersion": "tuneop.io/v1alpha1",
         "kind": "TuningJob",
-        "metadata": {"name": "tiny", "namespace": "default"},
+        "metadata": {"name": name, "namespace": "default"},
         "spec": {
             "hypermodel": "tuneop_trainer.examples.emg:TinyCNNHyperModel",
-            "data": {"synthetic": {"samples": 80, "seed": 3}, "validationSplit": 0.2},
+            "data": {"synthetic": {"samples": samples, "seed": 3}, "validationSplit": 0.2},
             "tuner": spec_tuner,
             "checkpoint": {"intervalSteps": 3, "intervalSeconds": 0, "keep": 2},
         },
