@@ -118,6 +118,20 @@ def barrier(strategy: Any) -> None:
     strategy.reduce("SUM", ones, axis=None)
 
 
+def same_on_every_worker(strategy: Any, value: int) -> bool:
+    """Under MWMS: whether every worker holds `value` (one all-reduce: the sum over the
+    replicas equals this worker's value times their number only if no worker differs);
+    True elsewhere. Workers that disagree on, say, a fit's seed would each train their
+    replica on other batches, and the group would compute another result silently."""
+    if not is_multiworker(strategy):
+        return True
+    import tensorflow as tf
+
+    own = float(value % (1 << 24))  # exact in float64, summed over a few workers
+    total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(own, tf.float64)), axis=None)
+    return float(total) == own * strategy.num_replicas_in_sync
+
+
 def _fully_built(model: Any) -> bool:
     """What keras `Trainer._symbolic_build` would build: nothing left (then it is a no-op)."""
     layers = all(layer.built for layer in model._flatten_layers())

@@ -47,7 +47,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from .. import batches, preemption, seeds
+from .. import batches, multiworker, preemption, seeds
 from ..checkpoint import (
     CheckpointMismatch,
     CheckpointStore,
@@ -73,6 +73,10 @@ class ResumeMismatch(keras_tuner.errors.FatalError):  # type: ignore[misc]
 
 class UnsupportedFit(keras_tuner.errors.FatalError):  # type: ignore[misc]
     """A fit argument combination script mode cannot resume exactly."""
+
+
+class WorkersDisagree(keras_tuner.errors.FatalError):  # type: ignore[misc]
+    """The workers of a MultiWorkerMirroredStrategy group are not at the same fit."""
 
 
 def install() -> None:
@@ -148,6 +152,12 @@ class ResumableFit:
         self.pending_metrics: dict[str, np.ndarray] | None = None
         self.saved_callbacks: tuple[list[dict[str, Any]], dict[str, np.ndarray]] | None = None
         self.seed = seeds.derive(self.label)
+        if not multiworker.same_on_every_worker(rt.strategy, self.seed):
+            raise WorkersDisagree(
+                f"{self.label}: the workers of this group are not at the same fit (its "
+                "seed differs between them); stopped rather than train their replicas on "
+                "different batches"
+            )
         self.training: batches.Gathered | None = None  # array inputs: one pipeline per fit
         self.stream: tfdata.Stream | None = None  # tf.data inputs (tfdata.py)
         self.epoch_steps = 0  # batches of the current epoch trained so far
