@@ -59,7 +59,7 @@ images: ## Build tuneop/trainer:TAG (GPU), tuneop/trainer:TAG-cpu, tuneop/operat
 
 .PHONY: test
 test: venv prometheus cluster-tools lint ## Set everything up and run the whole suite
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Flakiness shows only over many runs: `make repeat TEST=path::name N=20` reports passes/N.
 N ?= 20

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,18 +35,20 @@ def tmpfs(tmp_path: Path) -> Callable[[str], AbstractContextManager[Path]]:
     return mounted
 
 
-_CLUSTER_FIXTURES = {"control_plane", "cluster", "kueue"}
 _CLUSTER_DIRS = ("tests/e2e/", "tests/localcluster/")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """How `make test` shares the suite among its pytest-xdist workers (`--dist
-    loadgroup`): the tests on the session's local cluster all in one worker (one
-    cluster, started once), every other module in one worker (its module-scoped
-    reference runs computed once)."""
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        uses_cluster = bool(_CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())))
-        # (some tests there start cluster processes of their own)
-        group = "cluster" if uses_cluster or path.startswith(_CLUSTER_DIRS) else path
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """How `make test` shares the suite among its pytest-xdist workers: the tests of
+    the local cluster's directories all in one worker (they share one cluster, started
+    once), every other module whole in one worker (its module-scoped reference runs
+    computed once); the largest groups first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return "cluster" if path.startswith(_CLUSTER_DIRS) else path
+
+    return SuiteScheduling(config, log)
