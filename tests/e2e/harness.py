@@ -196,7 +196,9 @@ def wait_mid_epoch(
     > 0. Polls the trainer's own endpoint every 50 ms (a step takes ~0.1 s here), or,
     while another process holds the trainer's port, the progress file on its claim."""
     pod = f"{job}-worker-0"
-    high = max(min_step, steps_per_epoch - 6)
+    # in the epoch's first half: the disruption that follows lands seconds later (the
+    # API, the node agent, a loaded machine), still before the epoch's end
+    high = max(min_step + 2, steps_per_epoch // 2)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         progress, other = _endpoint_progress(kubectl, namespace, pod)
