@@ -154,14 +154,28 @@ def _endpoint_progress(
     return fetch_progress(f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress", pod)
 
 
-def claim_progress(kubectl: Kubectl, namespace: str, job: str) -> dict[str, Any] | None:
+def pod_progress(
+    kubectl: Kubectl, namespace: str, job: str, pod: str, tuner_id: str | None = None
+) -> dict[str, Any] | None:
+    """The live progress of `pod`'s trainer: its /progress endpoint, or, while another
+    process holds that port (local pods share the host's network, and only one
+    trainer of a parallel search binds it), the record it writes on the job's claim
+    (`tuner_id`: a trial group's or the oracle's own record)."""
+    progress, other = _endpoint_progress(kubectl, namespace, pod)
+    return claim_progress(kubectl, namespace, job, tuner_id) if other else progress
+
+
+def claim_progress(
+    kubectl: Kubectl, namespace: str, job: str, tuner_id: str | None = None
+) -> dict[str, Any] | None:
     """The progress record the job's trainer wrote on its claim (the local volume's host
     directory), in the endpoint's form: what the endpoint would have said, for when
     another process holds the trainer's port (status.progress is a few seconds old,
     too coarse to find a step in the middle of an epoch of a short search)."""
     try:
-        progress = contract.read_progress(claim_dir(kubectl, namespace, job))
-    except (OSError, ValueError, KeyError, RuntimeError):  # no claim yet, a torn read
+        path = claim_dir(kubectl, namespace, job) / contract.progress_key(tuner_id)
+        progress = contract.Progress.from_json(path.read_text())
+    except (OSError, ValueError, KeyError, RuntimeError):  # no claim or record yet
         return None
     return None if progress is None else dataclasses.asdict(progress)
 
@@ -201,9 +215,7 @@ def wait_mid_epoch(
     high = max(min_step + 2, steps_per_epoch // 2)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        progress, other = _endpoint_progress(kubectl, namespace, pod)
-        if other:  # the port is another process's: what the trainer wrote on its claim
-            progress = claim_progress(kubectl, namespace, job)
+        progress = pod_progress(kubectl, namespace, job, pod)
         if progress is None or (progress.get("trials_completed") or 0) < 1:
             time.sleep(0.5)
             continue

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import tuneop_contract as contract
 
-from tests.e2e.harness import Env, trainer_progress
+from tests.e2e.harness import Env, pod_progress
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
@@ -28,6 +28,7 @@ INTERVAL_STEPS = 3
 SMALL_BATCH = 8  # 48 steps an epoch: room between the eviction and its SIGTERM
 ORACLE = "search-oracle"
 T0, T1 = "search-t0-worker-0", "search-t1-worker-0"
+GROUP_TUNER_IDS = {T0: contract.trial_group_tuner_id(0), T1: contract.trial_group_tuner_id(1)}
 
 
 def parallel_search(trials: int = TRIALS, epochs: int = 2, batch_size: int = 32) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def wait_group_mid_epoch(
     deadline = time.monotonic() + timeout
     latest = max(INTERVAL_STEPS + 1, steps // 2)
     while time.monotonic() < deadline:
-        progress = trainer_progress(e2e.kubectl, namespace, pod)
+        progress = pod_progress(e2e.kubectl, namespace, "search", pod, GROUP_TUNER_IDS[pod])
         if (
             progress is not None
             and progress.get("phase") == contract.PHASE_RUNNING

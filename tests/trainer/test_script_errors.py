@@ -16,7 +16,7 @@ from tuneop_contract import EXIT_COMPLETED, EXIT_FAILED, EXIT_INVALID_SPEC, EXIT
 
 def _exec(tmp: Path, script: Path, *args: str, devices: int = 1) -> tuple[int, str]:
     """`exec` on `script` to its end: (exit code, its one `error: ` line or "")."""
-    log = tmp / "exec.log"
+    log = tmp / f"exec-{len(list(tmp.glob('exec-*.log')))}.log"  # one per run
     command = ["-m", "tuneop_trainer", "exec", "--dir", str(tmp / "ckpt"), str(script), *args]
     code = launch(command, env(devices), log, cwd=tmp).wait(timeout=300)
     output = log.read_text()
