@@ -85,36 +85,33 @@ def test_resume_over_fewer_records_stops_with_a_clear_error(
     assert "Traceback" not in text.split("fit 0: restored")[-1]
 
 
-def test_killed_after_the_last_batch_of_an_epoch_of_unknown_length(
+def test_killed_while_validating_after_the_last_batch_of_an_epoch_of_unknown_length(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A checkpoint after the first epoch's last batch (its length not known yet), then
-    killed while validating: the resumed epoch has no batch left and still reports the
-    epoch's training metrics, as the uninterrupted run did."""
+    """Killed while validating the first epoch, after its last batch (its length not
+    known before): the trainer stopped Keras after that batch without Keras's failing
+    end-of-data step and wrote no checkpoint there, so the resumed run trains from the
+    checkpoint before it and ends bit-identical, the next trial too."""
     monkeypatch.delenv("TFRECORD_MODE", raising=False)
     write_records(tmp_path / "records")
     (tmp_path / "exec-spec.yaml").write_text(
-        "checkpoint: {intervalSteps: 4, intervalSeconds: 0}\n"  # saves at steps 4 and 8
+        "checkpoint: {intervalSteps: 4, intervalSeconds: 0}\n"  # saves at step 4
     )
     ref = tmp_path / "ref"
     assert start_exec(SCRIPT, ref, tmp_path / "ref.log").wait(timeout=300) == EXIT_COMPLETED
-    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    ckpt, log, validating = tmp_path / "ckpt", tmp_path / "log", tmp_path / "validating"
     fit = ckpt / trial_fit("0")
 
-    def after_last_batch(_: Any) -> bool:
-        metas = [json.loads(m.read_text()) for m in fit.glob("ckpt-*/meta.json")]
-        return any(meta["epoch"] == 0 and meta["step"] == 8 for meta in metas)
+    def validating_after_a_checkpoint(_: Any) -> bool:
+        return validating.exists() and any(fit.glob("ckpt-*/meta.json"))
 
-    monkeypatch.setenv("TFRECORD_SLOW_VALIDATION", "1")
-    assert kill_exec_when(SCRIPT, ckpt, log, after_last_batch) == -signal.SIGKILL
+    monkeypatch.setenv("TFRECORD_SLOW_VALIDATION", str(validating))
+    assert kill_exec_when(SCRIPT, ckpt, log, validating_after_a_checkpoint) == -signal.SIGKILL
     monkeypatch.delenv("TFRECORD_SLOW_VALIDATION")
+    metas = [json.loads(m.read_text()) for m in fit.glob("ckpt-*/meta.json")]
+    assert [(m["epoch"], m["step"]) for m in metas] == [(0, 4)]
     assert start_exec(SCRIPT, ckpt, log).wait(timeout=300) == EXIT_COMPLETED
     assert "trial 0 fit 0: restored" in log.read_text()
     assert fit_final(ckpt, trial_fit("0"))["history"] == fit_final(ref, trial_fit("0"))["history"]
     assert fit_weights(ckpt, trial_fit("0")) == fit_weights(ref, trial_fit("0"))
-    # The next trial: the same hyperparameters and epochs; its last epoch's loss has been
-    # seen to differ in the 5th digit in about one run in four here (cause not found yet,
-    # docs/design.md), so its score is compared to that precision, not bit for bit.
-    got, want = comparable(results(ckpt)), comparable(results(ref))
-    assert [t[:2] + t[3:] for t in got] == [t[:2] + t[3:] for t in want]
-    assert [t[2] for t in got] == pytest.approx([t[2] for t in want], rel=1e-4)
+    assert comparable(results(ckpt)) == comparable(results(ref))

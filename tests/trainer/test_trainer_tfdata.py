@@ -83,30 +83,32 @@ def test_killed_search_over_tfrecords_resumes_exactly(
     assert got["best"]["weightsSha256"] == expected["best"]["weightsSha256"]
 
 
-def test_killed_after_the_last_batch_of_an_epoch_of_unknown_length(
+def test_killed_while_validating_after_the_last_batch_of_an_epoch_of_unknown_length(
     records: Path, reference: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Checkpoints every 4 steps: one after the first epoch's last batch (its length is
-    not known yet), then killed while validating: the resumed epoch has no batch left,
-    and still reports the epoch's training metrics."""
+    """Checkpoints every 4 steps, killed while validating the first epoch (its length
+    not known before its end): no checkpoint was written after its last batch (Keras
+    was stopped there, without its failing end-of-data step), so the run resumes at
+    step 4 and ends bit-identical, every epoch's training metrics too."""
     monkeypatch.setenv("USER_RECORDS", str(records))
     m = manifest()
     m["checkpoint"]["intervalSteps"] = 4
     spec = write_spec(tmp_path, m)
-    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    ckpt, log, validating = tmp_path / "ckpt", tmp_path / "log", tmp_path / "validating"
     expected = results(reference)
     first = expected["trials"][0]["trialId"]
     execution = ckpt / "trials" / first / "exec-0"
 
-    def after_last_batch(p: Any) -> bool:
-        metas = [json.loads(m.read_text()) for m in execution.glob("ckpt-*/meta.json")]
-        return any(meta["epoch"] == 0 and meta["step"] == 8 for meta in metas)
+    def validating_after_a_checkpoint(_: Any) -> bool:
+        return validating.exists() and any(execution.glob("ckpt-*/meta.json"))
 
-    monkeypatch.setenv("USER_SLOW_VALIDATION", "1")
-    assert kill_when(spec, ckpt, log, after_last_batch) == -signal.SIGKILL
+    monkeypatch.setenv("USER_SLOW_VALIDATION", str(validating))
+    assert kill_when(spec, ckpt, log, validating_after_a_checkpoint) == -signal.SIGKILL
     monkeypatch.delenv("USER_SLOW_VALIDATION")
+    metas = [json.loads(m.read_text()) for m in execution.glob("ckpt-*/meta.json")]
+    assert [(meta["epoch"], meta["step"]) for meta in metas] == [(0, 4)]
     assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
-    assert re.search(r"execution 0: restored ckpt-\d+ at epoch 0 step 8 ", log.read_text())
+    assert re.search(r"execution 0: restored ckpt-\d+ at epoch 0 step 4 ", log.read_text())
     got = results(ckpt)
     assert comparable(got) == comparable(expected)
     assert got["best"]["weightsSha256"] == expected["best"]["weightsSha256"]

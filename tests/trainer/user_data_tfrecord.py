@@ -1,7 +1,8 @@
 """A spec-mode loader returning TFRecord-backed `tf.data` datasets, reshuffled at every
 iteration, and a HyperModel for them; imported through `spec.pythonPath`. The records'
 directory comes from USER_RECORDS (the trainer's cwd is the test's); USER_SLOW_VALIDATION
-makes each validation batch take a second (same data), to kill a run while it validates."""
+makes each validation batch take a second (same data) and names a file made when
+validation starts, to kill a run while it validates."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def load() -> tuple[Any, Any]:
 
 
 def _slow(x: Any) -> Any:
+    open(os.environ["USER_SLOW_VALIDATION"], "a").close()
     time.sleep(1.0)
     return x
 

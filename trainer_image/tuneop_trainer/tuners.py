@@ -49,6 +49,7 @@ from tuneop_contract import ENV_TUNER_ID, TRIALS_DIR, TUNER_DIR, write_atomic
 
 from . import (
     early_stopping,
+    end_of_data,
     failed_trials,
     ktpatch,
     multiworker,
@@ -472,6 +473,9 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.since_time = time.monotonic()
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.skipped = end_of_data.SkippedStep(self.model)
+        if self.stream is not None:
+            self.skipped.begin()
         if self.pending_metrics is not None:
             with self.tuner.ctx.strategy.scope():
                 restore_metrics(self.model, self.pending_metrics)
@@ -488,6 +492,13 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
             # The epoch's last step: validation and the epoch-end checkpoint follow at
             # once (and handle a pending SIGTERM), so a checkpoint is never "all batches
             # done, not validated" - a state that would have no batches left to resume.
+            return
+        if self.stream is not None and self.stream.ends_at(step):
+            # The data's last batch, the same: stop Keras rather than let it run its
+            # failing end-of-data step, and apply that step's updates (end_of_data.py).
+            with ctx.strategy.scope():
+                self.skipped.apply(batch + 1)
+            self.model.stop_training = True
             return
         if preemption.requested():
             self._save(step)

@@ -47,7 +47,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from .. import batches, multiworker, preemption, seeds
+from .. import batches, end_of_data, multiworker, preemption, seeds
 from ..checkpoint import (
     CheckpointMismatch,
     CheckpointStore,
@@ -160,6 +160,8 @@ class ResumableFit:
             )
         self.training: batches.Gathered | None = None  # array inputs: one pipeline per fit
         self.stream: tfdata.Stream | None = None  # tf.data inputs (tfdata.py)
+        self.skipped = end_of_data.SkippedStep(model)  # with `stream`: Keras's last step
+        self.end_stop = False  # the trainer stopped Keras at the data's end (not the user)
         self.epoch_steps = 0  # batches of the current epoch trained so far
         self.resumed_logs: dict[str, Any] | None = None  # see _Checkpointer.on_epoch_begin
         self.in_epoch = False
@@ -688,7 +690,20 @@ class _FitCallbacks(keras.callbacks.CallbackList):  # type: ignore[misc]
         self.fit.resumed_logs = None  # a batch ran: Keras reports the epoch's metrics
         super().on_train_batch_end(batch + self.offset, logs)
 
+    def _unstop(self) -> None:
+        """The trainer's stop at the data's end is not the user's: from validation on,
+        `model.stop_training` is what the script's callbacks set."""
+        fit = self.fit
+        if fit.end_stop and fit.stream is not None:
+            fit.end_stop = False
+            self.fit.model.stop_training = fit.stream.stopped
+
+    def on_test_begin(self, logs: Any = None) -> None:
+        self._unstop()
+        super().on_test_begin(logs)
+
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._unstop()
         resumed, self.fit.resumed_logs = self.fit.resumed_logs, None
         if resumed is not None:  # Keras reports no training metrics for an empty epoch
             logs = {**resumed, **(logs or {})}
@@ -708,6 +723,8 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         fit = self.fit
         fit.epoch = epoch
+        if fit.stream is not None:
+            fit.skipped.begin()
         if fit.pending_metrics is not None:
             with self.model.distribute_strategy.scope():
                 restore_metrics(self.model, fit.pending_metrics)
@@ -727,6 +744,15 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
         self.since_steps += 1
         if fit.steps and step >= fit.steps:
             return  # validation and the epoch-end checkpoint follow at once
+        if fit.stream is not None and fit.stream.ends_at(step):
+            # The data's last batch: stop here rather than let Keras run its failing
+            # end-of-data step, and apply that step's updates (end_of_data.py).
+            # Validation and the epoch-end checkpoint follow at once.
+            if not self.model.stop_training:
+                with self.model.distribute_strategy.scope():
+                    fit.skipped.apply(step - fit.callbacks.offset)
+                self.model.stop_training = fit.end_stop = True
+            return
         if preemption.requested():
             if fit.mid_epoch:
                 fit.save(fit.epoch, step)

@@ -56,6 +56,7 @@ class Stream:
         self.ran_out_at: int | None = None  # `iterator` ended after this many batches
         self.counted = False  # the epoch runs a counted loop (Keras's steps_per_epoch > 0)
         self.stopped = False  # a callback stopped training at a batch (set by the fit)
+        self.last_taken: int | None = None  # `seen` after the data's last batch, once read
 
         policy = tf.data.experimental.AutoShardPolicy
         options = tf.data.Options()
@@ -122,6 +123,7 @@ class Stream:
         self.epoch_start = self.seen - start
         self.counted = steps > 0
         self.stopped = False
+        self.last_taken = None
         if steps > 0:
             end = self.epoch_start + steps
             if self.num_batches:  # Keras stops the epoch at the data's known end
@@ -156,20 +158,41 @@ class Stream:
             return self.iterations + 1, True, 0, self.num_batches, True
         return self.iterations, self.iterator is not None, seen, self.num_batches, False
 
+    def ends_at(self, step: int) -> bool:
+        """Batch `step` of the epoch (1-based) was the data's last: Keras is stopped
+        after it instead of running its failing end-of-data step (end_of_data.py)."""
+        return self.last_taken is not None and self.epoch_start + step >= self.last_taken
+
     def _batches(self) -> Any:
         """The current epoch's batches, never more than it may take: whatever Keras
-        prefetches beyond the epoch would otherwise be lost from a running stream."""
+        prefetches beyond the epoch would otherwise be lost from a running stream.
+        One batch is read ahead within the epoch, so the data's last batch is known
+        (`last_taken`) by the time Keras trains on it."""
         taken = self.seen
         end = None if self.planned is None else self.epoch_start + self.planned
         iterator = self.iterator
-        while iterator is not None and (end is None or taken < end):
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                self.ran_out_at = taken
-                return
-            taken += 1
+        if iterator is None or (end is not None and taken >= end):
+            return
+        ahead = _take(iterator)
+        if ahead is _END:  # nothing left: Keras's own end-of-data step follows
+            self.ran_out_at = taken
+            return
+        while ahead is not _END:
+            batch, taken = ahead, taken + 1
+            ahead = _END if end is not None and taken >= end else _take(iterator)
+            if ahead is _END and (end is None or taken < end):
+                self.ran_out_at = self.last_taken = taken
             yield batch
+
+
+_END = object()
+
+
+def _take(iterator: Any) -> Any:
+    try:
+        return next(iterator)
+    except StopIteration:
+        return _END
 
 
 def spec_batch(spec: Any) -> Any:
