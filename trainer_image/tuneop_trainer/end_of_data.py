@@ -2,17 +2,21 @@
 
 When Keras finds the end of a `tf.data` input by running out (a pipeline of unknown
 length, or fewer batches than `steps_per_epoch`), it runs one more train step whose
-`get_next` fails. The step's data-independent updates usually take effect before the
-failure aborts it - the optimizer's `iterations` +1 and every layer `SeedGenerator`
-one step on - and the abort itself leaves the following steps to differ in the last
-digits in some runs under MirroredStrategy. Measured with plain Keras (Dense, Dropout,
-Adam, a pipeline of unknown length, 4 epochs on 2 logical CPUs, the same seeds, 12
-fits in one process): 10 ended with one set of weights and 2 with two others; stopped
-after the last batch instead, 12 of 12 were identical, and with the two updates
-applied by hand they were the 10 runs' weights.
+`get_next` fails. The step's data-independent updates (the optimizer's `iterations`
++1, every layer `SeedGenerator` one draw on) race with that failure: they are ready
+at the step's start, and whether they ran before the abort depends on TensorFlow's
+scheduling. Measured with plain Keras, the same seeds, 12 fits in one process each:
+under MirroredStrategy on 2 logical CPUs (Dense, Dropout, Adam, a filtered pipeline,
+4 epochs) the updates took effect every time, yet the fits ended with 3 different
+sets of weights (10 / 1 / 1) - the abort leaves the next epoch's steps to differ in
+the last digits; stopped after the last batch, 12 of 12 were identical, and with the
+two updates applied by hand they were the 10 fits' weights. On one device the
+updates took effect in every fit of one script (tests/trainer/scripts/
+tfdata_keras_fit.py) and in none of another's.
 
 So the trainer reads one batch ahead (tfdata.Stream), stops Keras's epoch after the
-data's last batch (no failing step), and applies the step's usual updates here. A
+data's last batch (no failing step), and always applies the two updates here: the
+same result in every run, and plain Keras's where its step applied them. A
 custom `train_step` that updates other state without reading the batch would, in
 plain Keras, usually update it on that step too; that is not replayed.
 """
