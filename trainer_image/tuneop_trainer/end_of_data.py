@@ -39,21 +39,27 @@ def _seed_states(model: Any) -> list[Any]:
 
 
 class SkippedStep:
-    """Around one Keras fit that the trainer stops after the data's last batch:
-    `begin` before its first step, `apply(steps)` after it trained `steps` batches."""
+    """Around one Keras fit over a tf.data stream: `begin` before its first step;
+    `stop(steps)` at the data's last batch, the fit's `steps`-th."""
 
-    def __init__(self, model: Any) -> None:
-        self.model = model
+    def __init__(self) -> None:
+        self.model: Any = None
         self.states: list[Any] = []
         self.before: list[np.ndarray] = []
 
-    def begin(self) -> None:
-        self.states = _seed_states(self.model)
+    def begin(self, model: Any) -> None:
+        self.model = model
+        self.states = _seed_states(model)
         self.before = [np.asarray(s.numpy()) for s in self.states]
 
-    def apply(self, steps: int) -> None:
-        """The failing step's usual updates: `iterations` +1, and each SeedGenerator
-        on by what one step of this fit drew from it."""
+    def stop(self, steps: int) -> None:
+        """Stop Keras after this batch (no failing step) and apply that step's usual
+        updates: `iterations` +1, each SeedGenerator on by what one step drew."""
+        with self.model.distribute_strategy.scope():
+            self._apply(steps)
+        self.model.stop_training = True
+
+    def _apply(self, steps: int) -> None:
         self.model.optimizer.iterations.assign_add(1)
         if steps <= 0:
             return

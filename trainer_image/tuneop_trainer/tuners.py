@@ -469,13 +469,13 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         self.pending_metrics = pending_metrics
         self.stream = stream
         self.trained = start_step  # the epoch's batches trained so far
+        self.skipped = end_of_data.SkippedStep()  # with `stream`: Keras's last step
         self.since_steps = 0
         self.since_time = time.monotonic()
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        self.skipped = end_of_data.SkippedStep(self.model)
         if self.stream is not None:
-            self.skipped.begin()
+            self.skipped.begin(self.model)
         if self.pending_metrics is not None:
             with self.tuner.ctx.strategy.scope():
                 restore_metrics(self.model, self.pending_metrics)
@@ -496,9 +496,7 @@ class _StepCallback(keras.callbacks.Callback):  # type: ignore[misc]
         if self.stream is not None and self.stream.ends_at(step):
             # The data's last batch, the same: stop Keras rather than let it run its
             # failing end-of-data step, and apply that step's updates (end_of_data.py).
-            with ctx.strategy.scope():
-                self.skipped.apply(batch + 1)
-            self.model.stop_training = True
+            self.skipped.stop(batch + 1)
             return
         if preemption.requested():
             self._save(step)

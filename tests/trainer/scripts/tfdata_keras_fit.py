@@ -2,7 +2,8 @@
 # both must train on the same batches, so both print the same weights. A repeated
 # (infinite) stream with steps_per_epoch continues across epochs; a pipeline of known
 # length with steps_per_epoch not dividing it runs on and ends epochs at its end; a
-# finite pipeline of unknown length starts over each epoch; all reshuffle each iteration.
+# finite pipeline of unknown length starts over each epoch, with or without more
+# steps_per_epoch than it has batches; all reshuffle each iteration.
 import hashlib
 
 import keras
@@ -31,7 +32,12 @@ def model():
 
 digest = hashlib.sha256()
 known = base.batch(8)  # 5 batches: epochs of 3, 2, 3, 2
-runs = ((stream, {"steps_per_epoch": 3}), (known, {"steps_per_epoch": 3}), (finite, {}))
+runs = (
+    (stream, {"steps_per_epoch": 3}),
+    (known, {"steps_per_epoch": 3}),
+    (finite, {}),
+    (finite, {"steps_per_epoch": 7}),  # more steps than the data has: it runs out
+)
 for data, extra in runs:
     m = model()
     m.fit(data, epochs=4, verbose=0, **extra)

@@ -160,7 +160,7 @@ class ResumableFit:
             )
         self.training: batches.Gathered | None = None  # array inputs: one pipeline per fit
         self.stream: tfdata.Stream | None = None  # tf.data inputs (tfdata.py)
-        self.skipped = end_of_data.SkippedStep(model)  # with `stream`: Keras's last step
+        self.skipped = end_of_data.SkippedStep()  # with `stream`: Keras's last step
         self.end_stop = False  # the trainer stopped Keras at the data's end (not the user)
         self.epoch_steps = 0  # batches of the current epoch trained so far
         self.resumed_logs: dict[str, Any] | None = None  # see _Checkpointer.on_epoch_begin
@@ -696,7 +696,7 @@ class _FitCallbacks(keras.callbacks.CallbackList):  # type: ignore[misc]
         fit = self.fit
         if fit.end_stop and fit.stream is not None:
             fit.end_stop = False
-            self.fit.model.stop_training = fit.stream.stopped
+            fit.model.stop_training = fit.stream.stopped
 
     def on_test_begin(self, logs: Any = None) -> None:
         self._unstop()
@@ -724,7 +724,7 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
         fit = self.fit
         fit.epoch = epoch
         if fit.stream is not None:
-            fit.skipped.begin()
+            fit.skipped.begin(self.model)
         if fit.pending_metrics is not None:
             with self.model.distribute_strategy.scope():
                 restore_metrics(self.model, fit.pending_metrics)
@@ -749,9 +749,8 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
             # end-of-data step, and apply that step's updates (end_of_data.py).
             # Validation and the epoch-end checkpoint follow at once.
             if not self.model.stop_training:
-                with self.model.distribute_strategy.scope():
-                    fit.skipped.apply(step - fit.callbacks.offset)
-                self.model.stop_training = fit.end_stop = True
+                fit.skipped.stop(step - fit.callbacks.offset)
+                fit.end_stop = True
             return
         if preemption.requested():
             if fit.mid_epoch:
