@@ -53,17 +53,29 @@ def test_tfrecord_search_resumes_exactly(
     assert "not reproducible" not in log
 
 
-def test_plain_keras_fit_trains_on_the_same_batches_under_the_trainer(tmp_path: Path) -> None:
-    script = SCRIPTS / "tfdata_keras_fit.py"
+def plain_weights(script: Path, cwd: Path) -> str:
     plain = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env(1), cwd=tmp_path
+        [sys.executable, str(script)], capture_output=True, text=True, env=env(1), cwd=cwd
     )
     assert plain.returncode == 0, plain.stderr[-3000:]
+    lines = [line for line in plain.stdout.splitlines() if line.startswith("WEIGHTS")]
+    assert len(lines) == 1, plain.stdout[-3000:]
+    return lines[0]
+
+
+def test_plain_keras_fit_trains_on_the_same_batches_under_the_trainer(tmp_path: Path) -> None:
+    """Plain Keras's own failing step at the end of the data races (design.md, "The
+    data's end"): under load about 1 plain run in 20 computes other weights. The
+    trainer must compute what plain Keras computes when that race goes its usual way,
+    so a first plain run that differs is re-run twice, and both must then agree."""
+    script = SCRIPTS / "tfdata_keras_fit.py"
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     assert start_exec(script, ckpt, log, devices=1).wait(timeout=300) == EXIT_COMPLETED
-    expected = [line for line in plain.stdout.splitlines() if line.startswith("WEIGHTS")]
     got = [line for line in log.read_text().splitlines() if line.startswith("WEIGHTS")]
-    assert expected and got == expected
+    first = plain_weights(script, tmp_path)
+    if got != [first]:
+        again = [plain_weights(script, tmp_path) for _ in range(2)]
+        assert got == [again[0]] and again[0] == again[1], (first, again, got)
 
 
 def test_resume_over_fewer_records_stops_with_a_clear_error(
