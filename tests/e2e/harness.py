@@ -154,17 +154,6 @@ def _endpoint_progress(
     return fetch_progress(f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress", pod)
 
 
-def pod_progress(
-    kubectl: Kubectl, namespace: str, job: str, pod: str, tuner_id: str | None = None
-) -> dict[str, Any] | None:
-    """The live progress of `pod`'s trainer: its /progress endpoint, or, while another
-    process holds that port (local pods share the host's network, and only one
-    trainer of a parallel search binds it), the record it writes on the job's claim
-    (`tuner_id`: a trial group's or the oracle's own record)."""
-    progress, other = _endpoint_progress(kubectl, namespace, pod)
-    return claim_progress(kubectl, namespace, job, tuner_id) if other else progress
-
-
 def claim_progress(
     kubectl: Kubectl, namespace: str, job: str, tuner_id: str | None = None
 ) -> dict[str, Any] | None:
@@ -197,6 +186,15 @@ def fetch_progress(url: str, pod: str) -> tuple[dict[str, Any] | None, bool]:
         return None, False
 
 
+def _pod_ip_and_ended(kubectl: Kubectl, namespace: str, pod: str) -> tuple[str | None, bool]:
+    """(the pod's IP if it has one, whether its containers have ended)."""
+    result = kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
+    if result.returncode != 0:
+        return None, False
+    status = json.loads(result.stdout).get("status") or {}
+    return status.get("podIP"), status.get("phase") in ("Succeeded", "Failed")
+
+
 def wait_mid_epoch(
     kubectl: Kubectl,
     namespace: str,
@@ -204,27 +202,52 @@ def wait_mid_epoch(
     steps_per_epoch: int,
     timeout: float = 300,
     min_step: int = 2,
+    *,
+    pod: str | None = None,
+    tuner_id: str | None = None,
+    any_trial: bool = False,
 ) -> dict[str, Any]:
-    """Until the (first) trainer is in a trial after the first one, in the middle of an
-    epoch (at `min_step` or later), so that a disruption now makes it resume at a step
-    > 0. Polls the trainer's own endpoint every 50 ms (a step takes ~0.1 s here), or,
-    while another process holds the trainer's port, the progress file on its claim."""
-    pod = f"{job}-worker-0"
+    """Until `pod`'s trainer (the job's first by default) is in a trial after the first
+    one (`any_trial`: in any trial), in the middle of an epoch (at `min_step` or later),
+    so that a disruption now makes it resume at a step > 0. A step takes ~0.05 s here:
+    the trainer's own endpoint is polled every 20 ms at the pod IP read every 2 s (a
+    kubectl call takes longer than the window); while another process holds the
+    trainer's port, the progress file on its claim. Fails as soon as the pod has ended."""
+    pod = pod or f"{job}-worker-0"
     # in the epoch's first half: the disruption that follows lands seconds later (the
     # API, the node agent, a loaded machine), still before the epoch's end
     high = max(min_step + 2, steps_per_epoch // 2)
     deadline = time.monotonic() + timeout
+    ip, ended, read_at = None, False, 0.0
     while time.monotonic() < deadline:
-        progress = pod_progress(kubectl, namespace, job, pod)
-        if progress is None or (progress.get("trials_completed") or 0) < 1:
-            time.sleep(0.5)
-            continue
-        if progress.get("phase") in (contract.PHASE_COMPLETED, contract.PHASE_FAILED):
-            raise AssertionError(f"finished before it could be disrupted: {progress}")
-        if progress.get("phase") == contract.PHASE_RUNNING and min_step <= progress["step"] <= high:
+        if time.monotonic() - read_at > 2:
+            ip, ended = _pod_ip_and_ended(kubectl, namespace, pod)
+            read_at = time.monotonic()
+        if ended:
+            raise AssertionError(f"{pod} finished before it could be disrupted")
+        progress, other = (
+            (None, False)
+            if ip is None
+            else fetch_progress(f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress", pod)
+        )
+        if other:
+            progress = claim_progress(kubectl, namespace, job, tuner_id)
+        if progress is not None and _mid_epoch(progress, min_step, high, any_trial):
             return progress
-        time.sleep(0.05)
+        time.sleep(0.02)
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {pod} mid-epoch")
+
+
+def _mid_epoch(progress: dict[str, Any], low: int, high: int, any_trial: bool) -> bool:
+    if progress.get("phase") in (contract.PHASE_COMPLETED, contract.PHASE_FAILED):
+        raise AssertionError(f"finished before it could be disrupted: {progress}")
+    in_trial = (
+        bool(progress.get("trial_id"))
+        if any_trial
+        else ((progress.get("trials_completed") or 0) >= 1)
+    )
+    step = progress.get("step") or 0
+    return in_trial and progress.get("phase") == contract.PHASE_RUNNING and low <= step <= high
 
 
 def sample(name: str = "emg-cnn", namespace: str = "default", **spec: Any) -> dict[str, Any]:

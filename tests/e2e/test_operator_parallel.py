@@ -9,14 +9,13 @@ distinct trials, each recorded once, none lost."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tuneop_contract as contract
 
-from tests.e2e.harness import Env, pod_progress
+from tests.e2e.harness import Env, wait_mid_epoch
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
@@ -85,19 +84,13 @@ def wait_group_mid_epoch(
     """Until `pod`'s trainer is past its first periodic checkpoint inside an epoch of
     `steps` steps, with at least half of it left (the eviction's SIGTERM lands a few
     steps later, still inside the epoch)."""
-    deadline = time.monotonic() + timeout
-    latest = max(INTERVAL_STEPS + 1, steps // 2)
-    while time.monotonic() < deadline:
-        progress = pod_progress(e2e.kubectl, namespace, "search", pod, GROUP_TUNER_IDS[pod])
-        if (
-            progress is not None
-            and progress.get("phase") == contract.PHASE_RUNNING
-            and progress.get("trial_id")
-            and INTERVAL_STEPS + 1 <= (progress.get("step") or 0) <= latest
-        ):
-            return progress
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out waiting for {pod} mid-epoch\n{e2e.diagnose(namespace)}")
+    try:
+        return wait_mid_epoch(
+            e2e.kubectl, namespace, "search", steps, timeout, INTERVAL_STEPS + 1,
+            pod=pod, tuner_id=GROUP_TUNER_IDS[pod], any_trial=True,
+        )  # fmt: skip
+    except (TimeoutError, AssertionError) as err:
+        raise AssertionError(f"{err}\n{e2e.diagnose(namespace)}") from None
 
 
 def uid(e2e: Env, namespace: str, pod: str) -> str:
