@@ -15,6 +15,7 @@ it started is left behind.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from types import FrameType
@@ -25,6 +26,17 @@ from tests.localcluster import tools
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.controlplane import ControlPlane
 from tests.localcluster.kueue import Kueue
+from tests.localcluster.nodeagent.agent import POD_NETWORK_ENV
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's cluster gets a pod network of its own (127.<N+1>.x.y under
+    pytest-xdist worker gwN, else 127.1.x.y), apart from `make demo`'s and `make
+    cluster-up`'s (127.0.x.y), so clusters running at once never give two pods one
+    address and port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    os.environ.setdefault(POD_NETWORK_ENV, str(1 + index % 254))
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from tuneop_contract import ENV_LOGICAL_CPU_DEVICES
 
-from tests.localcluster.cluster import LocalCluster, node_configs
+from tests.localcluster.cluster import LocalCluster, node_configs, wait_for
 from tests.localcluster.nodeagent import memory, podspec
 from tests.localcluster.nodeagent.agent import NodeConfig, remove_mountpoints
 from tests.localcluster.nodeagent.logserver import tail
@@ -378,7 +378,7 @@ def test_pod_env_volumes_status_and_logs(cluster: LocalCluster) -> None:
     create(cluster, ns, body)
     pod = cluster.wait_for_pod_phase(ns, "basics", "Succeeded", timeout=90)
     ip = pod.status.pod_ip
-    assert ip.startswith("127.0.") and ip != "127.0.0.1"
+    assert ip.startswith(cluster.node().pod_net) and ip != "127.0.0.1"
     status = pod.status.container_statuses[0]
     assert status.restart_count == 1
     assert status.last_state.terminated.exit_code == 3
@@ -648,8 +648,8 @@ def test_stopped_node_leaves_no_process_or_mount(cluster: LocalCluster) -> None:
     )
     create(cluster, ns, body)
     cluster.wait_for_pod_running(ns, "busy")
-    running = agent.live_processes()
-    assert running, "the pod's process is not found by its environment marker"
+    # Running once launched; the marker is in the environment once launch.py execs
+    wait_for(agent.live_processes, 30, "the pod's process found by its environment marker")
     cluster.remove_node("scratch-node")
     agent.cleanup_mountpoints()
     assert not Path("/tuneop-scratch-mnt").exists()

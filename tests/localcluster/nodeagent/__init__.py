@@ -12,9 +12,10 @@ What it does, per node:
   :mod:`.launch`, which bind-mounts the pod's volumes at their mountPath (PVC, emptyDir,
   configMap, secret, downwardAPI, projected service-account token, hostPath), a per-pod
   ``/etc/hosts`` and a per-container termination-message file, then execs the command;
-- gives each pod its own loopback address (``127.0.<node>.<n>``, reported as
-  ``status.podIP``) and reports truthful pod status; honours restartPolicy and the
-  deletion grace period (SIGTERM, wait, SIGKILL, then delete with grace 0);
+- gives each pod its own loopback address (``127.<network>.<node>.<n>``, the network
+  from :data:`.agent.POD_NETWORK_ENV`, reported as ``status.podIP``) and reports
+  truthful pod status; honours restartPolicy and the deletion grace period (SIGTERM,
+  wait, SIGKILL, then delete with grace 0);
 - serves container logs over HTTPS on the kubelet port, so ``kubectl logs [-f]`` works;
 - emulates ``resources.limits.memory`` with a watchdog (:mod:`.memory`): a container
   whose processes' resident memory passes it is SIGKILLed and reported exit 137,
@@ -25,7 +26,9 @@ A command starting with ``python``/``python3`` runs with the agent's own interpr
 (the repository virtualenv) and the repository on PYTHONPATH; any other command runs as
 found on the host PATH; a container without a command runs the entry point registered
 for its image in :data:`.podspec.IMAGE_ENTRYPOINTS` (``tuneop/trainer`` →
-``python -m tuneop_trainer``), else ``sleep infinity`` (like a pause container).
+``python -m tuneop_trainer``), else ``sleep infinity`` (like a pause container). A
+container without ``workingDir`` starts in its image's writable WORKDIR
+(:data:`.podspec.IMAGE_WORKDIRS`, a fresh directory each run), else in ``/``.
 
 Ignored (documented, not faked): images, probes (containers count as ready once
 started), cpu limits and memory requests (no cgroups; the memory limit is emulated as

@@ -29,6 +29,16 @@ LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40
 HEARTBEAT_SECONDS = 5.0
 AGENT_MARKER_ENV = "TUNEOP_LOCAL_NODE_DIR"
+POD_NETWORK_ENV = "TUNEOP_LOCAL_POD_NETWORK"
+"""The second octet of this process's pod IPs (``127.<network>.<node+1>.<n>``), 0 by
+default: local clusters that run at once on one host (one per pytest-xdist worker) each
+take their own, so their pods never share an address and port."""
+
+
+def pod_network() -> int:
+    return int(os.environ.get(POD_NETWORK_ENV, "0")) % 256
+
+
 """Set in every container's env: how leftover processes are found (pids get reused)."""
 
 
@@ -85,6 +95,7 @@ class NodeAgent:
         self.serving_cert = serving_cert
         self.host_ip = "127.0.0.1"
         self.index = index
+        self.pod_net = f"127.{pod_network()}.{index + 1}."
         self.kubernetes_version = kubernetes_version
         self.workers: dict[str, PodWorker] = {}
         self.lock = threading.RLock()
@@ -205,7 +216,7 @@ class NodeAgent:
     def allocate_ip(self) -> str:
         with self.lock:
             for _ in range(253):
-                ip = f"127.0.{self.index + 1}.{self._next_ip}"
+                ip = f"{self.pod_net}{self._next_ip}"
                 self._next_ip = 2 if self._next_ip >= 254 else self._next_ip + 1
                 if ip not in self._ips_in_use:
                     self._ips_in_use.add(ip)
@@ -404,7 +415,7 @@ class NodeAgent:
             worker = self.workers.get(uid)
             if worker is None:
                 ip = (pod.get("status") or {}).get("podIP")
-                if ip and ip.startswith(f"127.0.{self.index + 1}.") and ip not in self._ips_in_use:
+                if ip and ip.startswith(self.pod_net) and ip not in self._ips_in_use:
                     self._ips_in_use.add(ip)  # keep the address over an agent restart
                 else:
                     ip = self.allocate_ip()

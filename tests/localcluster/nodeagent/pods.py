@@ -307,10 +307,15 @@ class PodWorker(threading.Thread):
             c.runs -= 1
             c.next_start = time.monotonic() + 2
             return
+        workdir = podspec.image_workdir(c.spec)
+        if workdir is not None:  # fresh for every run, like a container's own layer
+            scratch = self.dir / f"workdir-{c.name}-{c.runs}"
+            scratch.mkdir(parents=True, exist_ok=True)
+            mounts.append({"source": str(scratch), "target": workdir})
         launch_spec = {
             "argv": argv,
             "env": env,
-            "workingDir": c.spec.get("workingDir") or "/",
+            "workingDir": workdir or c.spec.get("workingDir") or "/",
             "hostname": podspec.pod_hostname(self.pod),
             "mounts": podspec.mount_order(mounts),
             "createdPaths": str(self.agent.created_paths_file),

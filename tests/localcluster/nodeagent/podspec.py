@@ -37,6 +37,10 @@ IMAGE_ENTRYPOINTS: dict[str, tuple[list[str], list[str]]] = {
 """Entry point and default args of a container without ``command``, by image name (tag
 and registry ignored), mirroring the Dockerfiles. Images not listed run
 ``sleep infinity``, like a pause container."""
+IMAGE_WORKDIRS: dict[str, str] = {"tuneop/trainer": "/home/tuneop"}
+"""The WORKDIR of an image's Dockerfile, by image name, where the image makes it writable
+for its user: a container without ``workingDir`` starts there, in a fresh directory of
+its own (as a container's writable layer is). Other images start in ``/``."""
 PAUSE_ARGV = ["sleep", "infinity"]
 MODULE_ENV = "LOCALCLUSTER_PYTHON_MODULE"
 """Container env naming a module that replaces the container's ``python -m`` module:
@@ -283,3 +287,11 @@ def exit_reason(exit_code: int, killed_by_agent: bool) -> str:
 def mount_order(mounts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Parents before children, so a volume mounted inside another one stays visible."""
     return sorted(mounts, key=lambda m: (m["target"].rstrip("/").count("/"), m["target"]))
+
+
+def image_workdir(container: dict[str, Any]) -> str | None:
+    """The image's writable WORKDIR (:data:`IMAGE_WORKDIRS`) if the container sets no
+    ``workingDir``."""
+    if container.get("workingDir"):
+        return None
+    return IMAGE_WORKDIRS.get(image_name(str(container.get("image") or "")))
