@@ -57,7 +57,7 @@ from ..checkpoint import (
     volume_errors,
 )
 from ..fingerprint import digest_arrays
-from . import callback_state, iterations, pydataset, runtime, tfdata
+from . import callback_state, iterations, pydataset, runtime, tensorboard, tfdata
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,8 @@ class ResumableFit:
         """Array validation data as gathered batches (batches.py), which Keras would
         otherwise convert again at every epoch's fit; other kinds as they are."""
         val = self.validation_data
-        if not isinstance(val, tuple | list) or not val or not _arrays(val):
+        given = [part for part in val if part is not None] if isinstance(val, tuple | list) else []
+        if not given or not _arrays(given):  # (x, y, None): validation_split's, arrays too
             return tfdata.data_sharded(val, self.model.distribute_strategy)
         a = self.args
         parts = [_to_numpy(p) for p in keras.utils.unpack_x_y_sample_weight(tuple(val))]
@@ -421,6 +422,7 @@ class ResumableFit:
             "fingerprint": self.fingerprint,
             "datasetIterationsBefore": self.ds_base,
             "datasetIterations": self._iterations(),
+            "tensorboard": self.logs.sizes(),
         }
         if self.stream is not None:
             at_end = self.in_epoch and step == 0  # the epoch-end save, before end_epoch
@@ -542,6 +544,11 @@ class ResumableFit:
             self.saved_callbacks = (meta["callbacks"], arrays)
             if start_step:
                 self.pending_metrics = arrays
+        self.logs = tensorboard.FitLogs(self.rt, self.dir, self.user_callbacks)
+        if found is not None:
+            self.logs.resume(meta.get("tensorboard"))
+        else:
+            self.logs.start()
         self._train(epochs, start_epoch, start_step, stopped=bool(meta.get("stopped")))
         return self._history_object()
 
@@ -583,6 +590,7 @@ class ResumableFit:
             epochs=epochs,
             steps=self.steps or None,
         )
+        self.logs.callbacks_ready()
         optimizer = model.optimizer
         finalize = getattr(optimizer, "finalize_variable_values", None)
         if finalize is not None:
