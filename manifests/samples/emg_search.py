@@ -55,7 +55,12 @@ tuner.search(
     epochs=args.epochs,
     batch_size=16,
     validation_split=0.25,
-    callbacks=[keras.callbacks.EarlyStopping(monitor="val_loss", patience=2)],
+    callbacks=[
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=2),
+        # TensorBoard: a run per trial, with its hyperparameters (under tuneop kept on
+        # the checkpoint volume; `hack/tensorboard.sh JOB` serves it)
+        keras.callbacks.TensorBoard("logs"),
+    ],
 )
 tuner.results_summary()
 print("best hyperparameters:", tuner.get_best_hyperparameters(1)[0].values)

@@ -7,10 +7,24 @@ operator (they end before a trainer would matter)."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import urllib.parse
+import urllib.request
+
 import pytest
 from tuneop.api import names
 
-from tests.e2e.harness import SCRIPT_SEARCH, Env, required_condition, wait_for, wait_mid_epoch
+from tests.e2e.harness import (
+    ROOT,
+    SCRIPT_SEARCH,
+    Env,
+    required_condition,
+    wait_for,
+    wait_mid_epoch,
+)
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
@@ -57,6 +71,48 @@ def test_a_script_evicted_mid_trial_resumes_at_its_step_and_completes(e2e: Env):
     # the user's script itself ran to its end (its last line prints this)
     logs = e2e.kubectl("logs", "-n", ns, pod, check=False).stdout
     assert "best hyperparameters:" in logs, logs[-3000:]
+    # its TensorBoard callback's logs, served from the claim: every trial, each epoch once
+    # (the evicted trial's too)
+    epochs = epoch_steps(e2e, ns, [f"logs/{t}/execution0/{s}" for t in "012" for s in RUNS])
+    assert all(steps == [0, 1] for steps in epochs.values()), epochs
+
+
+RUNS = ("train", "validation")
+
+
+def epoch_steps(e2e: Env, ns: str, runs: list[str]) -> dict[str, list[int]]:
+    """The steps of `epoch_loss` in each of `runs`, as the TensorBoard that
+    hack/tensorboard.sh starts on the job's claim serves them (its HTTP API at the pod
+    IP; the local cluster has no port-forward)."""
+    kubectl = f"{e2e.kubectl.binary} --kubeconfig {e2e.kubectl.kubeconfig}"
+    started = subprocess.run(
+        [str(ROOT / "hack" / "tensorboard.sh"), "search", ns],
+        env={**os.environ, "KUBECTL": kubectl, "NO_FORWARD": "1", "TIMEOUT": "120"},
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    pod, ip = re.fullmatch(r"pod (\S+) ip (\S+) port 6006\n", started.stdout).groups()  # type: ignore[union-attr]
+    url = f"http://{ip}:6006/data/plugin/scalars"
+
+    def served() -> dict[str, list[int]] | None:
+        try:
+            with urllib.request.urlopen(f"{url}/tags", timeout=5) as response:
+                tags = json.loads(response.read())
+        except OSError:
+            return None  # not serving yet
+        if not set(runs) <= set(tags):
+            return None  # still loading
+        steps = {}
+        for run in runs:
+            query = urllib.parse.urlencode({"run": run, "tag": "epoch_loss"})
+            with urllib.request.urlopen(f"{url}/scalars?{query}", timeout=5) as response:
+                steps[run] = [step for _, step, _ in json.loads(response.read())]
+        return steps
+
+    try:
+        return wait_for(served, 90, "TensorBoard serving the trials' runs")
+    finally:
+        e2e.kubectl("delete", "pod", pod, "-n", ns, "--wait=false", check=False)
 
 
 def test_a_job_applied_before_its_configmap_waits_without_pods_then_starts(e2e: Env):

@@ -12,7 +12,8 @@ What is captured, per callback (matched on resume by position and class name):
   Only state: their configuration comes from the script again, and some of it is
   derived lazily (EarlyStopping flips the sign of `min_delta` when it first picks its
   `monitor_op`), so restoring it would corrupt it. Stateless ones (TerminateOnNaN,
-  LearningRateScheduler, CSVLogger, TensorBoard, ...) capture nothing.
+  LearningRateScheduler, CSVLogger, ...) capture nothing; TensorBoard its batch
+  counters (the steps of batch-level summaries).
 - any other callback: its plain attributes - numbers, strings, booleans, None, numpy
   arrays and scalars, and lists/tuples of those. Functions, models and other objects
   are left alone: the script rebuilds them.
@@ -45,7 +46,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
     "TerminateOnNaN": (),
     "LearningRateScheduler": (),
     "CSVLogger": (),
-    "TensorBoard": (),
+    "TensorBoard": ("_global_train_batch", "_global_test_batch"),
     "BackupAndRestore": (),
     "ProgbarLogger": (),
     "RemoteMonitor": (),

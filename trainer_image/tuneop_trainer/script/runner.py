@@ -71,7 +71,7 @@ def run_script(
         tf.config.experimental.enable_op_determinism()
 
     from ..progress import Reporter
-    from . import fit, runtime, strategies, tuners
+    from . import fit, runtime, strategies, tensorboard, tuners
 
     reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
     previous = reporter.previous() if write else None
@@ -106,6 +106,7 @@ def run_script(
         ktpatch.install()
         ktpatch.set_writer(write)
         fit.install()
+        tensorboard.install()
         tuners.install()
         from ..results import search_progress
 
