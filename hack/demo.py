@@ -168,6 +168,15 @@ class Demo:
     def show(self) -> None:
         print(self.kubectl("get", "tj", "-n", NAMESPACE).stdout.rstrip(), flush=True)
 
+    def last_seen(self) -> str:
+        """One line: what the job last reported (for a wait that gave up)."""
+        try:
+            s = self.status()
+        except Exception as err:  # the API server itself may be what failed
+            return f"the job's status could not be read ({str(err).splitlines()[0]})"
+        fields = ("phase", "trials", "preemptions", "restores", "message")
+        return " ".join(f"{k}={s[k]!r}" for k in fields if s.get(k) not in (None, ""))
+
 
 def submit(demo: Demo) -> None:
     wait_for(
@@ -266,6 +275,7 @@ def main() -> int:
     cp = ControlPlane(work / "controlplane")
     cluster: LocalCluster | None = None
     operator: Operator | None = None
+    demo: Demo | None = None
     passed = False
     try:
         cp.start()
@@ -295,6 +305,8 @@ def main() -> int:
     except Exception as err:  # one line for the person at the terminal, never a traceback
         what = str(err).splitlines()[0] if str(err) else type(err).__name__
         say(f"demo FAILED: {what}")
+        if demo is not None:
+            print(f"the job last reported: {demo.last_seen()}")
         if operator is not None:
             print(operator.log_tail(20))
         print(f"logs kept in {work}")

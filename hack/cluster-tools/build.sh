@@ -47,6 +47,19 @@ par=${CLUSTER_TOOLS_PARALLELISM:-2}
 mkdir -p "$cache/bin"
 start=$SECONDS
 
+# Run "$@" (a build step) with a line a minute on stderr, so a cold build never looks hung.
+ticking() {
+  local what=$1 rc=0
+  shift
+  (while sleep 60; do log "still building $what ($((SECONDS - start))s so far; a cold build takes 10-20 min)"; done) &
+  local ticker=$!
+  "$@" || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  return "$rc"
+}
+in_dir() { local dir=$1; shift; (cd "$dir" && "$@"); }
+
 build_kubernetes() {
   tmp=$(mktemp -d "$cache/bin/.build-$key.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
@@ -84,7 +97,7 @@ build_kubernetes() {
   done
   for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     log "building $cmd ($((SECONDS - start))s)"
-    (cd "$tmp/k8s" && go build -p "$par" -ldflags="$kldflags" -o "$tmp/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+    ticking "$cmd" in_dir "$tmp/k8s" go build -p "$par" -ldflags="$kldflags" -o "$tmp/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
   done
 
   # --- etcd: wrapper main around etcdmain ---------------------------------------------------
@@ -92,17 +105,18 @@ build_kubernetes() {
   printf 'module tuneop.local/etcd-wrapper\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
     "$ETCD_VERSION" >"$tmp/etcd/go.mod"
   log "building etcd $ETCD_VERSION ($((SECONDS - start))s)"
-  (cd "$tmp/etcd" && go mod tidy && go build -p "$par" \
+  in_dir "$tmp/etcd" go mod tidy
+  ticking etcd in_dir "$tmp/etcd" go build -p "$par" \
     -ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-proxy-$ETCD_VERSION" \
-    -o "$tmp/bin/etcd" .)
+    -o "$tmp/bin/etcd" .
 
   # --- helm and kubeconform: straight from their own modules --------------------------------
   log "building helm $HELM_VERSION ($((SECONDS - start))s)"
-  GOFLAGS="-trimpath" GOBIN="$tmp/bin" go install -p "$par" \
+  GOFLAGS="-trimpath" GOBIN="$tmp/bin" ticking helm go install -p "$par" \
     -ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
     "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   log "building kubeconform $KUBECONFORM_VERSION ($((SECONDS - start))s)"
-  GOFLAGS="-trimpath" GOBIN="$tmp/bin" go install -p "$par" \
+  GOFLAGS="-trimpath" GOBIN="$tmp/bin" ticking kubeconform go install -p "$par" \
     -ldflags="-s -w -X main.version=$KUBECONFORM_VERSION" \
     "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
 
@@ -122,7 +136,7 @@ build_kueue() {
   kstart=$SECONDS
   log "building kueue $KUEUE_VERSION"
   local v=sigs.k8s.io/kueue/pkg/version
-  GOBIN="$ktmp" go install -p "$par" \
+  GOBIN="$ktmp" ticking kueue go install -p "$par" \
     -ldflags="-s -w -X $v.GitVersion=$KUEUE_VERSION -X $v.GitCommit=module-proxy-$KUEUE_VERSION -X $v.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
     "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
   moddir=$(cd "$ktmp" && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
