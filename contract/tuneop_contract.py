@@ -126,6 +126,9 @@ RESULTS_FILE = "results.json"
 BEST_MODEL_FILE = "best_model.keras"
 TUNER_DIR = "tuner"
 TRIALS_DIR = "trials"
+TENSORBOARD_DIR = "tensorboard"
+"""TensorBoard logs: script mode's callbacks under their log_dir, spec mode's runs
+<trial>/execution<n> (`spec.tuner.tensorboard`); hack/tensorboard.sh serves it."""
 OWNER_FILE = "owner.json"
 """Which TuningJob the search on this volume belongs to: {"uid", "namespace", "name",
 "specFingerprint", "adoptedFrom"}; written atomically by the trainer (see ENV_JOB_UID)."""

@@ -7,12 +7,15 @@ operator (they end before a trainer would matter)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from tuneop.api import names
@@ -72,18 +75,26 @@ def test_a_script_evicted_mid_trial_resumes_at_its_step_and_completes(e2e: Env):
     logs = e2e.kubectl("logs", "-n", ns, pod, check=False).stdout
     assert "best hyperparameters:" in logs, logs[-3000:]
     # its TensorBoard callback's logs, served from the claim: every trial, each epoch once
-    # (the evicted trial's too)
-    epochs = epoch_steps(e2e, ns, [f"logs/{t}/execution0/{s}" for t in "012" for s in RUNS])
-    assert all(steps == [0, 1] for steps in epochs.values()), epochs
+    # (the evicted trial's too), and the HParams dashboard lists every trial
+    runs = [f"logs/{t['id']}/execution0/{s}" for t in final["topTrials"] for s in RUNS]
+    with tensorboard(e2e, ns) as url:
+        epochs = wait_for(lambda: epoch_values(url, runs), 90, "TensorBoard serving the runs")
+        assert all([step for step, _ in v] == [0, 1] for v in epochs.values()), epochs
+        groups = session_groups(url)
+    for trial in final["topTrials"]:
+        hparams, accuracy = groups[trial["id"]]
+        assert hparams == trial["hyperparameters"]
+        served = [value for _, value in epochs[f"logs/{trial['id']}/execution0/validation"]]
+        assert accuracy == served[-1] and trial["score"] in served  # the best epoch's
 
 
 RUNS = ("train", "validation")
 
 
-def epoch_steps(e2e: Env, ns: str, runs: list[str]) -> dict[str, list[int]]:
-    """The steps of `epoch_loss` in each of `runs`, as the TensorBoard that
-    hack/tensorboard.sh starts on the job's claim serves them (its HTTP API at the pod
-    IP; the local cluster has no port-forward)."""
+@contextlib.contextmanager
+def tensorboard(e2e: Env, ns: str) -> Iterator[str]:
+    """The URL of the TensorBoard hack/tensorboard.sh starts over the job's claim (its
+    pod IP: the local cluster has no port-forward); the pod is deleted after."""
     kubectl = f"{e2e.kubectl.binary} --kubeconfig {e2e.kubectl.kubeconfig}"
     started = subprocess.run(
         [str(ROOT / "hack" / "tensorboard.sh"), "search", ns],
@@ -91,28 +102,47 @@ def epoch_steps(e2e: Env, ns: str, runs: list[str]) -> dict[str, list[int]]:
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert started.returncode == 0, started.stderr
-    pod, ip = re.fullmatch(r"pod (\S+) ip (\S+) port 6006\n", started.stdout).groups()  # type: ignore[union-attr]
-    url = f"http://{ip}:6006/data/plugin/scalars"
-
-    def served() -> dict[str, list[int]] | None:
-        try:
-            with urllib.request.urlopen(f"{url}/tags", timeout=5) as response:
-                tags = json.loads(response.read())
-        except OSError:
-            return None  # not serving yet
-        if not set(runs) <= set(tags):
-            return None  # still loading
-        steps = {}
-        for run in runs:
-            query = urllib.parse.urlencode({"run": run, "tag": "epoch_loss"})
-            with urllib.request.urlopen(f"{url}/scalars?{query}", timeout=5) as response:
-                steps[run] = [step for _, step, _ in json.loads(response.read())]
-        return steps
-
+    found = re.fullmatch(r"pod (\S+) ip (\S+) port 6006\n", started.stdout)
+    assert found is not None, started.stdout
     try:
-        return wait_for(served, 90, "TensorBoard serving the trials' runs")
+        yield f"http://{found[2]}:6006/data/plugin"
     finally:
-        e2e.kubectl("delete", "pod", pod, "-n", ns, "--wait=false", check=False)
+        e2e.kubectl("delete", "pod", found[1], "-n", ns, "--wait=false", check=False)
+
+
+def _get(url: str, body: dict[str, Any] | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def epoch_values(url: str, runs: list[str]) -> dict[str, list[tuple[int, float]]] | None:
+    """(step, value) of `epoch_accuracy` in each of `runs`; None until all are loaded."""
+    try:
+        tags = _get(f"{url}/scalars/tags")
+    except OSError:
+        return None  # not serving yet
+    if not set(runs) <= set(tags):
+        return None
+    values = {}
+    for run in runs:
+        query = urllib.parse.urlencode({"run": run, "tag": "epoch_accuracy"})
+        values[run] = [(step, value) for _, step, value in _get(f"{url}/scalars/scalars?{query}")]
+    return values
+
+
+def session_groups(url: str) -> dict[str, tuple[dict[str, Any], float]]:
+    """The HParams dashboard's trials: name -> (hyperparameters, validation accuracy)."""
+    statuses = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_RUNNING"]
+    request = {"experimentName": "", "startIndex": 0, "sliceSize": 100, "allowedStatuses": statuses}
+    groups = {}
+    for group in _get(f"{url}/hparams/session_groups", request)["sessionGroups"]:
+        metrics = {
+            (m["name"].get("group"), m["name"]["tag"]): m["value"] for m in group["metricValues"]
+        }
+        groups[group["name"]] = (group["hparams"], metrics[("validation", "epoch_accuracy")])
+    return groups
 
 
 def test_a_job_applied_before_its_configmap_waits_without_pods_then_starts(e2e: Env):

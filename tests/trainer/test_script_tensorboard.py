@@ -14,38 +14,12 @@ from typing import Any
 
 import pytest
 from forkserver import launch
-from trainer_helpers import SCRIPTS, env, signal_when, start_exec
+from trainer_helpers import SCRIPTS, env, events, once_each, signal_when, start_exec
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED
 
 SCRIPT = SCRIPTS / "tensorboard_search.py"
-VALUED = ("scalars", "histograms")
-"""Plugins whose values must equal the uninterrupted run's (the model summary, the graph
-and the HParams session records carry names and times of the process that wrote them)."""
 
 pytestmark = pytest.mark.slow
-
-
-def events(root: Path) -> dict[str, list[tuple[str, int, bytes | None]]]:
-    """Every TensorBoard run under `root` (its directory, relative): its events in the
-    order TensorBoard reads them (files by name, records in order) as (tag, step, the
-    tensor of a scalar or histogram); graphs as ("graph", step, None)."""
-    import tensorflow as tf
-
-    runs: dict[str, list[tuple[str, int, bytes | None]]] = {}
-    for directory in sorted({p.parent for p in root.rglob("events.out.tfevents.*")}):
-        plugins: dict[str, str] = {}
-        out = runs.setdefault(str(directory.relative_to(root)), [])
-        for path in sorted(directory.glob("events.out.tfevents.*")):
-            for event in tf.compat.v1.train.summary_iterator(str(path)):
-                if event.HasField("graph_def"):
-                    out.append(("graph", event.step, None))
-                for value in event.summary.value:
-                    if value.metadata.plugin_data.plugin_name:
-                        plugins[value.tag] = value.metadata.plugin_data.plugin_name
-                    valued = plugins.get(value.tag) in VALUED
-                    payload = value.tensor.SerializeToString() if valued else None
-                    out.append((value.tag, event.step, payload))
-    return runs
 
 
 def shape(runs: dict[str, list[tuple[str, int, Any]]]) -> dict[str, Counter[tuple[str, int]]]:
@@ -81,9 +55,7 @@ def test_logs_are_kept_on_the_volume_as_plain_keras_writes_them(
     assert expected <= set(runs), sorted(runs)
     hparams = [tag for tag, _, _ in runs["tb_logs/0/execution0"]]
     assert "_hparams_/session_start_info" in hparams and "_hparams_/session_end_info" in hparams
-    for run, items in runs.items():  # every step once
-        counts = Counter((tag, step) for tag, step, _ in items)
-        assert max(counts.values()) == 1, (run, counts.most_common(3))
+    assert once_each(runs) == {}  # every step once
     # batch-level summaries every 2 batches, counted over the whole fit (15 steps an epoch)
     steps = [s for tag, s, _ in runs["tb_logs/0/execution0/train"] if tag == "batch_loss"]
     assert steps == list(range(2, 46, 2)), steps

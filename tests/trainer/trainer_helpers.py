@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -269,3 +270,39 @@ def write_records(directory: Path, files: int = 4, per_file: int = 16) -> None:
     for i in range(files):
         write(directory / f"train-{i:05d}.tfrecord", per_file)
     write(directory / "val.tfrecord", 16)
+
+
+VALUED = ("scalars", "histograms")
+"""TensorBoard plugins whose values must equal an uninterrupted run's (the model summary,
+the graph and the HParams session records carry names and times of the process that
+wrote them)."""
+
+
+def events(root: Path) -> dict[str, list[tuple[str, int, bytes | None]]]:
+    """Every TensorBoard run under `root` (its directory, relative): its events in the
+    order TensorBoard reads them (files by name, records in order) as (tag, step, the
+    tensor of a scalar or histogram); graphs as ("graph", step, None)."""
+    import tensorflow as tf
+
+    runs: dict[str, list[tuple[str, int, bytes | None]]] = {}
+    for directory in sorted({p.parent for p in root.rglob("events.out.tfevents.*")}):
+        plugins: dict[str, str] = {}
+        out = runs.setdefault(str(directory.relative_to(root)), [])
+        for path in sorted(directory.glob("events.out.tfevents.*")):
+            for event in tf.compat.v1.train.summary_iterator(str(path)):
+                if event.HasField("graph_def"):
+                    out.append(("graph", event.step, None))
+                for value in event.summary.value:
+                    if value.metadata.plugin_data.plugin_name:
+                        plugins[value.tag] = value.metadata.plugin_data.plugin_name
+                    valued = plugins.get(value.tag) in VALUED
+                    payload = value.tensor.SerializeToString() if valued else None
+                    out.append((value.tag, event.step, payload))
+    return runs
+
+
+def once_each(runs: dict[str, list[tuple[str, int, Any]]]) -> dict[str, list[tuple[str, int]]]:
+    """Per run, the (tag, step) pairs written more than once (none: every step once)."""
+    counts = {run: Counter((tag, step) for tag, step, _ in items) for run, items in runs.items()}
+    twice = {run: [key for key, n in c.items() if n > 1] for run, c in counts.items()}
+    return {run: keys for run, keys in twice.items() if keys}

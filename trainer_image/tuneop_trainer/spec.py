@@ -63,6 +63,7 @@ class TunerSpec:
     deterministic: bool = False
     early_stopping: EarlyStoppingSpec | None = None
     dtype_policy: str | None = None  # Keras dtype policy, e.g. "mixed_bfloat16"
+    tensorboard: bool = False  # per-trial TensorBoard logs with HParams (trial_board.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +247,9 @@ def _parse_tuner(t: dict[str, Any]) -> TunerSpec:
     deterministic = t.get("deterministic", False)
     if not isinstance(deterministic, bool):
         raise SpecError("spec.tuner.deterministic", f"{_q(deterministic)} must be true or false")
+    tensorboard = t.get("tensorboard", False)
+    if not isinstance(tensorboard, bool):
+        raise SpecError("spec.tuner.tensorboard", f"{_q(tensorboard)} must be true or false")
     return TunerSpec(
         algorithm=algorithm,
         objective=name,
@@ -264,6 +268,7 @@ def _parse_tuner(t: dict[str, Any]) -> TunerSpec:
         deterministic=deterministic,
         early_stopping=_parse_early_stopping(t),
         dtype_policy=_parse_dtype_policy(t),
+        tensorboard=tensorboard,
     )
 
 

@@ -45,7 +45,7 @@ from typing import Any
 import keras
 import keras_tuner
 import numpy as np
-from tuneop_contract import ENV_TUNER_ID, TRIALS_DIR, TUNER_DIR, write_atomic
+from tuneop_contract import ENV_TUNER_ID, TENSORBOARD_DIR, TRIALS_DIR, TUNER_DIR, write_atomic
 
 from . import (
     early_stopping,
@@ -73,6 +73,7 @@ from .data import Dataset, StreamData, epoch_order
 from .progress import Reporter
 from .script import iterations, tfdata
 from .spec import TrainerSpec
+from .trial_board import TrialBoard
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class ResumableMixin:
     def __init__(self, *args: Any, context: Context, **kwargs: Any) -> None:
         self.ctx = context
         self._best_values: dict[str, float | None] = {}  # best objective per trial, as saved
+        self._board: TrialBoard | None = None  # the running execution's TensorBoard run
         ktpatch.set_writer(context.write)
         project = Path(kwargs["directory"]) / kwargs["project_name"]
         fresh = not (project / tuner_file()).exists()
@@ -250,6 +252,13 @@ class ResumableMixin:
         ctx.reporter.update(
             force=True, trial_id=str(tid), execution=execution, epoch=epoch, step=step
         )
+        board = self._board = (
+            TrialBoard(ctx.root, exec_dir, tid, execution)
+            if spec.tuner.tensorboard and ctx.write
+            else None
+        )
+        if board is not None:
+            board.begin(hp, None if found is None else found[1])
         rule = spec.tuner.early_stopping
         key = ""
         if stream is None:
@@ -320,6 +329,8 @@ class ResumableMixin:
                 )
             for name, value in logs.items():
                 history.setdefault(name, []).append(value)
+            if board is not None:
+                board.epoch(epoch, logs)
             log.info(
                 "trial %s exec %d epoch %d/%d: %s",
                 tid,
@@ -341,6 +352,8 @@ class ResumableMixin:
             if preemption.requested():  # SIGTERM arrived during validation
                 self._flush()
                 raise preemption.Preempted()
+        if board is not None:
+            board.end()
         self._flush()  # the last checkpoint and best state are durable before done.json
         if ctx.write:
             record: dict[str, Any] = {"history": history, "initialEpoch": initial_epoch}
@@ -376,6 +389,8 @@ class ResumableMixin:
         }
         if position is not None:  # a tf.data input's position (tfdata.Stream.state)
             meta["datasetStream"] = position
+        if self._board is not None:
+            meta[TENSORBOARD_DIR] = self._board.sizes()
         self.ctx.writer.submit(store, model_state(model), meta, best)
         blocked = time.monotonic() - t0
         self.ctx.checkpoint_seconds += blocked
