@@ -23,31 +23,17 @@ set -euo pipefail
 
 usage() { echo "usage: $0 JOB [NAMESPACE] [DEST_DIR]" >&2; exit 2; }
 [[ $# -ge 1 && $# -le 3 && -n $1 ]] || usage
-job=$1
-read -r -a kubectl <<<"${KUBECTL:-kubectl}"
-namespace=${2:-$("${kubectl[@]}" config view --minify -o jsonpath='{..namespace}' 2>/dev/null || true)}
-namespace=${namespace:-default}
+TOOL=fetch-results
+# shellcheck source=hack/lib/claim-pod.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/claim-pod.sh"
 dest=${3:-.}
-timeout=${TIMEOUT:-300}
 max_bytes=${MAX_BYTES:-7000000}
-k() { "${kubectl[@]}" -n "$namespace" "$@"; }
-fail() { echo "fetch-results: $*" >&2; exit 1; }
 
-phase=$(k get tuningjob "$job" -o jsonpath='{.status.phase}') || fail "no TuningJob $namespace/$job"
+phase=$(k get tuningjob "$job" -o jsonpath='{.status.phase}')
 [[ $phase == Succeeded ]] ||
   fail "TuningJob $namespace/$job is ${phase:-new}; best_model.keras and results.json are written when the search succeeds"
-claim=$(k get tuningjob "$job" -o jsonpath='{.spec.checkpoint.existingClaim}')
-claim=${claim:-$job-ckpt}
-image=${IMAGE:-$(k get tuningjob "$job" -o jsonpath='{.spec.image}')}
 mkdir -p "$dest"
 pod=$job-results-$RANDOM  # at most 45 + 14 characters, under the 63 of a pod name
-
-# The trainer's user and group (the operator's default unless the job's template sets
-# them), so the helper reads what the trainer wrote.
-user=$(k get tuningjob "$job" -o jsonpath='{.spec.template.spec.securityContext.runAsUser}')
-group=$(k get tuningjob "$job" -o jsonpath='{.spec.template.spec.securityContext.fsGroup}')
-user=${RUN_AS_USER:-${user:-1000}}
-group=${group:-$user}
 
 # The pod exits 3 rather than print an archive the kubelet's log rotation would cut.
 manifest=$(cat <<EOF

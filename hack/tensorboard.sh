@@ -21,24 +21,11 @@ set -euo pipefail
 
 usage() { echo "usage: $0 JOB [NAMESPACE] [LOCAL_PORT]" >&2; exit 2; }
 [[ $# -ge 1 && $# -le 3 && -n $1 ]] || usage
-job=$1
-read -r -a kubectl <<<"${KUBECTL:-kubectl}"
-namespace=${2:-$("${kubectl[@]}" config view --minify -o jsonpath='{..namespace}' 2>/dev/null || true)}
-namespace=${namespace:-default}
+TOOL=tensorboard
 port=${3:-6006}
 [[ $port =~ ^[0-9]+$ ]] || { echo "tensorboard: LOCAL_PORT must be a number, got '$port'" >&2; exit 2; }
-timeout=${TIMEOUT:-300}
-k() { "${kubectl[@]}" -n "$namespace" "$@"; }
-fail() { echo "tensorboard: $*" >&2; exit 1; }
-
-k get tuningjob "$job" -o name >/dev/null 2>&1 || fail "no TuningJob $namespace/$job"
-claim=$(k get tuningjob "$job" -o jsonpath='{.spec.checkpoint.existingClaim}')
-claim=${claim:-$job-ckpt}
-image=${IMAGE:-$(k get tuningjob "$job" -o jsonpath='{.spec.image}')}
-user=$(k get tuningjob "$job" -o jsonpath='{.spec.template.spec.securityContext.runAsUser}')
-group=$(k get tuningjob "$job" -o jsonpath='{.spec.template.spec.securityContext.fsGroup}')
-user=${RUN_AS_USER:-${user:-1000}}
-group=${group:-$user}
+# shellcheck source=hack/lib/claim-pod.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/claim-pod.sh"
 # the node of a running trainer pod, if any: a ReadWriteOnce claim is mounted there
 node=$(k get pods -l "tuneop.io/tuningjob=$job" --field-selector=status.phase=Running \
   -o jsonpath='{.items[0].spec.nodeName}' 2>/dev/null || true)
