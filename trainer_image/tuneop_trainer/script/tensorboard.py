@@ -103,7 +103,7 @@ def link(rt: runtime.Runtime, log_dir: str) -> None:
     target.mkdir(parents=True, exist_ok=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(target, path, target_is_directory=True)
-    _warn_once(log_dir, f"TensorBoard log_dir {log_dir!r} is kept on the volume: {target}")
+    log.info("TensorBoard log_dir %r is kept on the volume: %s", log_dir, target)
 
 
 def _warn_once(key: str, message: str) -> None:
