@@ -41,7 +41,7 @@ ENV_JOB_UID = "TUNEOP_JOB_UID"
 name, another job's claim) unless `spec.checkpoint.adopt` is true. Unset: no check."""
 ENV_PROGRESS_CONFIGMAP = "TUNEOP_PROGRESS_CONFIGMAP"
 """The ConfigMap (in TUNEOP_JOB_NAMESPACE) the trainer reports its progress record to;
-the operator copies it into the TuningJob's `status.progress` (see docs/design.md,
+the operator copies it into the TuningJob's `status.progress` (see docs/design/operator.md,
 "Progress"). Unset: no report."""
 ENV_POD_NAME = "TUNEOP_POD_NAME"
 ENV_WORKER_INDEX = "TUNEOP_WORKER_INDEX"
@@ -61,7 +61,7 @@ trainer checkpoints at the interval that wastes least for it. Unset: MTBF_PRIOR_
 # --- checkpoint cadence ------------------------------------------------------------
 CHECKPOINT_INTERVAL_AUTO = "auto"
 """`spec.checkpoint.intervalSeconds: auto`: the trainer chooses the interval (Young/Daly
-from its measured save cost and the job's MTBF; docs/design.md, "Checkpoint cadence")."""
+from its measured save cost and the job's MTBF; docs/design/trainer.md, "Checkpoint cadence")."""
 MTBF_PRIOR_SECONDS = 4 * 3600.0
 """The MTBF assumed before a job has seen a disruption: about a spot/preemptible VM's
 typical mean time to reclaim. It counts as one observed interval in `mtbf_estimate`."""

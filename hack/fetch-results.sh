@@ -11,7 +11,8 @@
 # deletes the pod. The pod meets the restricted Pod Security level, like the trainer's.
 # An archive larger than MAX_BYTES is refused with a message (kubelets rotate a container
 # log at containerLogMaxSize, 10Mi by default, which would cut it): copy such a model with
-# `kubectl cp` from a pod that mounts the claim instead (docs/design.md, "Results").
+# `kubectl cp` from a pod that mounts the claim instead (docs/design/operator.md,
+# "Results a user can reach").
 #
 # KUBECTL: the kubectl command (default: kubectl; may carry flags, e.g. --kubeconfig F).
 # IMAGE: the helper pod's image (default: the job's spec.image; it needs sh, tar, base64

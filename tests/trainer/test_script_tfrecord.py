@@ -64,8 +64,8 @@ def plain_weights(script: Path, cwd: Path) -> str:
 
 
 def test_plain_keras_fit_trains_on_the_same_batches_under_the_trainer(tmp_path: Path) -> None:
-    """Plain Keras's own failing step at the end of the data races (design.md, "The
-    data's end"): under load about 1 plain run in 20 computes other weights. The
+    """Plain Keras's own failing step at the end of the data races (docs/design/trainer.md,
+    "Keras's end-of-data step"): under load about 1 plain run in 20 computes other weights. The
     trainer must compute what plain Keras computes when that race goes its usual way,
     so a first plain run that differs is re-run twice, and both must then agree."""
     script = SCRIPTS / "tfdata_keras_fit.py"

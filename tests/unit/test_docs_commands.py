@@ -7,6 +7,11 @@ paths it names under manifests/, charts/ and hack/ exist (hack scripts executabl
 files and heredocs given to `kubectl apply -f` parse as YAML objects with apiVersion and
 kind. A command none of this applies to must be listed in UNCHECKABLE with the reason,
 so a new command is either checkable or consciously listed.
+
+The relative links of README.md and every page under docs/ are checked too: each
+`](path)` names a file or folder that exists, and a `#anchor` into a Markdown page
+names one of its headings (GitHub's anchors), so moving a page or renaming a section
+fails here rather than in a reader's browser.
 """
 
 from __future__ import annotations
@@ -278,3 +283,75 @@ def test_blocks_are_parsed_as_the_shell_would() -> None:
         ("KUEUE=1", "make", "cluster-up"),
         ("export", "K=v"),
     ]
+
+
+# --- relative links ------------------------------------------------------------------
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+HEADING = re.compile(r"(#{1,6})\s+(.*?)\s*#*\s*$")
+EXTERNAL = ("http://", "https://", "mailto:")
+
+
+def markdown_docs(root: Path = ROOT) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def prose_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks."""
+    fenced = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            yield number, line
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped,
+    spaces as hyphens, a repeated heading numbered -1, -2, ..."""
+    out: set[str] = set()
+    seen: dict[str, int] = {}
+    for _, line in prose_lines(text):
+        if match := HEADING.match(line):
+            slug = re.sub(r"[^\w\- ]", "", match[2].lower()).replace(" ", "-")
+            count = seen.get(slug, 0)
+            seen[slug] = count + 1
+            out.add(slug if count == 0 else f"{slug}-{count}")
+    return out
+
+
+def link_problems(doc: Path) -> list[str]:
+    problems = []
+    for number, line in prose_lines(doc.read_text()):
+        for target in LINK.findall(line):
+            if target.startswith(EXTERNAL):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.exists():
+                problems.append(f"line {number}: {target}: {path} does not exist")
+            elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text()):
+                problems.append(f"line {number}: {target}: no heading #{anchor} in {file.name}")
+    return problems
+
+
+@pytest.mark.parametrize("doc", [str(d.relative_to(ROOT)) for d in markdown_docs()])
+def test_relative_links_resolve(doc: str) -> None:
+    problems = link_problems(ROOT / doc)
+    assert not problems, f"{doc}:\n" + "\n".join(problems)
+
+
+def test_broken_links_fail(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "page.md").write_text("# A page — its title\n\n## Step `one` (a.py)\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "# Top\n[ok](sub/page.md#a-page--its-title) [ok](sub/page.md#step-one-apy) [ok](#top)"
+        " [ok](https://example.com/x) [ok](sub/)\n```sh\n# not a heading [x](gone.md)\n```\n"
+        "[bad](gone.md) [bad](sub/page.md#step-two) [bad](#bottom)\n"
+    )
+    problems = link_problems(doc)
+    expected = ["gone.md does not exist", "no heading #step-two", "no heading #bottom"]
+    assert len(problems) == len(expected), problems
+    for fragment, problem in zip(expected, problems, strict=True):
+        assert fragment in problem, problems

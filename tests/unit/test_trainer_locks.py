@@ -88,7 +88,7 @@ def test_lock_satisfies_the_trainer_package(variant: str) -> None:
 
 def _resolvable_here() -> None:
     """The locks are for the image's platform (pip evaluates markers and wheel tags for
-    the interpreter that runs it; docs/design.md, "Trainer image"): elsewhere this check
+    the interpreter that runs it; docs/design/packaging.md, "Trainer image"): elsewhere this check
     cannot mean anything. The package index is a prerequisite of `make test`, so an
     unreachable one fails the test with pip's own error rather than skipping it."""
     problem = tl.platform_problem()

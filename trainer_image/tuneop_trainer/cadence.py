@@ -2,7 +2,7 @@
 `intervalSeconds` seconds, or, with `intervalSeconds: auto`, at the interval that wastes
 least for this job (Young/Daly: T = sqrt(2 C M)) where C is what a save costs training,
 measured here from the saves made, and M the job's mean time between disruptions, which
-the operator passes in TUNEOP_MTBF_SECONDS. docs/design.md, "Checkpoint cadence".
+the operator passes in TUNEOP_MTBF_SECONDS. docs/design/trainer.md, "Checkpoint cadence".
 
 Thread use: `blocked` is called by the training thread, `written` by the checkpoint
 writer's thread; a lock keeps the two averages and the interval consistent."""

@@ -512,7 +512,7 @@ def _multiworker(model: Any) -> bool:
     would block a chief that checkpoints alone. There the state is read from (and
     metric accumulators restored into) this worker's local copies: model and optimizer
     variables are mirrored (the local copy is the value); metric accumulators are the
-    chief's own share of the epoch so far (see docs/design.md, multi-worker)."""
+    chief's own share of the epoch so far (see docs/design/trainer.md, "Multi-worker")."""
     from .multiworker import is_multiworker
 
     return is_multiworker(model.distribute_strategy)

@@ -11,7 +11,7 @@ security, one place per setting) is listed in `OWNED_SPEC`/`OWNED_CONTAINER` and
 by `check` naming the field; the CRD's CEL rejects the scalar ones already at the API
 server.
 
-Merge rules (docs/design.md, "Pod template"; carried out by render.overlay):
+Merge rules (docs/design/operator.md, "Pod template"; carried out by render.overlay):
 - metadata.labels/annotations are added to the pod's; the operator's label keys and
   the `tuneop.io/` prefix are reserved (rejected), so the operator's selectors hold.
 - Lists are merged by name: `volumes` and the trainer's `volumeMounts` are appended to

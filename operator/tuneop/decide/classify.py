@@ -8,7 +8,7 @@ another non-zero code (error, OOM, bad user code) is `FAILED`; the "invalid spec
 code is `INVALID_SPEC` (retrying will not help). A `FAILED` trainer that ran out of
 memory (reason OOMKilled, or a SIGKILL exit on a pod nobody deleted or disrupted) is
 marked `out_of_memory`: the decision treats it as the running trial's end when the
-trial is known (docs/design.md, "Disruption is not failure")."""
+trial is known (docs/design/operator.md, "Disruption is not failure")."""
 
 from __future__ import annotations
 

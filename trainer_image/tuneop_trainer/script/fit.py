@@ -491,7 +491,8 @@ class ResumableFit:
         elif kind != "arrays":
             log.warning(
                 "%s: input is %s: resumes at the epoch start; exact only if its order does "
-                "not depend on how often it was iterated before (docs/design.md, script mode)",
+                "not depend on how often it was iterated before "
+                "(docs/design/trainer.md, input kinds)",
                 self.label,
                 type(self.x).__name__,
             )
