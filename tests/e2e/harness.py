@@ -395,6 +395,26 @@ class Env:
         )
         return ns
 
+    def quota(self, namespace: str, name: str, hard: dict[str, str]) -> None:
+        """A ResourceQuota, in force once this returns: its status (the quota
+        controller's count) is published. A pod created sooner can pass admission: the
+        API server's quota check keeps a namespace's "no quota" for up to 30 s."""
+        quota = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"hard": hard},
+        }
+        self.kubectl.apply(quota)
+        wait_for(
+            lambda: bool(
+                ((self.kubectl.json("get", "resourcequota", name, "-n", namespace) or {})
+                 .get("status") or {}).get("hard")
+            ),
+            60,
+            f"ResourceQuota {name} counted",
+        )  # fmt: skip
+
     def submit(
         self,
         namespace: str,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import yaml
 
 from tests.e2e.harness import Env, condition
 
@@ -55,13 +54,7 @@ def test_a_container_that_cannot_be_configured_is_named(e2e: Env):
 
 def test_pods_refused_by_a_quota_are_reported_and_start_once_it_allows(e2e: Env):
     ns = e2e.namespace("quota")
-    quota = {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "no-gpus", "namespace": ns},
-        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
-    }
-    e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(quota))
+    e2e.quota(ns, "no-gpus", {"requests.nvidia.com/gpu": "0"})
     e2e.submit(ns)
     status = e2e.wait_status(
         ns,

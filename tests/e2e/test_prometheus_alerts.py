@@ -122,15 +122,6 @@ def stop_trainer(e2e: Env, namespace: str, pod: str) -> int:
     return pid
 
 
-def no_gpus(namespace: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "no-gpus", "namespace": namespace},
-        "spec": {"hard": {"requests.nvidia.com/gpu": "0"}},
-    }
-
-
 def firing(prom: Prometheus, alert: str) -> dict[str, dict[str, Any]]:
     """Firing alerts named `alert` by namespace."""
     return {
@@ -152,7 +143,7 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
         ns = e2e.namespace(prefix)
         submitted.append(ns)
         if quota:
-            e2e.kubectl("apply", "-f", "-", input=yaml.safe_dump(no_gpus(ns)))
+            e2e.quota(ns, "no-gpus", {"requests.nvidia.com/gpu": "0"})
         e2e.submit(ns, **spec)
         return ns
 

@@ -1,7 +1,8 @@
-"""A job's world for driving the reconcile decision through scenarios: `World` applies
-each Decision the way tuneop.act.executor does (merge-patch status, create/delete pods) to
-in-memory dicts, and plays the cluster and the trainer (pods run, end, vanish; progress
-reported), so the pure decision logic is exercised step by step."""
+"""A job's world for driving the reconcile decision through scenarios: `World.step` is one
+pass of the operator, the pure decision applied by the real tuneop.act.executor to an
+in-memory API server (`WorldKube`: status merge-patched into the job, pods created and
+deleted gracefully, Events kept); the world plays the cluster and the trainer (pods run,
+end, vanish; progress reported)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,79 @@ import json
 from typing import Any
 
 import tuneop_contract as contract
-from tuneop.api import names
+from tuneop.act import executor
+from tuneop.api import names, queue
 from tuneop.api import status as st
+from tuneop.api.events import Event
 from tuneop.api.spec import JobSpec
-from tuneop.decide.patch import Decision
+from tuneop.decide.patch import Decision, Refusal
 from tuneop.decide.reconcile import decide
-from tuneop.render import children, trainer_pods
+from tuneop.render import children
+from tuneop.run.config import Config
+
+from tests.unit.fakes import FakeKube
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 """When every World's clock starts."""
+CONFIG = Config.from_env({})
+
+Obj = dict[str, Any]
+
+
+def merge_patch(target: Obj, patch: Obj) -> Obj:
+    """`patch` merged into `target` as a JSON merge patch (RFC 7386): objects merged
+    key by key, null removes, anything else replaces."""
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_patch(merged[key], value)
+        elif isinstance(value, dict):
+            merged[key] = merge_patch({}, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class WorldKube(FakeKube):
+    """FAKE API server of a World: what FakeKube holds, plus the job's status
+    merge-patched into the World's job, pods deleted gracefully (deletionTimestamp set;
+    the World's kubelet removes them), Kueue releases patched onto the pod, and each
+    Event kept whole in `world.events`."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__({}, job=world.job)
+        self.world = world
+
+    def patch_status(
+        self, namespace: str, name: str, status: Obj, *, resource_version: str | None = None
+    ) -> None:
+        super().patch_status(namespace, name, status, resource_version=resource_version)
+        self.world.job["status"] = merge_patch(self.world.job.get("status") or {}, status)
+
+    def delete(
+        self, kind: str, namespace: str, name: str, *, uid: str | None = None, **options: Any
+    ) -> bool:
+        pod = self.objects.get(("Pod", name)) if kind == "Pod" else None
+        if pod is None:
+            return super().delete(kind, namespace, name, uid=uid, **options)
+        self.calls.append(("delete", f"Pod/{name}"))
+        self.deleted.append((kind, name, uid))
+        pod["metadata"].setdefault("deletionTimestamp", st.rfc3339(self.world.now))
+        return True
+
+    def release_pod(self, namespace: str, name: str, uid: str | None) -> bool:
+        pod = self.objects.get(("Pod", name))
+        if pod is None:
+            return False
+        self.calls.append(("release", f"Pod/{name}"))
+        pod["metadata"] = merge_patch(pod["metadata"], queue.release_patch()["metadata"])
+        return True
+
+    def post_event(self, job: Obj, event: Event) -> None:
+        super().post_event(job, event)
+        self.world.events.append((event.type, event.reason, event.message))
 
 
 class World:
@@ -44,46 +109,67 @@ class World:
                 **spec,
             },
         }
-        self.pods: dict[str, dict[str, Any]] = {}
         self.now = T0
         self.events: list[tuple[str, str, str]] = []
-        self.children_ensured = 0
         self.last_seen: dict[str, dict[str, Any]] = {}
         self.configmaps: dict[str, dict[str, Any]] = {}
         """The namespace's ConfigMaps the operator reads (the user's script)."""
-        self.reported: dict[str, Any] | None = None
-        """The job's progress ConfigMap (the trainer writes it, the operator reads it)."""
+        self.kube = WorldKube(self)
 
     @property
     def status(self) -> dict[str, Any]:
         return self.job.setdefault("status", {})
 
+    @property
+    def pods(self) -> dict[str, dict[str, Any]]:
+        """The job's pods the API server holds, by name (the objects themselves)."""
+        return {name: obj for (kind, name), obj in self.kube.objects.items() if kind == "Pod"}
+
+    @pods.setter
+    def pods(self, pods: dict[str, dict[str, Any]]) -> None:
+        """The API server now holds exactly these pods."""
+        for key in [k for k in self.kube.objects if k[0] == "Pod"]:
+            del self.kube.objects[key]
+        self.kube.objects.update({("Pod", name): pod for name, pod in pods.items()})
+
+    @property
+    def reported(self) -> dict[str, Any] | None:
+        """The job's progress ConfigMap (the trainer writes it, the operator reads it)."""
+        return self.kube.objects.get(("ConfigMap", names.progress_configmap_name("j")))
+
+    @reported.setter
+    def reported(self, configmap: dict[str, Any] | None) -> None:
+        key = ("ConfigMap", names.progress_configmap_name("j"))
+        if configmap is None:
+            self.kube.objects.pop(key, None)
+            return
+        built = children.build_progress_configmap(self.job)
+        self.kube.objects[key] = {**built, "data": dict(configmap.get("data") or {})}
+
     def step(self, seconds: float = 2) -> Decision:
+        """One reconcile pass `seconds` later: decide, and apply with the real executor
+        (deciding again if the API server refuses the pods); the decision applied."""
         self.now += dt.timedelta(seconds=seconds)
-        d = decide(
+
+        def decide_pass(refused: Refusal | None) -> Decision:
+            return decide(
+                self.job,
+                list(self.pods.values()),
+                now=self.now,
+                last_seen=self.last_seen,
+                configmaps=self.configmaps,
+                progress_configmap=self.reported,
+                refused=refused,
+            )
+
+        return executor.apply_pass(
+            self.kube,
             self.job,
-            list(self.pods.values()),
-            now=self.now,
-            last_seen=self.last_seen,
-            configmaps=self.configmaps,
-            progress_configmap=self.reported,
+            decide_pass,
+            metrics_port=CONFIG.trainer_metrics_port,
+            uid=CONFIG.trainer_uid,
+            spec=JobSpec.from_dict(self.job["spec"]),
         )
-        spec = JobSpec.from_dict(self.job["spec"])
-        if d.ensure_children:
-            self.children_ensured += 1
-            self.reported = children.build_progress_configmap(self.job)  # reset, as apply does
-        for i in d.create_pods:
-            pod = trainer_pods.build_pod(self.job, spec, i, d.create_attempt)
-            self.pods.setdefault(pod["metadata"]["name"], pod)
-        self.job["status"] = d.merged_status(self.job)
-        self.job["status"] = {k: v for k, v in self.job["status"].items() if v is not None}
-        if "progress" in self.job["status"]:
-            progress = self.job["status"]["progress"]
-            self.job["status"]["progress"] = {k: v for k, v in progress.items() if v is not None}
-        for name, _ in d.delete_pods:
-            self.pods[name]["metadata"]["deletionTimestamp"] = st.rfc3339(self.now)
-        self.events += [(e.type, e.reason, e.message) for e in d.events]
-        return d
 
     # --- what the cluster and the trainer do -----------------------------------
     def run_pods(self) -> None:
@@ -102,7 +188,7 @@ class World:
         self.last_seen[name] = pod
 
     def vanish(self, name: str) -> None:
-        self.last_seen[name] = self.pods.pop(name)
+        self.last_seen[name] = self.kube.objects.pop(("Pod", name))
 
     def gc_deleted(self) -> None:
         for name in [n for n, p in self.pods.items() if p["metadata"].get("deletionTimestamp")]:

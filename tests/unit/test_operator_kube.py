@@ -16,11 +16,12 @@ from tuneop.api import names
 from tuneop.api import status as st
 from tuneop.api.spec import JobSpec
 from tuneop.decide.patch import Decision
+from tuneop.decide.refusal import CHILD_CONFLICT, POD_REJECTED
 from tuneop.render import children, trainer_pods
 from tuneop.run import handlers, health, metrics
 from tuneop.run import runtime as runtime_mod
 from tuneop.run.config import Config
-from tuneop.run.runtime import CHILD_CONFLICT, POD_REJECTED, Runtime
+from tuneop.run.runtime import Runtime
 
 from tests.unit.fakes import (
     JOB,
@@ -171,12 +172,12 @@ def test_pods_refused_past_the_pending_timeout_stall_the_job_once_and_are_export
     (first,) = fake.patches
     running = next(c for c in first["conditions"] if c["type"] == "Running")
     assert running["reason"] == POD_REJECTED and fake.events == [POD_REJECTED]
-    assert not [c for c in first["conditions"] if c["type"] == "Stalled"]
+    assert not [c for c in first["conditions"] if c["type"] == "Stalled" and c["status"] == "True"]
     assert _stalled_gauge("ns", "j") == (0.0, "")  # exported although nothing was applied
-    # still refused, 601 s after Running turned False (pendingTimeoutSeconds 600)
+    # still refused, 601 s after the first refusal (pendingTimeoutSeconds 600)
     long_ago = st.rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=601))
-    conditions = [{**running, "lastTransitionTime": long_ago}]
-    job = {**JOB, "status": {**first, "conditions": conditions}}
+    refused = {**first["podsRefused"], "since": long_ago}
+    job = {**JOB, "status": {**first, "podsRefused": refused}}
     fake.job = job
     runtime.reconcile_once("ns", "j", LOG)
     stalled = next(c for c in fake.patches[-1]["conditions"] if c["type"] == "Stalled")
@@ -186,7 +187,7 @@ def test_pods_refused_past_the_pending_timeout_stall_the_job_once_and_are_export
     assert fake.events == [POD_REJECTED, "Stalled"]
     assert _stalled_gauge("ns", "j") == (1.0, POD_REJECTED)
     # once stalled with that reason: no new patch, no new Event
-    job["status"] = fake.patches[-1]
+    job["status"] = {**job["status"], **fake.patches[-1]}  # as the API server merges it
     patches = len(fake.patches)
     runtime.reconcile_once("ns", "j", LOG)
     assert len(fake.patches) == patches and fake.events == [POD_REJECTED, "Stalled"]

@@ -9,12 +9,14 @@ from typing import Any
 import tuneop_contract as contract
 from tuneop.api import names
 from tuneop.api import status as st
-from tuneop.api.groups import group_named, pod_groups
+from tuneop.api.groups import pod_groups
 from tuneop.api.spec import JobSpec, validate
 from tuneop.decide.patch import Decision
 from tuneop.decide.reconcile import decide, nodes_to_read
+from tuneop.decide.refusal import POD_REJECTED
 from tuneop.render import children, trainer_pods
 
+from tests.unit.fakes import QUOTA_REFUSAL
 from tests.unit.operator_world import World
 
 ORACLE, T0, T1 = "j-oracle", "j-t0-worker-0", "j-t1-worker-0"
@@ -30,13 +32,6 @@ class ParallelWorld(World):
     def step(self, seconds: float = 2) -> Decision:
         d = super().step(seconds)
         assert not d.create_pods  # the sequential group is never used
-        spec = JobSpec.from_dict(self.job["spec"])
-        for name, attempt in d.create_groups:
-            group = group_named("j", spec, name)
-            assert group is not None
-            for i in range(len(group.pod_names)):
-                pod = trainer_pods.build_pod(self.job, spec, i, attempt, group=group)
-                self.pods.setdefault(pod["metadata"]["name"], pod)
         return d
 
     @property
@@ -299,3 +294,46 @@ def test_an_existing_claim_that_is_not_read_write_many_is_an_invalid_spec():
     assert "ReadWriteMany" in failed["message"]
     ok = decide(w.job, [], now=w.now, claim={"spec": {"accessModes": ["ReadWriteMany"]}})
     assert sorted(n for n, _ in ok.create_groups) == ["oracle", "t0", "t1"]
+
+
+def test_a_trial_group_the_quota_refuses_waits_alone_then_fails_the_job_by_policy():
+    w = ParallelWorld(pendingTimeoutSeconds=60, stallPolicy="Fail")
+    start(w)
+    w.pods[T1]["status"]["conditions"] = [EVICTED]
+    w.vanish(T1)
+    w.step()
+    assert w.status["preemptions"] == 1
+    w.kube.refuse_pods = QUOTA_REFUSAL
+    d = w.step()
+    assert T1 not in w.pods and not d.create_groups
+    t1 = w.groups["t1"]
+    assert t1["state"] == "Pending" and "exceeded quota: gpus" in t1["message"]
+    assert t1["podsRefused"]["reason"] == POD_REJECTED and not t1.get("started")
+    assert w.status["phase"] == st.PHASE_RUNNING  # t0 still trains
+    assert w.condition(st.COND_RUNNING)["reason"] == "TrialsRunning"
+    assert "t1 pending (pod j-t1-worker-0 was refused" in w.status["message"]
+    assert w.reasons()[-1] == POD_REJECTED
+    w.step(61)
+    assert w.status["phase"] == st.PHASE_FAILED
+    failed = w.condition(st.COND_FAILED)["message"]
+    assert "trial group t1: PodRejected for 61s (pendingTimeoutSeconds=60)" in failed
+    assert all(p["metadata"].get("deletionTimestamp") for p in w.pods.values())
+
+
+def test_a_refused_trial_group_starts_once_the_quota_allows():
+    w = ParallelWorld(pendingTimeoutSeconds=60)
+    start(w)
+    w.vanish(T1)
+    w.step()
+    w.kube.refuse_pods = QUOTA_REFUSAL
+    w.step()
+    w.step(61)
+    assert w.condition(st.COND_STALLED)["reason"] == POD_REJECTED
+    assert w.status["phase"] == st.PHASE_RUNNING  # stallPolicy Ignore: the others go on
+    w.kube.refuse_pods = None
+    d = w.step()
+    assert d.create_groups == [("t1", 1)] and "podsRefused" not in w.groups["t1"]
+    w.run_pods()
+    w.step()
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+    assert w.groups["t1"]["state"] == "Running"

@@ -524,7 +524,7 @@ def test_the_data_set_sample_is_valid_and_its_template_accepted():
 
 
 def test_a_pod_the_api_server_refuses_is_reported_on_the_job_not_retried_silently():
-    from tuneop.run.runtime import POD_REJECTED
+    from tuneop.decide.refusal import POD_REJECTED
 
     job = {
         "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},

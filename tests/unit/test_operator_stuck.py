@@ -11,8 +11,9 @@ from tuneop.act import executor
 from tuneop.api import status as st
 from tuneop.decide.classify import Outcome, classify, pending_reason
 from tuneop.decide.patch import Decision
+from tuneop.decide.refusal import CHILD_CONFLICT, POD_REJECTED
 
-from tests.unit.fakes import JOB, QUOTA_REFUSAL, FakeKube
+from tests.unit.fakes import JOB, QUOTA_REFUSAL, FakeKube, stored_object
 from tests.unit.operator_world import World, start
 
 UNSCHEDULABLE = {
@@ -143,3 +144,66 @@ def test_a_pod_refused_by_quota_is_reported_and_nothing_else_applied():
     with pytest.raises(executor.PodRejected, match="exceeded quota: gpus"):
         executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
     assert not [c for c in fake.calls if c[0] == "patch_status"]
+
+
+def test_a_group_refused_by_a_quota_past_the_pending_timeout_fails_the_job_by_policy():
+    """The refusal is decided like any stuck reason: condition Running says it, Stalled
+    follows at pendingTimeoutSeconds since the first refusal, and stallPolicy Fail ends
+    the job with the refusal in its Failed condition."""
+    w = World(pendingTimeoutSeconds=60, stallPolicy="Fail")
+    w.kube.refuse_pods = QUOTA_REFUSAL
+    d = w.step()
+    assert not d.create_pods and w.pods == {}
+    running = w.condition(st.COND_RUNNING)
+    assert running["status"] == "False" and running["reason"] == POD_REJECTED
+    assert "exceeded quota: gpus" in running["message"]
+    assert w.status["phase"] == st.PHASE_PENDING and not w.status.get("attemptStarted")
+    assert w.reasons() == [POD_REJECTED]
+    w.step(30)
+    assert w.status["phase"] == st.PHASE_PENDING and w.reasons() == [POD_REJECTED]
+    w.step(31)  # 61 s after the first refusal
+    assert w.status["phase"] == st.PHASE_FAILED
+    failed = w.condition(st.COND_FAILED)
+    assert failed["reason"] == "Stalled"
+    assert "PodRejected for 61s (pendingTimeoutSeconds=60)" in failed["message"]
+    assert "exceeded quota: gpus" in failed["message"]
+    assert w.reasons() == [POD_REJECTED, "Stalled", "Stalled"]  # the stall, then the failure
+    assert w.status["failures"] == 0 and w.status["restarts"] == 0 and w.pods == {}
+    assert w.step(5).finished and w.pods == {}  # not tried again once failed
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Restart"])
+def test_a_refused_group_stalls_once_and_starts_when_the_quota_allows(policy: str):
+    w = World(pendingTimeoutSeconds=60, stallPolicy=policy)
+    w.kube.refuse_pods = QUOTA_REFUSAL
+    w.step()
+    w.step(61)
+    stalled = w.condition(st.COND_STALLED)
+    assert stalled["status"] == "True" and stalled["reason"] == POD_REJECTED
+    assert w.status["phase"] == st.PHASE_PENDING
+    w.step()
+    assert w.reasons() == [POD_REJECTED, "Stalled"]  # once each, not once per pass
+    # nothing to recreate under Restart: the group was never created
+    assert w.status["restarts"] == 0 and w.status.get("stallRestarts", 0) == 0
+    w.kube.refuse_pods = None  # the quota is raised
+    d = w.step()
+    assert d.create_pods == [0] and d.create_attempt == 0 and list(w.pods) == ["j-worker-0"]
+    assert w.status["attemptStarted"] is True and "podsRefused" not in w.status
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+    w.run_pods()
+    w.step()
+    assert w.status["phase"] == st.PHASE_RUNNING
+    assert w.condition(st.COND_RUNNING)["reason"] == "TrainerRunning"
+
+
+def test_a_child_name_taken_by_another_object_is_a_refusal_too():
+    w = World(pendingTimeoutSeconds=60, stallPolicy="Fail")
+    w.kube.objects[("ServiceAccount", "j-trainer")] = stored_object(
+        "ServiceAccount", "j-trainer", None
+    )
+    w.step()
+    assert w.condition(st.COND_RUNNING)["reason"] == CHILD_CONFLICT and w.pods == {}
+    assert "ServiceAccount j-trainer exists" in w.status["message"]
+    w.step(61)
+    assert w.status["phase"] == st.PHASE_FAILED
+    assert "ChildConflict for 61s" in w.condition(st.COND_FAILED)["message"]

@@ -1,18 +1,21 @@
 """The operator's side effects: `apply` carries out a reconcile Decision in a crash-safe
 order (create children and pods, 409 = exists and must be ours; patch status; release
-and delete pods; post Events; delete the job at its TTL), and `cleanup` removes what a
-deleted job owned. Only objects owned by the job's uid are adopted or deleted."""
+and delete pods; post Events; delete the job at its TTL), `apply_pass` decides and
+applies one pass (deciding again when the API server refuses the pods), and `cleanup`
+removes what a deleted job owned. Only objects owned by the job's uid are adopted or deleted."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..api import names
 from ..api.groups import group_named
 from ..api.owners import owned_by, owner_uids
 from ..api.spec import JobSpec
-from ..decide.patch import Decision
+from ..decide.patch import Decision, Refusal
+from ..decide.refusal import CHILD_CONFLICT, POD_REJECTED
 from ..render import children, trainer_pods
 from .kube import ApiError, ChildConflict, Kube, collection
 
@@ -139,6 +142,36 @@ def apply(
         # the pass read it is a new job, whose TTL has not begun
         logger.info("ttlSecondsAfterFinished passed: deleting the TuningJob")
         kube.delete(names.KIND, namespace, name, uid=meta.get("uid"))
+
+
+def apply_pass(
+    kube: Kube,
+    job: Obj,
+    decide: Callable[[Refusal | None], Decision],
+    *,
+    metrics_port: int,
+    uid: int,
+    logger: Logger = log,
+    spec: JobSpec | None = None,
+) -> Decision:
+    """Decide and apply one pass; the decision applied. When the API server refuses
+    what the decision creates (a pod: PodRejected; a child's name taken by an object
+    the job does not own: ChildConflict), decide again knowing it (decide.refusal) and
+    apply that: the refusal reaches status and Events the way everything else does."""
+    decision = decide(None)
+    options: dict[str, Any] = {
+        "metrics_port": metrics_port, "uid": uid, "logger": logger, "spec": spec,
+    }  # fmt: skip
+    try:
+        apply(kube, job, decision, **options)
+    except (ChildConflict, PodRejected) as err:
+        reason = CHILD_CONFLICT if isinstance(err, ChildConflict) else POD_REJECTED
+        # the module's logger: kopf's per-object one would post it as an Event
+        meta = job["metadata"]
+        log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], reason, err)
+        decision = decide(Refusal(reason, str(err)))
+        apply(kube, job, decision, **options)
+    return decision
 
 
 def _ensure_children(

@@ -45,6 +45,9 @@ RESTORED_ATTEMPT = "restoredAttempt"
 RESTORE_BASELINE = "restoreBaseline"
 """The trainer's `restores` count when the group was created."""
 NEXT_RETRY_TIME = "nextRetryTime"
+PODS_REFUSED = "podsRefused"
+"""While the API server refuses to create the group's pods or children: {reason, since}
+(decide.refusal); gone once the group is created."""
 LAST_PROGRESS_TIME = "lastProgressTime"
 LAST_CHECKPOINT_TIME = "lastCheckpointTime"
 START_TIME = "startTime"
@@ -57,7 +60,7 @@ GROUPS = "groups"
 COUNTERS = (PREEMPTIONS, FAILURES, TRIAL_OOMS, RESTARTS, RESTORES)
 """Counters every job's status shows from its first pass (0 until counted)."""
 
-# --- keys of a status.groups entry (besides ATTEMPT, START_TIME, NEXT_RETRY_TIME,
+# --- keys of a status.groups entry (besides ATTEMPT, START_TIME, NEXT_RETRY_TIME, PODS_REFUSED,
 # RESTORED_ATTEMPT, RESTORE_BASELINE, LAST_PROGRESS_TIME, LAST_CHECKPOINT_TIME and the
 # per-group PREEMPTIONS, FAILURES, RESTARTS, RESTORES, QUEUE_EVICTIONS, MESSAGE) --------
 GROUP_NAME = "name"
@@ -67,6 +70,9 @@ GROUP_COMPLETED = "completed"
 GROUP_TRIAL_ID = "trialId"
 GROUP_EPOCH = "epoch"
 GROUP_STEP = "step"
+REFUSED_REASON = "reason"
+REFUSED_SINCE = "since"
+"""Keys of PODS_REFUSED."""
 
 # --- keys of status.goodput (decide.goodput) ----------------------------------------
 GOODPUT_ALLOCATED = "allocatedGpuSeconds"

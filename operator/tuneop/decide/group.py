@@ -70,6 +70,7 @@ def start_group(draft: Draft, slot: Slot) -> None:
     slot.put(st.GROUP_STARTED, True)
     slot.put(st.START_TIME, st.rfc3339(draft.now))
     slot.put(st.NEXT_RETRY_TIME, None)
+    slot.put(st.PODS_REFUSED, None)
     names_ = ", ".join(slot.group.pod_names)
     draft.event(
         "Normal",

@@ -59,6 +59,7 @@ from .job import (
     wait_for_script,
 )
 from .patch import Decision, Draft
+from .refusal import hold_back, refused_stuck
 from .slot import GroupResult, Slot, gpus_per_pod
 from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
@@ -81,6 +82,7 @@ STATE = {
     "running": "Running",
     "pending": "Pending",
     "waiting": "Waiting",
+    "refused": "Pending",
 }
 
 
@@ -302,7 +304,7 @@ def _start_groups(
     """Start each group that has not started nor completed, or say what it waits for
     (into `results`). True: the job failed (an invalid script or claim)."""
     to_start = [s for s in groups.slots if not s.started and not s.get(st.GROUP_COMPLETED)]
-    if to_start and not draft.get(st.START_TIME):
+    if to_start and draft.refused is None and not draft.get(st.START_TIME):
         draft.put(st.START_TIME, st.rfc3339(draft.now))
     for slot in to_start:
         waiting = _start(
@@ -368,6 +370,8 @@ def _judge_stalls(
             candidates.append(running_stuck(draft, spec, slot, slot.get(st.LAST_PROGRESS_TIME)))
         elif outcome.kind in ("pending", "terminating") and outcome.reason != QUEUED:
             candidates.append(waiting_stuck(draft, spec, slot, outcome))
+        elif outcome.kind == "refused":
+            candidates.append(refused_stuck(draft, spec, slot, outcome))
     queued = [
         f"{name}: {r.message}"
         for name, r in results.items()
@@ -420,6 +424,8 @@ def _start(
     if script_missing(spec, configmaps):
         wait_for_script(draft, spec)
         return GroupResult("waiting", "ScriptConfigMapMissing", "the script's ConfigMap")
+    if draft.refused is not None:
+        return hold_back(draft, slot, draft.refused)
     start_group(draft, slot)
     slot.put(st.RESTORE_BASELINE, progress[slot.group.name].count("restores") or 0)
     return None
@@ -451,7 +457,8 @@ def _summarize(draft: Draft, slots: list[Slot], results: Mapping[str, GroupResul
             what += f" trial {slot.get(st.GROUP_TRIAL_ID)} step {slot.get(st.GROUP_STEP) or 0}"
         else:
             what += f" {state.lower()}"
-            if result is not None and result.kind in ("pending", "waiting") and result.message:
+            waits = ("pending", "waiting", "refused")
+            if result is not None and result.kind in waits and result.message:
                 what += f" ({result.message})"
         parts.append(what)
     summary = f"{draft.get(st.TRIALS)} trials done; " + ", ".join(parts)

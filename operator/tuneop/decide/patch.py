@@ -15,6 +15,14 @@ from .goodput import Ledger
 Obj = dict[str, Any]
 
 
+class Refusal(NamedTuple):
+    """What the API server answered when a decision's pods or children were created:
+    the reason (decide.refusal's POD_REJECTED or CHILD_CONFLICT) and its message."""
+
+    reason: str
+    message: str
+
+
 class PodRef(NamedTuple):
     """A pod to delete: that very object (uid), not a successor under its name."""
 
@@ -79,6 +87,9 @@ class Draft:
         """Pods of started groups that hold GPUs after this pass (goodput's live share)."""
         self.workloads: Mapping[str, Obj | None] = {}
         """Kueue Workloads of queued pod groups, by name (their admission message)."""
+        self.refused: Refusal | None = None
+        """The API server refused what this pass's first decision created: no pod
+        group starts in this one (decide.refusal)."""
 
     def get(self, key: str, default: Any = None) -> Any:
         if key in self.decision.status:

@@ -50,7 +50,8 @@ from .job import (
     wait_for_script,
 )
 from .parallel import decide_parallel
-from .patch import Decision, Draft
+from .patch import Decision, Draft, Refusal
+from .refusal import hold_back, refused_stuck
 from .slot import GroupResult, Slot
 from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
@@ -104,6 +105,7 @@ def decide(
     claim: Obj | None = None,
     workloads: Mapping[str, Obj | None] | None = None,
     spec: JobSpec | None = None,
+    refused: Refusal | None = None,
 ) -> Decision:
     """What to do next for `job`. `pods`: the job's pods (by label). `nodes`: Node objects
     by name, None for a node known not to exist (names absent = unknown). `last_seen`:
@@ -115,12 +117,14 @@ def decide(
     `claim`: spec.checkpoint.existingClaim as read (parallel jobs check its access modes;
     None: not read or not found). `workloads`: Kueue Workloads of the job's queued pod
     groups, by name (their admission message). `spec`: the job's parsed spec (parsed
-    here when not given)."""
+    here when not given). `refused`: what the API server answered when this pass's
+    first decision was applied (decide.refusal): no group starts in this one."""
     nodes = nodes or {}
     last_seen = last_seen or {}
     configmaps = configmaps or {}
     draft = Draft(job, now)
     draft.workloads = workloads or {}
+    draft.refused = refused
     spec = spec or JobSpec.from_dict(job.get("spec") or {})
     draft.put(st.OBSERVED_GENERATION, draft.generation)
     for counter in st.COUNTERS:
@@ -254,6 +258,9 @@ def _start_phase(
     if script_missing(spec, configmaps):
         wait_for_script(draft, spec)
         return
+    if draft.refused is not None:
+        _refused(draft, spec, slot, draft.refused)
+        return
     start_group(draft, slot)
     attempt = slot.attempt
     if not draft.get(st.START_TIME):
@@ -268,6 +275,16 @@ def _start_phase(
         draft.put(st.RESTORE_BASELINE, progress.count("restores") or 0)
     workers = len(slot.group.pod_names)
     draft.put(st.MESSAGE, f"starting trainer pod group {attempt} ({workers} worker(s))")
+
+
+def _refused(draft: Draft, spec: JobSpec, slot: Slot, refusal: Refusal) -> None:
+    """The API server refused the group this pass was starting: hold it back, judge it
+    for Stalled (and stallPolicy) since its first refusal, and say why it waits."""
+    result = hold_back(draft, slot, refusal)
+    stalled = judge_stall(draft, [refused_stuck(draft, spec, slot, result)])
+    if stalled is not None and apply_stall_policy(draft, spec, stalled, {}) is not None:
+        return
+    _report(draft, spec, slot, {}, result)
 
 
 def _follow_phase(
@@ -330,7 +347,7 @@ def _report(
     """Phase, condition Running and message of a job whose group goes on."""
     if result.kind != "running" and draft.get(st.PHASE) == st.PHASE_RUNNING:
         draft.put(st.PHASE, st.PHASE_PENDING)  # no trainer trains while the group is replaced
-    if result.kind in ("recreate", "terminating"):
+    if result.kind in ("recreate", "terminating", "refused"):
         draft.put(st.MESSAGE, result.summary)
         draft.cond(st.COND_RUNNING, False, result.reason, result.message)
     elif result.kind == "running":

@@ -22,6 +22,7 @@ TOP_LEVEL = {
     st.GROUP_STARTED: st.ATTEMPT_STARTED,
     st.START_TIME: st.ATTEMPT_START_TIME,
     st.NEXT_RETRY_TIME: st.NEXT_RETRY_TIME,
+    st.PODS_REFUSED: st.PODS_REFUSED,
     st.RESTORED_ATTEMPT: st.RESTORED_ATTEMPT,
     st.RESTORE_BASELINE: st.RESTORE_BASELINE,
 }
@@ -89,8 +90,9 @@ class Slot:
 @dataclasses.dataclass
 class GroupResult:
     kind: str
-    """completed | invalid | recreate | ended | terminating | running | pending
-    (ended: a budget is spent and the job was finished Failed)."""
+    """completed | invalid | recreate | ended | terminating | running | pending |
+    waiting | refused (ended: a budget is spent and the job was finished Failed;
+    refused: the API server refused to create the group, decide.refusal)."""
     reason: str = ""
     message: str = ""
     """For the Running condition (recreate, pending) or the job's failure (invalid)."""

@@ -91,8 +91,9 @@ def apply_stall_policy(
     draft: Draft, spec: JobSpec, stuck: Stuck, pods: Mapping[str, Obj]
 ) -> GroupResult | None:
     """spec.stallPolicy for a group that just became Stalled: Restart recreates it
-    (status.restarts and stallRestarts, never a failure or a preemption), Fail ends the
-    job with reason Stalled; Ignore leaves it to the condition and the alert."""
+    (status.restarts and stallRestarts, never a failure or a preemption; a group the API
+    server refuses is tried again every pass anyway), Fail ends the job with reason
+    Stalled; Ignore leaves it to the condition and the alert."""
     slot = stuck.slot
     condition = st.get_condition(draft.conditions, st.COND_STALLED) or {}
     message = str(condition.get("message") or stuck.reason)
@@ -100,8 +101,8 @@ def apply_stall_policy(
         _stop(draft, spec, slot, pods)
         finish(draft, succeeded=False, reason="Stalled", message=f"stalled: {message}")
         return GroupResult("ended")
-    if spec.stall_policy != "Restart":
-        return None
+    if spec.stall_policy != "Restart" or not slot.started:
+        return None  # a group never created (refused) has nothing to recreate
     _stop(draft, spec, slot, pods)
     draft.event(
         "Warning",

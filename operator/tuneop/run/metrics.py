@@ -220,15 +220,12 @@ class JobMetrics(Collector):
         self._recoveries: dict[str, list[float]] = {}
         """reason -> per-bucket counts (RECOVERY_BUCKETS, then +Inf), then the sum."""
 
-    def observe(
-        self, namespace: str, name: str, spec: Obj, status: Obj, *, applied: bool = True
-    ) -> None:
-        """A pass of the job's reconcile loop finished: export its numbers. A pass that
-        decided but could not apply (a pod refused) is not counted in passes."""
+    def observe(self, namespace: str, name: str, spec: Obj, status: Obj) -> None:
+        """A pass of the job's reconcile loop decided and applied: export its numbers."""
         values = snapshot(spec, status)
         with self._lock:
             self._jobs[(namespace, name)] = (self._clock(), values)
-            self._passes += int(applied)
+            self._passes += 1
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:

@@ -5,7 +5,6 @@ each pod the watch delivered (it tells why a pod that vanished went)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -16,10 +15,8 @@ from typing import Any
 from ..act import executor
 from ..act import kube as kube_mod
 from ..api import names, podtemplate, queue
-from ..api import status as st
-from ..api.events import Event
 from ..api.spec import JobSpec
-from ..decide.patch import Decision
+from ..decide.patch import Decision, Refusal
 from ..decide.reconcile import decide, nodes_to_read
 from . import metrics
 from .config import Config
@@ -34,13 +31,7 @@ FINISHED_RECHECK_SECONDS = 600.0
 """A finished job, or a suspended one with no pod left, is re-read this rarely (a
 level-based safety net); its spec changes, its pods' events and its TTL wake it sooner."""
 
-CHILD_CONFLICT = "ChildConflict"
-"""Reason (condition Running, Warning Event) while a child's name is taken by an object
-the job does not own."""
-POD_REJECTED = "PodRejected"
 NODE_CACHE_SECONDS = 5.0
-"""Reason while the API server refuses the job's pods (a ResourceQuota, Pod Security or
-another admission check), with its message."""
 
 
 class Runtime:
@@ -123,35 +114,32 @@ class Runtime:
         pods = self.kube.list_pods(namespace, name)
         nodes = {node: self.node(node) for node in nodes_to_read(job, pods, spec)}
         read = self._read_objects(namespace, name, spec, pods)
-        decision = decide(
+
+        def decide_pass(refused: Refusal | None = None) -> Decision:
+            return decide(
+                job,
+                pods,
+                spec=spec,
+                now=dt.datetime.now(dt.UTC),
+                nodes=nodes,
+                last_seen=self.last_seen((namespace, name)),
+                configmaps=read.configmaps,
+                progress_configmap=read.progress,
+                claim=read.claim,
+                workloads=read.workloads,
+                refused=refused,
+            )
+
+        decision = executor.apply_pass(
+            self.kube,
             job,
-            pods,
+            decide_pass,
+            metrics_port=self.config.trainer_metrics_port,
+            uid=self.config.trainer_uid,
+            logger=logger,
             spec=spec,
-            now=dt.datetime.now(dt.UTC),
-            nodes=nodes,
-            last_seen=self.last_seen((namespace, name)),
-            configmaps=read.configmaps,
-            progress_configmap=read.progress,
-            claim=read.claim,
-            workloads=read.workloads,
         )
         self._log_ignored((namespace, name), decision.ignored, logger)
-        try:
-            executor.apply(
-                self.kube,
-                job,
-                decision,
-                metrics_port=self.config.trainer_metrics_port,
-                uid=self.config.trainer_uid,
-                logger=logger,
-                spec=spec,
-            )
-        except kube_mod.ChildConflict as err:
-            self._report_blocked(job, spec, CHILD_CONFLICT, str(err))
-            return None
-        except executor.PodRejected as err:
-            self._report_blocked(job, spec, POD_REJECTED, str(err))
-            return None
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
             metrics.JOBS.recovered(reason, seconds)
@@ -178,57 +166,6 @@ class Runtime:
                 f"{spec.checkpoint.existing_claim}"
             )
         return _Read(progress, configmaps, workloads, claim)
-
-    def _report_blocked(self, job: Obj, spec: JobSpec, reason: str, message: str) -> None:
-        """The decision could not be applied (a child's name taken by an object the job
-        does not own: ChildConflict; a pod refused by quota or admission: PodRejected):
-        say so in status (condition Running=False with that reason) and once as a
-        Warning Event. Past pendingTimeoutSeconds, counted from when condition Running
-        turned False (the group has waited since), also condition Stalled=True with that
-        reason and one Warning Event Stalled. The job's series are exported as after any
-        pass, so TuneopJobStalled sees it. The next pass tries again."""
-        meta, old = job["metadata"], job.get("status") or {}
-        before = list(old.get(st.CONDITIONS) or [])
-        generation = int(meta.get("generation") or 1)
-        now = dt.datetime.now(dt.UTC)
-        conditions = st.set_condition(
-            before, st.COND_RUNNING, False, reason, message, generation, now
-        )
-        since = st.parse_time((st.get_condition(conditions, st.COND_RUNNING) or {}).get(
-            "lastTransitionTime"
-        )) or now  # fmt: skip
-        waited = int((now - since).total_seconds())
-        stalled = st.get_condition(before, st.COND_STALLED) or {}
-        events: list[Event] = []
-        if waited > spec.pending_timeout_seconds and not (
-            stalled.get("status") == "True" and stalled.get("reason") == reason
-        ):
-            stall = f"{reason} for {waited}s (pendingTimeoutSeconds="
-            stall += f"{spec.pending_timeout_seconds}): {message}"
-            conditions = st.set_condition(
-                conditions, st.COND_STALLED, True, reason, stall[:32768], generation, now
-            )
-            events.append(Event("Warning", "Stalled", stall))
-        patch = {st.MESSAGE: message, st.CONDITIONS: conditions}
-        metrics.JOBS.observe(
-            meta["namespace"], meta["name"], job.get("spec") or {}, {**old, **patch}, applied=False
-        )
-        # the module's logger, not kopf's per-object one, which would post every pass's
-        # warning as an Event of its own
-        key = f"{meta['namespace']}/{meta['name']}"
-        running = st.get_condition(before, st.COND_RUNNING) or {}
-        if running.get("reason") != reason or running.get("message") != message:
-            log.warning("%s: %s: %s", key, reason, message)
-            events.insert(0, Event("Warning", reason, message))
-        elif not events:
-            log.info("%s: still %s: %s", key, reason, message)
-            return
-        self.kube.patch_status(
-            meta["namespace"], meta["name"], patch, resource_version=meta.get("resourceVersion")
-        )
-        for event in events:
-            with contextlib.suppress(kube_mod.ApiError):
-                self.kube.post_event(job, event)
 
     def _log_ignored(
         self,

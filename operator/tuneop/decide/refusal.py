@@ -1,0 +1,52 @@
+"""A pod group the API server will not let the operator create: its pods refused (a
+ResourceQuota, Pod Security or another admission check: PodRejected) or a child's name
+taken by an object the job does not own (ChildConflict). The executor meets the refusal
+when it applies a pass's decision; the pass then decides again with it
+(`Draft.refused`), and that decision holds back every group it would start and says why.
+A refused group waits from its first refusal (`podsRefused.since`) and is judged against
+pendingTimeoutSeconds like any group that does not start, so spec.stallPolicy applies to
+it. Every later pass tries to create the group again."""
+
+from __future__ import annotations
+
+from ..api import status as st
+from ..api.spec import JobSpec
+from .patch import Draft, Refusal
+from .slot import GroupResult, Slot
+from .stall import Stuck
+
+POD_REJECTED = "PodRejected"
+"""Reason while the API server refuses the job's pods, with the server's message."""
+CHILD_CONFLICT = "ChildConflict"
+"""Reason while a child's name is taken by an object the job does not own."""
+
+
+def hold_back(draft: Draft, slot: Slot, refusal: Refusal) -> GroupResult:
+    """The group is not started in this pass: since when it is refused is kept, and one
+    Warning Event says so when its refusal begins or changes reason."""
+    held = slot.get(st.PODS_REFUSED)
+    held = held if isinstance(held, dict) else {}
+    if held.get(st.REFUSED_REASON) != refusal.reason:
+        since = held.get(st.REFUSED_SINCE) if st.parse_time(held.get(st.REFUSED_SINCE)) else None
+        slot.put(
+            st.PODS_REFUSED,
+            {st.REFUSED_REASON: refusal.reason, st.REFUSED_SINCE: since or st.rfc3339(draft.now)},
+        )
+        draft.event("Warning", refusal.reason, refusal.message)
+    return GroupResult(
+        "refused",
+        refusal.reason,
+        refusal.message,
+        f"cannot create the {slot.label} pod group: {refusal.message}",
+    )
+
+
+def refused_stuck(draft: Draft, spec: JobSpec, slot: Slot, result: GroupResult) -> Stuck:
+    """A refused group judged against pendingTimeoutSeconds since its first refusal."""
+    held = slot.get(st.PODS_REFUSED)
+    since = st.parse_time(held.get(st.REFUSED_SINCE)) if isinstance(held, dict) else None
+    idle = (draft.now - since).total_seconds() if since else 0.0
+    return Stuck(
+        slot, idle, spec.pending_timeout_seconds, result.reason, result.message,
+        "pendingTimeoutSeconds",
+    )  # fmt: skip
