@@ -1,14 +1,21 @@
 """The level-based decision, as a pure function: given the TuningJob (spec + status),
 its pods and what is known of their nodes, return what to change. No API calls here:
-act.executor applies a Decision, tests/unit/test_operator_reconcile.py drives this
-function through whole scenarios (preemption, failures and backoff, budgets, suspend,
-restore reporting, stall, TTL).
+act.executor applies a Decision; tests/unit/test_operator_*.py drive this function
+through whole scenarios (preemption, failures and backoff, budgets, suspend, restore
+reporting, stall, TTL, parallel trials, Kueue).
 
-Idempotence: counters move only together with `status.attempt` (the pod group index)
+One path for every job: a job is a list of pod groups (decide.job_groups: a sequential
+job's one trainer group, or parallel trials' oracle and trial groups), each started,
+followed and judged by the same rules (decide.group, decide.budgets, decide.stall,
+decide.refusal), each recreated on its own. The job ends when its trial groups have all
+completed (the final summary from the sequential trainer or t0), when a budget is spent,
+on an invalid spec or by stallPolicy Fail.
+
+Idempotence: counters move only together with a group's pod group index (`attempt`)
 in one status patch, which the executor writes before it deletes anything; pods of an
 older group are deleted without being counted again. Pods are created (by name, 409 is
-fine) before `attemptStarted` is written, so a restart between the two creates nothing
-twice and counts nothing."""
+fine) before the group is recorded as started, so a restart between the two creates
+nothing twice and counts nothing."""
 
 from __future__ import annotations
 
@@ -19,26 +26,21 @@ from typing import Any
 from ..api import status as st
 from ..api.groups import pod_groups, sequential_group
 from ..api.owners import foreign
-from ..api.progress import ProgressView
 from ..api.queue import QUEUED
-from ..api.spec import JobSpec, validate
+from ..api.spec import JobSpec, SpecError, check_existing_claim, validate
 from .classify import attempt_of, needs_node
 from .group import (
     backoff_wait,
     classify_group,
-    current_pods,
     held_pods,
     queued_condition,
-    release_held,
     run_group,
     start_group,
 )
 from .job import (
     INVALID_SPEC_PREFIX,
     apply_final,
-    apply_progress,
     best_text,
-    copy_progress,
     delete_alive,
     finish,
     reopen_or_stay,
@@ -49,10 +51,11 @@ from .job import (
     ttl,
     wait_for_script,
 )
-from .parallel import decide_parallel
+from .job_groups import JobGroups, read_groups
 from .patch import Decision, Draft, Refusal
 from .refusal import hold_back, refused_stuck
-from .slot import GroupResult, Slot
+from .report import report
+from .slot import GroupResult, Slot, gpus_per_pod
 from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
 Obj = dict[str, Any]
@@ -112,15 +115,13 @@ def decide(
     the last version of each pod the watch delivered (says why a vanished pod went).
     `configmaps`: the ConfigMap named by spec.script.configMap, by name (None or absent
     = not found), read before each decision so no pod is created without it.
-    `progress_configmap`: the job's progress ConfigMap, where the trainer reports; its
-    valid fields are copied into status.progress (None or empty: status.progress as it is).
-    `claim`: spec.checkpoint.existingClaim as read (parallel jobs check its access modes;
-    None: not read or not found). `workloads`: Kueue Workloads of the job's queued pod
+    `progress_configmap`: the job's progress ConfigMap, where the trainers report; their
+    valid fields are copied into status (None or empty: status as it is). `claim`:
+    spec.checkpoint.existingClaim as read (parallel jobs check its access modes; None:
+    not read or not found). `workloads`: Kueue Workloads of the job's queued pod
     groups, by name (their admission message). `spec`: the job's parsed spec (parsed
     here when not given). `refused`: what the API server answered when this pass's
     first decision was applied (decide.refusal): no group starts in this one."""
-    nodes = nodes or {}
-    last_seen = last_seen or {}
     configmaps = configmaps or {}
     draft = Draft(job, now)
     draft.workloads = workloads or {}
@@ -132,242 +133,223 @@ def decide(
             draft.put(counter, 0)
     if draft.get(st.PHASE) is None:
         draft.put(st.PHASE, st.PHASE_PENDING)
-    if spec.parallel:
-        decision = decide_parallel(
-            draft,
-            spec,
-            pods,
-            nodes=nodes,
-            last_seen=last_seen,
-            configmaps=configmaps,
-            progress_configmap=progress_configmap,
-            claim=claim,
-        )
-    else:
-        decision = _decide_sequential(
-            draft, spec, pods, nodes, last_seen, configmaps, progress_configmap
-        )
-    decision.recoveries = draft.ledger.finish(draft.live_pods)
-    return decision
-
-
-def _decide_sequential(
-    draft: Draft,
-    spec: JobSpec,
-    pods: list[Obj],
-    nodes: Mapping[str, Obj | None],
-    last_seen: Mapping[str, Obj],
-    configmaps: Mapping[str, Obj | None],
-    progress_configmap: Obj | None,
-) -> Decision:
-    """The sequential job (one pod group) in three phases: stop what must stop (a
-    finished, invalid or suspended job), start a group when none runs, or follow the
-    running one."""
-    job = draft.job
-    progress = copy_progress(draft, progress_configmap)
-    draft.decision.ignored = progress.ignored
-    apply_progress(draft, progress)
-
-    slot = Slot(draft, sequential_group(job["metadata"]["name"], spec))
-    others = [p for p in pods if foreign(p, job)]
-    pods = [p for p in pods if not foreign(p, job)]
-    current = current_pods(slot, pods)
-    stale = [p for p in pods if p["metadata"]["name"] not in current]
-    delete_alive(draft, stale)
-    stopping = draft.get(st.PHASE) in st.TERMINAL_PHASES or spec.suspend
-    release_held(draft, pods, set(current), stopping)
-
-    kept = _stop_phase(draft, spec, slot, pods, current, configmaps)
-    if kept is None:
-        return draft.decision
-    if not slot.started:
-        _start_phase(draft, spec, slot, stale, others, configmaps, progress)
-    else:
-        _follow_phase(draft, spec, slot, kept, nodes, last_seen, configmaps, progress)
+    groups = read_groups(draft, spec, pods, progress_configmap)
+    errors = validate(spec)
+    bad_script = script_error(spec, configmaps) or (
+        check_existing_claim(spec, claim) if spec.parallel and claim is not None else None
+    )
+    if not _stop_phase(draft, spec, groups, errors, bad_script):
+        _run_groups(draft, spec, groups, nodes or {}, last_seen or {}, configmaps, bad_script)
+    groups.write_entries(draft)
+    draft.decision.recoveries = draft.ledger.finish(draft.live_pods)
     return draft.decision
 
 
 def _stop_phase(
     draft: Draft,
     spec: JobSpec,
-    slot: Slot,
-    pods: list[Obj],
-    current: dict[str, Obj],
-    configmaps: Mapping[str, Obj | None],
-) -> dict[str, Obj] | None:
-    """A finished job stays finished (or reopens), an invalid spec fails the job, a
-    suspended job stops its group. None: the decision is complete; else the current
-    pods the job goes on with."""
-    errors = validate(spec)
+    groups: JobGroups,
+    errors: list[SpecError],
+    bad_script: SpecError | None,
+) -> bool:
+    """A finished job stays finished (or reopens: its groups start afresh), an invalid
+    spec fails the job, a suspended job stops every group. True: the decision is
+    complete."""
+    slots = groups.slots
     if draft.get(st.PHASE) in st.TERMINAL_PHASES:
-        bad_script = script_error(spec, configmaps)
-        if reopen_or_stay(draft, spec, [slot], list(current.values()), errors, bad_script):
-            return None
-        current = {}
-    gpus = spec.distribution.gpus_per_worker
+        if reopen_or_stay(draft, spec, slots, groups.every_current, errors, bad_script):
+            return True
+        groups.current = {s.group.name: {} for s in slots}
     if errors:
         message = INVALID_SPEC_PREFIX + "; ".join(str(e) for e in errors)
-        delete_alive(draft, list(current.values()))
-        draft.ledger.close(current.values(), gpus)
+        delete_alive(draft, groups.every_current)
+        _close(draft, spec, slots, groups)
         finish(draft, succeeded=False, reason="InvalidSpec", message=message)
-        return None
+        return True
     if spec.suspend:
-        if slot.started:
-            draft.ledger.close(current.values(), gpus)
-        suspend(draft, [slot], pods)
-        return None
+        _close(draft, spec, [s for s in slots if s.started], groups)
+        suspend(draft, slots, groups.pods)
+        for slot in slots:
+            slot.put(st.GROUP_STATE, "Succeeded" if slot.get(st.GROUP_COMPLETED) else "Suspended")
+        return True
     resume_if_suspended(draft)
-    return current
+    return False
 
 
-def _start_phase(
+def _close(draft: Draft, spec: JobSpec, slots: list[Slot], groups: JobGroups) -> None:
+    """The groups' pods are stopped by the operator (suspend, an invalid spec): their
+    GPU time ends."""
+    for slot in slots:
+        draft.ledger.close(groups.current[slot.group.name].values(), gpus_per_pod(spec, slot))
+
+
+def _run_groups(
+    draft: Draft,
+    spec: JobSpec,
+    groups: JobGroups,
+    nodes: Mapping[str, Obj | None],
+    last_seen: Mapping[str, Obj],
+    configmaps: Mapping[str, Obj | None],
+    bad_script: SpecError | None,
+) -> None:
+    """Start the groups that wait, follow the running ones, judge stalls, and report;
+    the job succeeds once every trial group has completed."""
+    results: dict[str, GroupResult] = {}
+    if _start_groups(draft, spec, groups, configmaps, bad_script, results):
+        return
+    if _follow_groups(draft, spec, groups, nodes, last_seen, results):
+        return
+    if _judge_stalls(draft, spec, groups, results):
+        return
+    if all(_completed(s, results) for s in groups.trial_slots):
+        delete_alive(draft, groups.every_current, keep_ended=True)
+        message = f"search completed: {best_text(draft)}"
+        finish(draft, succeeded=True, reason="Completed", message=message)
+        ttl(draft, spec)
+        return
+    report(draft, spec, groups, results, configmaps)
+
+
+def _completed(slot: Slot, results: Mapping[str, GroupResult]) -> bool:
+    result = results.get(slot.group.name)
+    return bool(slot.get(st.GROUP_COMPLETED)) or (result is not None and result.kind == "completed")
+
+
+def _start_groups(
+    draft: Draft,
+    spec: JobSpec,
+    groups: JobGroups,
+    configmaps: Mapping[str, Obj | None],
+    bad_script: SpecError | None,
+    results: dict[str, GroupResult],
+) -> bool:
+    """Start each group that has not started nor completed, or say what it waits for
+    (into `results`). True: the job failed (an invalid script or claim)."""
+    for slot in groups.slots:
+        if slot.started or slot.get(st.GROUP_COMPLETED):
+            continue
+        result = _start(draft, spec, slot, groups, bad_script, configmaps)
+        if result.kind == "invalid":
+            delete_alive(draft, groups.every_current)
+            finish(draft, succeeded=False, reason="InvalidSpec", message=result.message)
+            return True
+        results[slot.group.name] = result
+    return False
+
+
+def _start(
     draft: Draft,
     spec: JobSpec,
     slot: Slot,
-    stale: list[Obj],
-    others: list[Obj],
+    groups: JobGroups,
+    bad_script: SpecError | None,
     configmaps: Mapping[str, Obj | None],
-    progress: ProgressView,
-) -> None:
-    """No group runs: wait for old pods, the backoff and the script's ConfigMap, then
-    start the next pod group."""
-    name = draft.job["metadata"]["name"]
-    if stale:
-        draft.put(st.MESSAGE, f"waiting for {len(stale)} old trainer pod(s) to terminate")
-        return
-    if others:
-        draft.put(st.MESSAGE, f"waiting for {len(others)} pod(s) of an earlier TuningJob {name!r}")
-        return
+) -> GroupResult:
+    """Create the group's pods (kind "started"), or say what it waits for."""
+    mine = groups.stale_of(slot)
+    if mine:
+        summary = f"waiting for {len(mine)} old trainer pod(s) to terminate"
+        return GroupResult("waiting", "OldPodsTerminating", summary, summary)
+    if groups.others:
+        name = draft.job["metadata"]["name"]
+        summary = f"waiting for {len(groups.others)} pod(s) of an earlier TuningJob {name!r}"
+        return GroupResult("waiting", "EarlierJobPods", summary, summary)
     waiting = backoff_wait(draft, slot)
     if waiting is not None:
-        draft.put(st.MESSAGE, waiting)
-        draft.cond(st.COND_RUNNING, False, "Backoff", waiting)
-        if draft.get(st.PHASE) == st.PHASE_RUNNING:
-            draft.put(st.PHASE, st.PHASE_PENDING)
-        return
-    # checked before every pod group: the map may have changed since the last one
-    bad_script = script_error(spec, configmaps)
+        return GroupResult("waiting", "Backoff", waiting, waiting)
     if bad_script is not None:
-        finish(
-            draft,
-            succeeded=False,
-            reason="InvalidSpec",
-            message=INVALID_SPEC_PREFIX + str(bad_script),
-        )
-        return
+        return GroupResult("invalid", message=INVALID_SPEC_PREFIX + str(bad_script))
     if script_missing(spec, configmaps):
         wait_for_script(draft, spec)
-        return
+        return GroupResult("waiting", "ScriptConfigMapMissing", "the script's ConfigMap")
     if draft.refused is not None:
-        _refused(draft, spec, slot, draft.refused)
-        return
+        return hold_back(draft, slot, draft.refused)
     start_group(draft, slot)
-    attempt = slot.attempt
     if not draft.get(st.START_TIME):
         draft.put(st.START_TIME, st.rfc3339(draft.now))
-    if attempt > 0:
+    progress = groups.progress[slot.group.name]
+    if slot.attempt > 0 or groups.parallel:
+        slot.put(st.RESTORE_BASELINE, progress.count("restores") or 0)
+    if slot.attempt > 0 and not groups.parallel:
         # what the new trainer reports from now on is about this group
         draft.decision.status[st.PROGRESS] = {
             **(draft.decision.status.get(st.PROGRESS) or {}),
             "resumedFromStep": None,
             "resumedFromEpoch": None,
         }
-        draft.put(st.RESTORE_BASELINE, progress.count("restores") or 0)
     workers = len(slot.group.pod_names)
-    draft.put(st.MESSAGE, f"starting trainer pod group {attempt} ({workers} worker(s))")
+    summary = f"starting {slot.label} pod group {slot.attempt} ({workers} worker(s))"
+    return GroupResult("started", "PodsPending", "created", summary)
 
 
-def _refused(draft: Draft, spec: JobSpec, slot: Slot, refusal: Refusal) -> None:
-    """The API server refused the group this pass was starting: hold it back, judge it
-    for Stalled (and stallPolicy) since its first refusal, and say why it waits."""
-    result = hold_back(draft, slot, refusal)
-    stalled = judge_stall(draft, [refused_stuck(draft, spec, slot, result)])
-    if stalled is not None and apply_stall_policy(draft, spec, stalled, {}) is not None:
-        return
-    _report(draft, spec, slot, {}, result)
-
-
-def _follow_phase(
+def _follow_groups(
     draft: Draft,
     spec: JobSpec,
-    slot: Slot,
-    current: dict[str, Obj],
+    groups: JobGroups,
     nodes: Mapping[str, Obj | None],
     last_seen: Mapping[str, Obj],
-    configmaps: Mapping[str, Obj | None],
-    progress: ProgressView,
-) -> None:
-    """The group runs: classify its pods, apply the outcome (success, recreate, backoff),
-    judge a stall, and report the phase, condition and message."""
-    outcomes = classify_group(slot, current, nodes, last_seen)
-    held = held_pods(slot, current, last_seen)
-    result = run_group(draft, spec, slot, current, outcomes, progress, held)
-    if result.kind == "completed" and result.chief is not None:
-        delete_alive(draft, list(current.values()), keep_ended=True)
-        apply_final(draft, result.chief)
-        message = f"search completed: {best_text(draft)}"
-        finish(draft, succeeded=True, reason="Completed", message=message)
-        ttl(draft, spec)
-        return
-    if result.kind == "invalid":
-        delete_alive(draft, list(current.values()))
-        finish(draft, succeeded=False, reason="InvalidSpec", message=result.message)
-        return
-    result = _judge_stall(draft, spec, slot, current, result)
-    if result.kind != "ended":
-        _report(draft, spec, slot, configmaps, result)
+    results: dict[str, GroupResult],
+) -> bool:
+    """Each started group that has not completed: what its pods say (into `results`);
+    the final group's completion gives the final result. True: the job ended (a budget
+    spent, an InvalidSpec)."""
+    for slot in groups.slots:
+        if slot.group.name in results or slot.get(st.GROUP_COMPLETED):
+            continue  # started in this pass, or done
+        group_pods = groups.current[slot.group.name]
+        outcomes = classify_group(slot, group_pods, nodes, last_seen)
+        held = held_pods(slot, group_pods, last_seen)
+        progress = groups.progress[slot.group.name]
+        result = run_group(draft, spec, slot, group_pods, outcomes, progress, held)
+        if result.kind == "ended":  # a budget is spent: the job failed
+            delete_alive(draft, groups.every_current)
+            return True
+        if result.kind == "invalid":
+            delete_alive(draft, groups.every_current)
+            finish(draft, succeeded=False, reason="InvalidSpec", message=result.message)
+            return True
+        if result.kind == "completed":
+            slot.put(st.GROUP_COMPLETED, True)
+            delete_alive(draft, list(group_pods.values()), keep_ended=True)
+            if slot is groups.final_slot and result.chief is not None:
+                apply_final(draft, result.chief)  # it ran the post-search work
+        results[slot.group.name] = result
+    return False
 
 
-def _judge_stall(
-    draft: Draft, spec: JobSpec, slot: Slot, current: dict[str, Obj], result: GroupResult
-) -> GroupResult:
-    """Condition Queued, and a group that runs, waits or terminates judged for Stalled
-    (not while Kueue holds it); the stall policy's result when it acted."""
-    queued = result.kind == "pending" and result.reason == QUEUED
-    queued_condition(draft, result.message if queued else None)
-    if result.kind not in ("running", "pending", "terminating") or queued:
-        return result
-    stuck = (
-        running_stuck(draft, spec, slot, draft.get(st.LAST_PROGRESS_TIME))
-        if result.kind == "running"
-        else waiting_stuck(draft, spec, slot, result)
-    )
-    stalled = judge_stall(draft, [stuck])
-    acted = apply_stall_policy(draft, spec, stalled, current) if stalled else None
-    return acted if acted is not None else result
-
-
-def _report(
-    draft: Draft,
-    spec: JobSpec,
-    slot: Slot,
-    configmaps: Mapping[str, Obj | None],
-    result: GroupResult,
-) -> None:
-    """Phase, condition Running and message of a job whose group goes on."""
-    if result.kind != "running" and draft.get(st.PHASE) == st.PHASE_RUNNING:
-        draft.put(st.PHASE, st.PHASE_PENDING)  # no trainer trains while the group is replaced
-    if result.kind in ("recreate", "terminating", "refused"):
-        draft.put(st.MESSAGE, result.summary)
-        draft.cond(st.COND_RUNNING, False, result.reason, result.message)
-    elif result.kind == "running":
-        if draft.get(st.PHASE) != st.PHASE_RUNNING:
-            draft.put(st.PHASE, st.PHASE_RUNNING)
-        workers = len(slot.group.pod_names)
-        draft.cond(st.COND_RUNNING, True, "TrainerRunning", f"{workers} trainer pod(s) running")
-        trial = draft.get(st.CURRENT_TRIAL)
-        trials = draft.get(st.TRIALS)
-        draft.put(
-            st.MESSAGE,
-            f"running trial {trial}, {trials} trials done" if trial else "trainer running",
-        )
-    elif result.kind == "pending":
-        pending = result.message
-        if script_missing(spec, configmaps):
-            # deleted after the check: the kubelet retries the mount until it is back
-            pending += (
-                f"; ConfigMap {spec.script_configmap!r} (spec.script.configMap.name) not "
-                "found: the pods start once it exists"
-            )
-        draft.cond(st.COND_RUNNING, False, result.reason, pending)
-        draft.put(st.MESSAGE, f"waiting for trainer pods ({pending})")
+def _judge_stalls(
+    draft: Draft, spec: JobSpec, groups: JobGroups, results: dict[str, GroupResult]
+) -> bool:
+    """Condition Queued, and the groups judged for Stalled (running trial groups against
+    their progress, waiting groups against their start, refused ones against their first
+    refusal; not while Kueue holds them), with the stall policy for the group that just
+    became Stalled. True: the job ended (stallPolicy Fail)."""
+    candidates = []
+    for slot in groups.slots:
+        outcome = results.get(slot.group.name)
+        if slot.get(st.GROUP_COMPLETED) or outcome is None:
+            continue
+        if outcome.kind == "running" and not slot.group.oracle:
+            candidates.append(running_stuck(draft, spec, slot, slot.get(st.LAST_PROGRESS_TIME)))
+        elif outcome.kind in ("pending", "terminating") and outcome.reason != QUEUED:
+            candidates.append(waiting_stuck(draft, spec, slot, outcome))
+        elif outcome.kind == "refused":
+            candidates.append(refused_stuck(draft, spec, slot, outcome))
+    queued = [
+        (f"{slot.group.name}: " if groups.parallel else "") + result.message
+        for slot in groups.slots
+        if (result := results.get(slot.group.name)) is not None
+        and result.kind == "pending"
+        and result.reason == QUEUED
+    ]
+    queued_condition(draft, "; ".join(queued) if queued else None)
+    stalled = judge_stall(draft, candidates)
+    if stalled is None:
+        return False
+    acted = apply_stall_policy(draft, spec, stalled, groups.current[stalled.slot.group.name])
+    if acted is not None and acted.kind == "ended":
+        delete_alive(draft, groups.every_current)
+        return True
+    if acted is not None:
+        results[stalled.slot.group.name] = acted
+    return False

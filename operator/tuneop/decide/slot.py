@@ -25,6 +25,8 @@ TOP_LEVEL = {
     st.PODS_REFUSED: st.PODS_REFUSED,
     st.RESTORED_ATTEMPT: st.RESTORED_ATTEMPT,
     st.RESTORE_BASELINE: st.RESTORE_BASELINE,
+    st.LAST_PROGRESS_TIME: st.LAST_PROGRESS_TIME,
+    st.LAST_CHECKPOINT_TIME: st.LAST_CHECKPOINT_TIME,
 }
 """Where the sequential group's bookkeeping lives in status, by the key a parallel
 job's group uses for it inside its `status.groups` entry."""
@@ -108,10 +110,6 @@ def gpus_per_pod(spec: JobSpec, slot: Slot) -> int:
 def last_checkpoint(draft: Draft, slot: Slot) -> Any:
     """The group's last checkpoint time, not before the group started (a group that
     never checkpointed loses everything since its start)."""
-    reported = (
-        draft.get(st.LAST_CHECKPOINT_TIME)
-        if slot.entry is None
-        else slot.get(st.LAST_CHECKPOINT_TIME)
-    )
+    reported = slot.get(st.LAST_CHECKPOINT_TIME)
     times = [t for t in (st.parse_time(reported), st.parse_time(slot.get(st.START_TIME))) if t]
     return st.rfc3339(max(times)) if times else None
