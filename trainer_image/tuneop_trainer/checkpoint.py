@@ -6,7 +6,8 @@ Layout of one checkpoint directory `<root>/ckpt-<seq:08d>/`:
                  metric accumulator, as numpy arrays keyed `model/<path>`,
                  `optimizer/<path>`, `metrics/<path>` (restored by path, shapes checked);
                  in script mode also callback state (`callbacks/...`)
-  meta.json      epoch, step within the epoch, history so far, times, ...
+  meta.json      epoch, step within the epoch, history so far, times, the format
+                 version (volume_format: another version is refused, exit 2), ...
   MANIFEST.json  sha256 and size of the two files above; written last
 
 A checkpoint is written into a hidden temp directory, every file fsynced, then the
@@ -41,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from . import volume_format
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +111,8 @@ class CheckpointStore:
     def _commit(self, tmp: Path, state: dict[str, Any], meta: dict[str, Any]) -> Path:
         """meta + manifest into `tmp` (state.npz already there), then rename into
         place, fsync the parent, prune to `keep`."""
-        meta_bytes = json.dumps({**meta, "savedAt": time.time()}, sort_keys=True).encode()
+        stamped = {**meta, "savedAt": time.time(), volume_format.META_KEY: volume_format.FORMAT}
+        meta_bytes = json.dumps(stamped, sort_keys=True).encode()
         manifest = {
             STATE_FILE: state,
             META_FILE: {"sha256": hashlib.sha256(meta_bytes).hexdigest(), "size": len(meta_bytes)},
@@ -140,6 +144,7 @@ class CheckpointStore:
                     "checkpoint %s is corrupt (%s); falling back to the previous", path, exc
                 )
                 continue
+            volume_format.check_meta(meta, path)
             return arrays, meta, path
         return None
 
@@ -159,6 +164,7 @@ class CheckpointStore:
             except (OSError, ValueError, KeyError) as exc:
                 log.warning("checkpoint %s is corrupt (%s); trying the previous", path, exc)
                 continue
+            volume_format.check_meta(meta, path)
             return meta
         return None
 

@@ -41,6 +41,7 @@ from . import preemption
 from .cadence import mtbf_from_env
 from .checkpoint import VolumeError, volume_errors
 from .spec import SpecError, TrainerSpec, load_spec_file
+from .volume_format import FormatMismatch
 
 log = logging.getLogger("tuneop_trainer")
 
@@ -97,11 +98,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _exec(args: argparse.Namespace) -> int:
+    from . import strategy, volume_format
     from .script.runner import run_script
 
     try:
         spec = load_spec_file(args.spec) if args.spec else TrainerSpec()
         mtbf_from_env()
+        volume_format.check_volume(Path(args.dir), strategy.is_chief())
     except SpecError as exc:
         return fail(EXIT_INVALID_SPEC, str(exc))
     return run_script(
@@ -133,12 +136,13 @@ def _check_owner(spec: TrainerSpec, root: Path) -> None:
     """The volume's search is this job's, or adopted on request (ownership.py). The
     writer is the process that records the search: the chief, or a parallel search's
     oracle."""
-    from . import ownership, strategy
+    from . import ownership, strategy, volume_format
     from .parallel import roles
 
     write = strategy.is_chief() and not roles.current().is_group
     if write:
         root.mkdir(parents=True, exist_ok=True)
+    volume_format.check_volume(root, write)
     ownership.check(root, spec, write)
 
 
@@ -254,6 +258,9 @@ def _search(
     except tuners.InvalidSearch as exc:
         reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
         return fail(EXIT_INVALID_SPEC, str(exc))
+    except FormatMismatch as exc:
+        reporter.update(force=True, phase=PHASE_FAILED, message=exc.message)
+        return fail(EXIT_INVALID_SPEC, exc.message)
     except Exception as exc:
         message = summary(exc)
         log.exception("search failed")

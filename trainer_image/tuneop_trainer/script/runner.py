@@ -34,6 +34,7 @@ from tuneop_contract import (
 from .. import fingerprint, ktpatch, parallel, preemption
 from ..checkpoint import VOLUME_ERRNOS, VolumeError
 from ..spec import CheckpointSpec, SpecError
+from ..volume_format import FormatMismatch
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +137,11 @@ def run_script(
         results = None
         # with parallel trials the post-search code and the results are tuner0's
         if rt.tuners and role.runs_post_search:
-            tuners.report_search(rt.tuners[-1])
-            results = _write_results(rt)
+            try:
+                tuners.report_search(rt.tuners[-1])
+                results = _write_results(rt)
+            except FormatMismatch as exc:
+                code, message = EXIT_INVALID_SPEC, exc.message
         if code != EXIT_COMPLETED:
             reporter.update(force=True, phase=PHASE_FAILED, message=message)
             return fail(code, message)
@@ -205,6 +209,8 @@ def _execute(
         return EXIT_PREEMPTED, ""
     except VolumeError as exc:  # retryable: the previous checkpoint is intact
         return EXIT_PREEMPTED, exc.message
+    except FormatMismatch as exc:
+        return EXIT_INVALID_SPEC, exc.message
     except parallel.RoleDone:  # the oracle, or a trial group other than tuner0
         return EXIT_COMPLETED, ""
     except SystemExit as exc:
