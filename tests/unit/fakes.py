@@ -85,6 +85,8 @@ class FakeKube(kube.Kube):
     `objects` by (kind, name) (one namespace): create answers False (a 409) when the name
     is taken, get and list_pods read them, delete removes them. `job` is what get_job
     reads. `refuse_pods` (status, message): the API server refuses every pod so.
+    `pod_quota`: a ResourceQuota of that many pods, checked as the API server does,
+    before the name is looked up (a pod that exists is refused too when it is full).
 
     Recorded: `calls`, the writes in order as (verb, "Kind/name") (`("patch_status",
     "<the status keys>")`, `("event", reason)`) and the reads of ConfigMaps by name
@@ -99,10 +101,12 @@ class FakeKube(kube.Kube):
         *,
         job: Obj | None = None,
         refuse_pods: tuple[int, str] | None = None,
+        pod_quota: int | None = None,
     ) -> None:
         self.objects = {} if objects is None else objects
         self.job = job
         self.refuse_pods = refuse_pods
+        self.pod_quota = pod_quota
         self.calls: list[tuple[str, str]] = []
         self.patches: list[Obj] = []
         self.deleted: list[tuple[str, str, str | None]] = []
@@ -147,10 +151,13 @@ class FakeKube(kube.Kube):
     # --- writes --------------------------------------------------------------------
     def create(self, obj: Obj) -> bool:
         meta = obj["metadata"]
-        if obj["kind"] == "Pod" and self.refuse_pods is not None:
-            status, message = self.refuse_pods
-            body = json.dumps({"message": message})
-            raise kube.ApiError(status, body, "POST", kube.collection("Pod", meta["namespace"]))
+        refusal = self.refuse_pods
+        if self.pod_quota is not None and len(self.of_kind("Pod")) >= self.pod_quota:
+            refusal = (403, f'pods "{meta["name"]}" is forbidden: exceeded quota: pods')
+        if obj["kind"] == "Pod" and refusal is not None:
+            body = json.dumps({"message": refusal[1]})
+            path = kube.collection("Pod", meta["namespace"])
+            raise kube.ApiError(refusal[0], body, "POST", path)
         self.calls.append(("create", f"{obj['kind']}/{meta['name']}"))
         key = (obj["kind"], meta["name"])
         if key in self.objects:

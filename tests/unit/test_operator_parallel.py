@@ -148,6 +148,7 @@ def test_the_job_succeeds_when_every_trial_group_completed():
     w.terminate(T0, 0, summary.to_message())
     d = w.step()
     assert w.status["phase"] == st.PHASE_SUCCEEDED
+    assert w.groups["t0"]["state"] == w.groups["t1"]["state"] == "Succeeded"
     assert w.status["trials"] == "6/6" and w.status["bestTrial"]["id"] == "04"
     assert [r.name for r in d.delete_pods] == [ORACLE]  # still serving: stopped
     # a completed group is never recreated, even if its pod goes
@@ -337,3 +338,17 @@ def test_a_refused_trial_group_starts_once_the_quota_allows():
     w.step()
     assert w.condition(st.COND_STALLED)["status"] == "False"
     assert w.groups["t1"]["state"] == "Running"
+
+
+def test_groups_created_whole_before_a_refused_one_start():
+    """Room for two pods: the oracle and t0 are created and start; t1 is refused and
+    waits alone, with one Warning Event."""
+    w = ParallelWorld(pendingTimeoutSeconds=600)
+    w.kube.pod_quota = 2
+    w.step()
+    assert w.groups["oracle"]["started"] and w.groups["t0"]["started"]
+    assert not w.groups["t1"].get("started") and w.groups["t1"]["podsRefused"]
+    assert sorted(w.pods) == [ORACLE, T0] and w.reasons().count(POD_REJECTED) == 1
+    w.run_pods()
+    w.step()
+    assert w.groups["t0"]["state"] == "Running" and w.groups["t1"]["state"] == "Pending"

@@ -207,3 +207,53 @@ def test_a_child_name_taken_by_another_object_is_a_refusal_too():
     w.step(61)
     assert w.status["phase"] == st.PHASE_FAILED
     assert "ChildConflict for 61s" in w.condition(st.COND_FAILED)["message"]
+
+
+def test_a_pod_that_exists_is_not_refused_by_a_full_quota():
+    """Quota admission runs before the name is looked up: creating again a pod an
+    earlier pass created is refused by a full quota, and means "it exists"."""
+    w = World()
+    w.step()
+    (pod,) = w.pods.values()
+    fake = FakeKube({("Pod", "j-worker-0"): pod}, job=w.job, pod_quota=1)
+    executor.create_pod(fake, w.job, pod)  # no PodRejected
+    other = {**pod, "metadata": {**pod["metadata"], "name": "j-worker-1"}}
+    with pytest.raises(executor.PodRejected, match="exceeded quota: pods") as refused:
+        executor.create_pod(fake, w.job, other)
+    assert refused.value.pod == "j-worker-1"
+
+
+def test_a_group_the_quota_lets_be_created_only_in_part_is_held_back_whole():
+    """Two workers, room for one pod: the group is never recorded as started, the
+    worker created alone is deleted (it would hold the quota the other needs, with no
+    peer), nothing is counted, and the group starts once the quota allows both."""
+    w = World(workers=2, pendingTimeoutSeconds=600)
+    w.kube.pod_quota = 1
+    for _ in range(3):
+        w.step()
+        assert not w.status.get("attemptStarted")
+        assert w.condition(st.COND_RUNNING)["reason"] == POD_REJECTED
+        w.gc_deleted()
+    assert "j-worker-1 was refused" in w.status["message"]
+    assert w.status["podsRefused"]["reason"] == POD_REJECTED
+    assert ("delete", "Pod/j-worker-0") in w.kube.calls  # the lone worker went
+    assert w.status["preemptions"] == 0 and w.status["failures"] == 0
+    assert w.reasons() == [POD_REJECTED]
+    w.kube.pod_quota = 2
+    w.step()
+    assert w.status["attemptStarted"] is True and sorted(w.pods) == ["j-worker-0", "j-worker-1"]
+    assert "podsRefused" not in w.status
+
+
+def test_suspending_a_refused_job_forgets_the_refusal():
+    w = World(pendingTimeoutSeconds=60)
+    w.kube.refuse_pods = QUOTA_REFUSAL
+    w.step()
+    assert "podsRefused" in w.status
+    w.job["spec"]["suspend"] = True
+    w.step(3600)
+    assert w.status["phase"] == st.PHASE_SUSPENDED and "podsRefused" not in w.status
+    w.job["spec"]["suspend"] = False
+    w.step()  # refused again: waits from now, not from an hour ago
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+    assert w.status["podsRefused"]["since"] == st.rfc3339(w.now)

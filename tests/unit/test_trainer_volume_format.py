@@ -4,6 +4,7 @@ carries it and is checked when loaded."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -64,3 +65,18 @@ def test_every_checkpoint_carries_the_format_and_another_stops_the_load(tmp_path
         FormatMismatch, Exception
     )  # keras-tuner must not take it as a failed trial
     assert json.loads((found[2] / META_FILE).read_text())[META_KEY] == FORMAT
+
+
+def test_a_full_volume_is_a_retryable_volume_error_not_a_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tuneop_trainer import cli, volume_format
+    from tuneop_trainer.checkpoint import VolumeError
+    from tuneop_trainer.spec import TrainerSpec
+
+    def full(path: Path, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(volume_format, "write_atomic", full)
+    with pytest.raises(VolumeError, match="No space left on device"):
+        cli._check_volume(TrainerSpec(), tmp_path / "v")

@@ -78,9 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec_file(args.spec)
         mtbf_from_env()  # the operator's TUNEOP_MTBF_SECONDS, checked before anything slow
         _check_installed(spec)
-        _check_owner(spec, Path(args.dir))
+        _check_volume(spec, Path(args.dir))
     except SpecError as exc:
         return fail(EXIT_INVALID_SPEC, str(exc))
+    except VolumeError as exc:  # retryable: nothing was written
+        return fail(EXIT_PREEMPTED, exc.message)
+    except OSError as exc:
+        return fail(EXIT_FAILED, f"cannot use the checkpoint volume {args.dir}: {exc}")
     if spec.script is not None:
         from .script.runner import run_script
 
@@ -98,15 +102,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _exec(args: argparse.Namespace) -> int:
-    from . import strategy, volume_format
     from .script.runner import run_script
 
     try:
         spec = load_spec_file(args.spec) if args.spec else TrainerSpec()
         mtbf_from_env()
-        volume_format.check_volume(Path(args.dir), strategy.is_chief())
+        _check_volume(spec, Path(args.dir))
     except SpecError as exc:
         return fail(EXIT_INVALID_SPEC, str(exc))
+    except VolumeError as exc:  # retryable: nothing was written
+        return fail(EXIT_PREEMPTED, exc.message)
+    except OSError as exc:
+        return fail(EXIT_FAILED, f"cannot use the checkpoint volume {args.dir}: {exc}")
     return run_script(
         Path(args.script),
         list(args.args),
@@ -132,18 +139,20 @@ def _check_installed(spec: TrainerSpec) -> None:
         )
 
 
-def _check_owner(spec: TrainerSpec, root: Path) -> None:
-    """The volume's search is this job's, or adopted on request (ownership.py). The
-    writer is the process that records the search: the chief, or a parallel search's
-    oracle."""
+def _check_volume(spec: TrainerSpec, root: Path) -> None:
+    """The volume is in this trainer's format (volume_format.py) and its search is this
+    job's, or adopted on request (ownership.py). The writer is the process that records
+    the search: the chief, or a parallel search's oracle. A volume that fails (full, an
+    I/O error) raises VolumeError."""
     from . import ownership, strategy, volume_format
     from .parallel import roles
 
     write = strategy.is_chief() and not roles.current().is_group
-    if write:
-        root.mkdir(parents=True, exist_ok=True)
-    volume_format.check_volume(root, write)
-    ownership.check(root, spec, write)
+    with volume_errors(root):
+        if write:
+            root.mkdir(parents=True, exist_ok=True)
+        volume_format.check_volume(root, write)
+        ownership.check(root, spec, write)
 
 
 def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:

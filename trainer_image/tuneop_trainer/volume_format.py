@@ -49,7 +49,8 @@ def refusal(found: Any, where: str) -> str:
 
 def check_volume(root: Path, write: bool) -> None:
     """Refuse a volume of another format (SpecError naming spec.checkpoint); the
-    writer records this trainer's format on a volume that has none."""
+    writer records this trainer's format on a volume that has none. The volume's own
+    errors (OSError) are the caller's to report."""
     path = root / FORMAT_FILE
     try:
         found = json.loads(path.read_text()).get(META_KEY)
@@ -58,7 +59,7 @@ def check_volume(root: Path, write: bool) -> None:
             root.mkdir(parents=True, exist_ok=True)
             write_atomic(path, json.dumps({META_KEY: FORMAT}).encode())
         return
-    except (OSError, ValueError, AttributeError):
+    except (ValueError, AttributeError):  # not the JSON object written here
         found = "unknown (unreadable " + FORMAT_FILE + ")"
     if found != FORMAT:
         raise SpecError(FIELD, refusal(found, "the checkpoint volume"))

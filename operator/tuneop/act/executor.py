@@ -27,7 +27,11 @@ Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 class PodRejected(Exception):
     """The API server refused to create a trainer pod (HTTP 403/422: a ResourceQuota,
     Pod Security or another admission check). Nothing else of the decision is applied;
-    the next pass tries again (quota may be freed)."""
+    the pass decides again knowing it (`apply_pass`). `pod`: the refused pod's name."""
+
+    def __init__(self, message: str, pod: str) -> None:
+        super().__init__(message)
+        self.pod = pod
 
 
 class StaleGroup(Exception):
@@ -44,15 +48,22 @@ def create_pod(kube: Kube, job: Obj, pod: Obj) -> None:
     (created before a crash). A pod of an older group, or of an older job of the same
     name that is still terminating, is waited for (StaleGroup), never adopted. A pod
     the API server refuses (quota, admission) raises PodRejected with its message."""
+    meta = pod["metadata"]
     try:
         created = kube.create(pod)
     except ApiError as err:
-        if err.status in (403, 422):
-            raise PodRejected(f"pod {pod['metadata']['name']} was refused: {err.reason}") from err
-        raise
+        if err.status not in (403, 422):
+            raise
+        # quota admission runs before the name is looked up: a pod created by an
+        # earlier pass is refused by a full quota, not answered "exists"
+        existing = kube.get(_path_of(pod))
+        if existing is None:
+            raise PodRejected(
+                f"pod {meta['name']} was refused: {err.reason}", meta["name"]
+            ) from err
+        created = False
     if created:
         return
-    meta = pod["metadata"]
     existing = kube.get(_path_of(pod)) or {}
     if existing and not owned_by({**existing, "kind": "Pod"}, job):
         raise StaleGroup(f"pod {meta['name']} of another TuningJob of this name still exists")
@@ -169,7 +180,7 @@ def apply_pass(
         # the module's logger: kopf's per-object one would post it as an Event
         meta = job["metadata"]
         log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], reason, err)
-        decision = decide(Refusal(reason, str(err)))
+        decision = decide(Refusal(reason, str(err), getattr(err, "pod", None)))
         apply(kube, job, decision, **options)
     return decision
 

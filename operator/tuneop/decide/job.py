@@ -128,6 +128,7 @@ def finish(draft: Draft, *, succeeded: bool, reason: str, message: str) -> None:
     draft.put(st.COMPLETION_TIME, st.rfc3339(draft.now))
     draft.put(st.MESSAGE, message)
     draft.put(st.NEXT_RETRY_TIME, None)
+    draft.put(st.PODS_REFUSED, None)
     draft.cond(st.COND_RUNNING, False, reason, message)
     draft.cond(st.COND_STALLED, False, reason, "")
     if succeeded:
@@ -226,6 +227,7 @@ def reopen_or_stay(
     draft.event("Normal", "SpecChanged", "the spec is valid now; starting the trainer again")
     for slot in slots:
         slot.put(st.GROUP_COMPLETED, None)
+        slot.put(st.PODS_REFUSED, None)
         if slot.started:
             slot.recreate()
     delete_alive(draft, current)
@@ -246,6 +248,7 @@ def suspend(draft: Draft, slots: list[Slot], pods: list[Obj]) -> None:
             "stopping the trainer pods gracefully (they checkpoint); the volume is kept",
         )
         for slot in slots:
+            slot.put(st.PODS_REFUSED, None)
             if slot.started:
                 slot.recreate()
     delete_alive(draft, pods)

@@ -17,10 +17,12 @@ Obj = dict[str, Any]
 
 class Refusal(NamedTuple):
     """What the API server answered when a decision's pods or children were created:
-    the reason (decide.refusal's POD_REJECTED or CHILD_CONFLICT) and its message."""
+    the reason (decide.refusal's POD_REJECTED or CHILD_CONFLICT), its message, and the
+    pod it refused (None: a child, before any pod)."""
 
     reason: str
     message: str
+    pod: str | None = None
 
 
 class PodRef(NamedTuple):

@@ -53,8 +53,8 @@ from .job import (
 )
 from .job_groups import JobGroups, read_groups
 from .patch import Decision, Draft, Refusal
-from .refusal import hold_back, refused_stuck
-from .report import report
+from .refusal import held_from, hold_back, refused_stuck
+from .report import NOT_FOLLOWED, record_states, report
 from .slot import GroupResult, Slot, gpus_per_pod
 from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
@@ -201,6 +201,7 @@ def _run_groups(
         return
     if _judge_stalls(draft, spec, groups, results):
         return
+    record_states(groups, results)
     if all(_completed(s, results) for s in groups.trial_slots):
         delete_alive(draft, groups.every_current, keep_ended=True)
         message = f"search completed: {best_text(draft)}"
@@ -225,27 +226,32 @@ def _start_groups(
 ) -> bool:
     """Start each group that has not started nor completed, or say what it waits for
     (into `results`). True: the job failed (an invalid script or claim)."""
-    for slot in groups.slots:
+    held = held_from(groups.slots, draft.refused)
+    for index, slot in enumerate(groups.slots):
         if slot.started or slot.get(st.GROUP_COMPLETED):
             continue
-        result = _start(draft, spec, slot, groups, bad_script, configmaps)
+        result = _waits(draft, spec, slot, groups, bad_script, configmaps)
+        if result is None:
+            result = _create(draft, slot, groups, held, index)
         if result.kind == "invalid":
             delete_alive(draft, groups.every_current)
             finish(draft, succeeded=False, reason="InvalidSpec", message=result.message)
             return True
+        if result.kind != "refused":
+            slot.put(st.PODS_REFUSED, None)
         results[slot.group.name] = result
     return False
 
 
-def _start(
+def _waits(
     draft: Draft,
     spec: JobSpec,
     slot: Slot,
     groups: JobGroups,
     bad_script: SpecError | None,
     configmaps: Mapping[str, Obj | None],
-) -> GroupResult:
-    """Create the group's pods (kind "started"), or say what it waits for."""
+) -> GroupResult | None:
+    """What a group that is to start waits for (None: nothing)."""
     mine = groups.stale_of(slot)
     if mine:
         summary = f"waiting for {len(mine)} old trainer pod(s) to terminate"
@@ -262,8 +268,21 @@ def _start(
     if script_missing(spec, configmaps):
         wait_for_script(draft, spec)
         return GroupResult("waiting", "ScriptConfigMapMissing", "the script's ConfigMap")
-    if draft.refused is not None:
-        return hold_back(draft, slot, draft.refused)
+    return None
+
+
+def _create(
+    draft: Draft, slot: Slot, groups: JobGroups, held: int | None, index: int
+) -> GroupResult:
+    """Create the group's pods (kind "started"), unless a refusal holds it back (`held`:
+    the index of the first group held, decide.refusal)."""
+    if draft.refused is not None and held is not None and index >= held:
+        delete_alive(draft, list(groups.current[slot.group.name].values()))
+        if index == held:
+            return hold_back(draft, slot, draft.refused)
+        first = groups.slots[held].label
+        summary = f"waiting until the {first} pod group can be created"
+        return GroupResult("waiting", "GroupRefused", summary, summary)
     start_group(draft, slot)
     if not draft.get(st.START_TIME):
         draft.put(st.START_TIME, st.rfc3339(draft.now))
@@ -342,7 +361,9 @@ def _judge_stalls(
         and result.kind == "pending"
         and result.reason == QUEUED
     ]
-    queued_condition(draft, "; ".join(queued) if queued else None)
+    if any(r.kind not in NOT_FOLLOWED for r in results.values()):
+        # only a group whose pods were read says whether Kueue holds it
+        queued_condition(draft, "; ".join(queued) if queued else None)
     stalled = judge_stall(draft, candidates)
     if stalled is None:
         return False

@@ -3,9 +3,11 @@ ResourceQuota, Pod Security or another admission check: PodRejected) or a child'
 taken by an object the job does not own (ChildConflict). The executor meets the refusal
 when it applies a pass's decision; the pass then decides again with it
 (`Draft.refused`), and that decision holds back every group it would start and says why.
-A refused group waits from its first refusal (`podsRefused.since`) and is judged against
-pendingTimeoutSeconds like any group that does not start, so spec.stallPolicy applies to
-it. Every later pass tries to create the group again."""
+The groups created whole before the refused pod start; the refused one waits from its
+first refusal (`podsRefused.since`) and is judged against pendingTimeoutSeconds like any
+group that does not start, so spec.stallPolicy applies to it; the groups after it wait
+too. A held group's pods already created are deleted (they would hold quota the rest
+needs, unwatched). Every later pass tries to create the groups again."""
 
 from __future__ import annotations
 
@@ -19,6 +21,18 @@ POD_REJECTED = "PodRejected"
 """Reason while the API server refuses the job's pods, with the server's message."""
 CHILD_CONFLICT = "ChildConflict"
 """Reason while a child's name is taken by an object the job does not own."""
+
+
+def held_from(slots: list[Slot], refusal: Refusal | None) -> int | None:
+    """The index of the first group a refusal holds back: the one with the refused pod
+    (the groups before it were created whole), or for a refusal before any pod (a
+    child) the first that was to start. None without a refusal."""
+    if refusal is None:
+        return None
+    for index, slot in enumerate(slots):
+        if refusal.pod is not None and refusal.pod in slot.group.pod_names:
+            return index
+    return next((i for i, s in enumerate(slots) if not s.started), 0)
 
 
 def hold_back(draft: Draft, slot: Slot, refusal: Refusal) -> GroupResult:

@@ -31,6 +31,21 @@ STATE = {
 
 WAITING = ("started", "pending", "waiting", "refused")
 """Results of a group that does not train yet, with what it waits for."""
+NOT_FOLLOWED = ("started", "waiting", "refused")
+"""Results of a group whose pods the pass did not read (it was to start)."""
+
+
+def record_states(groups: JobGroups, results: Mapping[str, GroupResult]) -> None:
+    """Each parallel group's state and message in its `status.groups` entry."""
+    if not groups.parallel:
+        return
+    for slot in groups.slots:
+        outcome = results.get(slot.group.name)
+        if slot.get(st.GROUP_COMPLETED):
+            slot.put(st.GROUP_STATE, "Succeeded")
+        elif outcome is not None:
+            slot.put(st.GROUP_STATE, STATE.get(outcome.kind, "Pending"))
+            slot.put(st.MESSAGE, outcome.message or None)
 
 
 def report(
@@ -40,18 +55,12 @@ def report(
     results: Mapping[str, GroupResult],
     configmaps: Mapping[str, Obj | None],
 ) -> None:
-    """Phase, condition Running and message of a job that goes on."""
+    """Phase, condition Running and message of a job that goes on (a parallel job's
+    group states are recorded first, `record_states`)."""
     if not groups.parallel:
         slot = groups.slots[0]
         _report_one(draft, spec, slot, configmaps, results[slot.group.name])
         return
-    for slot in groups.slots:
-        outcome = results.get(slot.group.name)
-        if slot.get(st.GROUP_COMPLETED):
-            slot.put(st.GROUP_STATE, "Succeeded")
-        elif outcome is not None:
-            slot.put(st.GROUP_STATE, STATE.get(outcome.kind, "Pending"))
-            slot.put(st.MESSAGE, outcome.message or None)
     _summarize(draft, groups.slots, results)
 
 
