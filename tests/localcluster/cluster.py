@@ -72,8 +72,13 @@ class LocalCluster:
         control_plane: ControlPlane,
         workdir: Path,
         nodes: Iterable[NodeConfig] | None = None,
+        fork_python: bool = False,
     ) -> None:
+        """``fork_python``: the agents fork Python containers from a server with
+        TensorFlow imported (:attr:`NodeAgent.fork_python`); the tests' cluster does, the
+        demo's and the benchmarks' do not (they measure a pod's real start)."""
         self.control_plane = control_plane
+        self.fork_python = fork_python
         self.workdir = Path(workdir).resolve()
         self.configs = list(nodes) if nodes is not None else node_configs()
         self.api = control_plane.api_client()
@@ -125,6 +130,7 @@ class LocalCluster:
             cert,
             index=self._next_index,
             kubernetes_version=tools.versions()["KUBERNETES_VERSION"],
+            fork_python=self.fork_python,
         )
         self._next_index += 1
         self.agents[config.name] = agent

@@ -62,8 +62,10 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 def cluster(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalCluster]:
-    """The session's local cluster: control plane + node agent(s) + local-path volumes."""
-    lc = LocalCluster(control_plane, tmp_path_factory.mktemp("cluster"))
+    """The session's local cluster: control plane + node agent(s) + local-path volumes;
+    its Python containers forked from a server with TensorFlow imported (the suite starts
+    a few hundred trainer pods)."""
+    lc = LocalCluster(control_plane, tmp_path_factory.mktemp("cluster"), fork_python=True)
     lc.start()
     try:
         yield lc

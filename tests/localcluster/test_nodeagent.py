@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 from tuneop_contract import ENV_LOGICAL_CPU_DEVICES
 
+from tests.forkserver import ENV_SWITCH as FORKSERVER_SWITCH
 from tests.localcluster.cluster import LocalCluster, node_configs, wait_for
 from tests.localcluster.nodeagent import memory, podspec
 from tests.localcluster.nodeagent.agent import NodeConfig, remove_mountpoints
@@ -154,6 +155,8 @@ def test_memory_watchdog_measures_the_whole_process_group() -> None:
         assert [parent.stdout.readline() for _ in range(2)] == [b"holding\n"] * 2
         rss = memory.group_rss(parent.pid)
         assert 250 << 20 <= rss <= 400 << 20, rss
+        # a forked container's measure: the private part (the ballasts), within its RSS
+        assert 250 << 20 <= memory.group_rss(parent.pid, private=True) <= rss
         assert (memory.over_limit(parent.pid, 200 << 20) or 0) >= 250 << 20
         assert memory.over_limit(parent.pid, 1 << 30) is None
         assert memory.over_limit(parent.pid, None) is None
@@ -314,10 +317,13 @@ def test_node_registered_with_gpus_lease_and_logs_port(cluster: LocalCluster) ->
 
 
 @pytest.mark.cluster
-def test_pod_env_volumes_status_and_logs(cluster: LocalCluster) -> None:
+@pytest.mark.parametrize("start", ["forked", "fresh"])
+def test_pod_env_volumes_status_and_logs(cluster: LocalCluster, start: str) -> None:
     """Downward API, ConfigMap/Secret volumes, GPU → logical CPU devices, per-pod IP and
-    hostname, termination message, exit code, restartPolicy OnFailure, kubectl logs."""
-    ns = cluster.create_namespace("agent-basics")
+    hostname, termination message, exit code, restartPolicy OnFailure, kubectl logs; the
+    same for a container forked from the agent's Python fork server (TensorFlow already
+    imported) and for one that sets a value read at interpreter start (a fresh one)."""
+    ns = cluster.create_namespace(f"agent-basics-{start}")
     cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "cfg"}, "data": {"a": "1"}})
     cluster.core.create_namespaced_secret(
         ns, {"metadata": {"name": "sec"}, "stringData": {"pw": "s3cret"}}
@@ -329,6 +335,7 @@ def test_pod_env_volumes_status_and_logs(cluster: LocalCluster) -> None:
         print("labels", open("/etc/info/labels").read().replace(chr(10), ","))
         print("host", socket.gethostname(), open("/etc/hosts").read().count(os.environ["IP"]))
         print("init said", open("/scratch/init").read())
+        print("forked", "tensorflow" in sys.modules, os.getpgid(0) == os.getpid(), os.getcwd())
         marker = "/scratch/ran-once"
         if not os.path.exists(marker):
             open(marker, "w").close()
@@ -354,7 +361,9 @@ def test_pod_env_volumes_status_and_logs(cluster: LocalCluster) -> None:
             "env": [
                 {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                *([{"name": "PYTHONHASHSEED", "value": "0"}] if start == "fresh" else []),
             ],
+            "workingDir": "/scratch",
             "resources": {"limits": {"nvidia.com/gpu": "1"}},
             "volumeMounts": [
                 {"name": "cfg", "mountPath": "/etc/cfg"},
@@ -394,6 +403,8 @@ def test_pod_env_volumes_status_and_logs(cluster: LocalCluster) -> None:
     assert 'test="basics"' in logs
     assert "host basics 1" in logs
     assert "init said hello" in logs and "second run" in logs and "first run" not in logs
+    forks = start == "forked" and os.environ.get(FORKSERVER_SWITCH, "1") != "0"
+    assert f"forked {forks} True /scratch" in logs  # its own session, in its workingDir
     previous = cluster.kubectl("logs", "-n", ns, "basics", "--previous").stdout
     assert "first run" in previous and "second run" not in previous
     assert pod.status.init_container_statuses[0].state.terminated.exit_code == 0

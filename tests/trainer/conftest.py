@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import forkserver
 import pytest
 from trainer_helpers import env
+
+from tests import forkserver
 
 
 @pytest.fixture(scope="session", autouse=True)

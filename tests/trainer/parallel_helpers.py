@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from forkserver import TrainerProcess, launch
 from trainer_helpers import env, tiny_spec
 from tuneop_contract import (
     ENV_ORACLE_IP,
@@ -26,6 +25,7 @@ from tuneop_contract import (
     trial_group_tuner_id,
 )
 
+from tests.forkserver import TrainerProcess, launch
 from tests.localcluster.controlplane import free_port
 
 ORACLE = ORACLE_TUNER_ID

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from forkserver import launch
 from trainer_helpers import SCRIPTS, env, kill_exec_when, start_exec
 from tuneop_contract import EXIT_COMPLETED, EXIT_FAILED, EXIT_INVALID_SPEC, EXIT_PREEMPTED
+
+from tests.forkserver import launch
 
 
 def _exec(tmp: Path, script: Path, *args: str, devices: int = 1) -> tuple[int, str]:

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forkserver import TrainerProcess, launch
 from trainer_helpers import SCRIPTS, env, signal_when, start_exec
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, TUNER_DIR, Progress
 from tuneop_trainer.script.projects import RECORD
+
+from tests.forkserver import TrainerProcess, launch
 
 GUIDES = SCRIPTS / "guides"
 

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forkserver import launch
 from trainer_helpers import SCRIPTS, env, events, once_each, signal_when, start_exec
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED
+
+from tests.forkserver import launch
 
 SCRIPT = SCRIPTS / "tensorboard_search.py"
 

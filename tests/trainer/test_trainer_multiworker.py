@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forkserver import TrainerProcess, launch
 from trainer_helpers import (
     SCRIPTS,
     comparable,
@@ -34,6 +33,8 @@ from tuneop_contract import (
     TUNER_DIR,
     read_progress,
 )
+
+from tests.forkserver import TrainerProcess, launch
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from forkserver import TrainerProcess, launch
 from tuneop_contract import (
     ENV_LOGICAL_CPU_DEVICES,
     ENV_METRICS_PORT,
@@ -21,6 +20,8 @@ from tuneop_contract import (
     Progress,
     read_progress,
 )
+
+from tests.forkserver import TrainerProcess, launch
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(str(REPO / p) for p in ("contract", "operator", "trainer_image", "."))

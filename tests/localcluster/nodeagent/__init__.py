@@ -11,7 +11,9 @@ What it does, per node:
   local process under ``unshare --mount --uts --propagation private`` through
   :mod:`.launch`, which bind-mounts the pod's volumes at their mountPath (PVC, emptyDir,
   configMap, secret, downwardAPI, projected service-account token, hostPath), a per-pod
-  ``/etc/hosts`` and a per-container termination-message file, then execs the command;
+  ``/etc/hosts`` and a per-container termination-message file, then execs the command
+  (with ``fork_python``, a Python container is instead forked from the agent's fork
+  server, tests/forkserver.py, which makes the same container in the child);
 - gives each pod its own loopback address (``127.<network>.<node>.<n>``, the network
   from :data:`.agent.POD_NETWORK_ENV`, reported as ``status.podIP``) and reports
   truthful pod status; honours restartPolicy and the deletion grace period (SIGTERM,

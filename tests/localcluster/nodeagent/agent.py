@@ -19,6 +19,9 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from tests.forkserver import ENV_SWITCH as FORKSERVER_SWITCH
+from tests.forkserver import ForkServer
+
 from . import podspec
 from .logserver import LogServer
 from .pods import PodWorker
@@ -79,6 +82,7 @@ class NodeAgent:
         serving_cert: tuple[Path, Path],
         index: int = 0,
         kubernetes_version: str = "v0.0.0",
+        fork_python: bool = False,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -107,6 +111,8 @@ class NodeAgent:
         self._threads: list[threading.Thread] = []
         self.logs: LogServer | None = None
         self.bind_shim = build_shim()
+        self.fork_python = fork_python
+        self.python_forks: ForkServer | None = None
         self.running = False
         self.crashed = False
 
@@ -118,6 +124,8 @@ class NodeAgent:
         self.logs.start()
         self._register()
         self._renew_lease()
+        if self.fork_python and os.environ.get(FORKSERVER_SWITCH, "1") != "0":
+            self.python_forks = ForkServer(self.workdir, self._forks_env())
         for target in (self._heartbeat_loop, self._watch_loop, self._hosts_loop):
             thread = threading.Thread(target=target, name=f"{self.name}-{target.__name__}")
             thread.daemon = True
@@ -155,7 +163,10 @@ class NodeAgent:
             worker.stop(crash=crash)
         for worker in workers:
             worker.finished.wait(15)
-        self.kill_all_processes()
+        self.kill_all_processes()  # the fork server too (it has the marker)
+        if self.python_forks is not None:
+            self.python_forks.stop()
+            self.python_forks = None
         with self.lock:
             self.workers.clear()
             self._ips_in_use.clear()
@@ -227,23 +238,37 @@ class NodeAgent:
         with self.lock:
             self._ips_in_use.discard(ip)
 
-    def base_env(self, pod: dict[str, Any], pod_ip: str) -> dict[str, str]:
-        """What every container gets before its own env (runtime + service links, and
-        the bind shim so wildcard binds take the pod IP only)."""
-        host, port = self.api_host, str(self.api_port)
-        shim = {"LD_PRELOAD": str(self.bind_shim), BIND_IP_ENV: pod_ip} if self.bind_shim else {}
+    def _runtime_env(self) -> dict[str, str]:
+        """What every container's process gets from the agent, whatever its pod."""
+        shim = {"LD_PRELOAD": str(self.bind_shim)} if self.bind_shim else {}
         return {
             **shim,
             AGENT_MARKER_ENV: str(self.workdir),
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/root"),
-            "HOSTNAME": podspec.pod_hostname(pod),
             "PYTHONUNBUFFERED": "1",
+        }
+
+    def base_env(self, pod: dict[str, Any], pod_ip: str) -> dict[str, str]:
+        """What every container gets before its own env (runtime + service links, and
+        the bind shim so wildcard binds take the pod IP only)."""
+        host, port = self.api_host, str(self.api_port)
+        shim = {BIND_IP_ENV: pod_ip} if self.bind_shim else {}
+        return {
+            **self._runtime_env(),
+            **shim,
+            "HOSTNAME": podspec.pod_hostname(pod),
             "KUBERNETES_SERVICE_HOST": host,
             "KUBERNETES_SERVICE_PORT": port,
             "KUBERNETES_SERVICE_PORT_HTTPS": port,
             "KUBERNETES_PORT": f"tcp://{host}:{port}",
         }
+
+    def _forks_env(self) -> dict[str, str]:
+        """The fork server's environment: a Python container's as the agent gives it,
+        without the pod's own values, so that every container adding nothing read at
+        interpreter start (tests/forkserver.py's FIXED_AT_START) forks."""
+        return {**self._runtime_env(), "PYTHONPATH": os.pathsep.join(podspec.REPO_PYTHONPATH)}
 
     def worker(self, namespace: str, name: str) -> PodWorker | None:
         with self.lock:

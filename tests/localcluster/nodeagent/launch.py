@@ -1,8 +1,10 @@
 """Container launcher of the local node agent (TEST INFRASTRUCTURE, not product).
 
 Run as ``unshare --mount --uts --propagation private python -S launch.py <spec.json>``
-(or ``python -m tests.localcluster.nodeagent.launch <spec.json>``): inside the fresh,
-private mount namespace it bind-mounts every ``{"source", "target", "readOnly"}`` of the
+(or ``python -m tests.localcluster.nodeagent.launch <spec.json>``), or called in a
+process forked from the agent's Python fork server (tests/forkserver.py:
+:func:`isolate` then :func:`enter`): inside the fresh, private mount namespace it
+bind-mounts every ``{"source", "target", "readOnly"}`` of the
 spec (creating missing mount points, which it records in ``createdPaths`` so the agent
 can remove them later), sets the hostname, changes to ``workingDir`` and execs ``argv``
 with ``env``. The exec keeps the pid, so the agent's SIGTERM reaches the container's
@@ -19,12 +21,27 @@ import os
 import signal
 import socket
 import sys
+from typing import Any
 
 MS_RDONLY = 1
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
+MS_PRIVATE = 1 << 18
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
 PR_SET_PDEATHSIG = 1
+
+
+def isolate() -> None:
+    """What `unshare --mount --uts --propagation private` does, in this process."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWUTS) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare: {os.strerror(err)}")
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"making / private: {os.strerror(err)}")
 
 
 def _mount(libc: ctypes.CDLL, source: str, target: str, flags: int) -> None:
@@ -54,12 +71,10 @@ def _make_mountpoint(source: str, target: str, created: list[str]) -> None:
     created.append(target)
 
 
-def main(argv: list[str]) -> int:
-    with open(argv[1]) as f:
-        spec = json.load(f)
+def enter(spec: dict[str, Any]) -> None:
+    """Mount the spec's volumes, set its hostname and change to its working directory
+    (in a private mount namespace: :func:`isolate` or the ``unshare`` command)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    # Die with the agent thread that started us (safety net if the agent is killed).
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     created: list[str] = []
     mounts = spec.get("mounts", [])
     # Resolve every source (and the record file) before the first mount: a volume at,
@@ -83,6 +98,15 @@ def main(argv: list[str]) -> int:
         with contextlib.suppress(OSError):
             socket.sethostname(spec["hostname"])
     os.chdir(spec.get("workingDir") or "/")
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    libc = ctypes.CDLL(None, use_errno=True)
+    # Die with the agent thread that started us (safety net if the agent is killed).
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    enter(spec)
     args = spec["argv"]
     os.execvpe(args[0], args, spec["env"])
     return 127  # not reached

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 
+from tests.forkserver import ForkedProcess
+
 from . import memory, podspec
 from .volumes import NotReady, VolumeBuilder, remove_tree
 
@@ -53,7 +55,7 @@ class ContainerRun:
     log_dir: Path
     term_file: Path
     restart_count: int = 0
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | ForkedProcess | None = None
     started_at: str | None = None
     state: dict[str, Any] = field(default_factory=dict)
     last_state: dict[str, Any] = field(default_factory=dict)
@@ -320,11 +322,38 @@ class PodWorker(threading.Thread):
             "mounts": podspec.mount_order(mounts),
             "createdPaths": str(self.agent.created_paths_file),
         }
+        c.proc = self._forked(argv, env, launch_spec, c.log_file()) or self._launched(
+            launch_spec, c
+        )
+        c.started_at = now()
+        c.state = {"running": {"startedAt": c.started_at}}
+        self.agent.track(c.proc.pid)
+
+    def _forked(
+        self, argv: list[str], env: dict[str, str], launch_spec: dict[str, Any], log_file: Path
+    ) -> ForkedProcess | None:
+        """The container forked from the agent's Python fork server, when it runs
+        ``python -m M``, ``python -c CODE`` or ``python FILE`` and adds nothing read at
+        interpreter start; else None."""
+        forks = self.agent.python_forks
+        python_args = argv[1:] if argv[0] == sys.executable else []
+        if forks is None or not python_args or not forks.accepts(env):
+            return None
+        if python_args[0].startswith("-") and python_args[0] not in ("-m", "-c"):
+            return None
+        try:
+            return forks.spawn(python_args, env, None, log_file, container=launch_spec)
+        except (OSError, RuntimeError) as exc:
+            log.warning("pod %s/%s: fork server: %s (a fresh process)", self.namespace,
+                        self.pod_name, exc)  # fmt: skip
+            return None
+
+    def _launched(self, launch_spec: dict[str, Any], c: ContainerRun) -> subprocess.Popen[bytes]:
+        """The container as a fresh process: unshare, then launch.py, then its command."""
         spec_file = self.dir / f"launch-{c.name}-{c.runs}.json"
         spec_file.write_text(json.dumps(launch_spec))
-        out = open(c.log_file(), "ab")  # noqa: SIM115 - handed to the child
-        try:
-            c.proc = subprocess.Popen(
+        with open(c.log_file(), "ab") as out:
+            return subprocess.Popen(
                 [
                     "unshare", "--mount", "--uts", "--propagation", "private",
                     sys.executable, "-S", str(LAUNCH_PY), str(spec_file),
@@ -336,11 +365,6 @@ class PodWorker(threading.Thread):
                 cwd="/",
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
             )  # fmt: skip
-        finally:
-            out.close()
-        c.started_at = now()
-        c.state = {"running": {"startedAt": c.started_at}}
-        self.agent.track(c.proc.pid)
 
     def _enforce_memory_limits(self) -> None:
         """SIGKILL a container's processes past its limits.memory (memory.py)."""
@@ -348,7 +372,8 @@ class PodWorker(threading.Thread):
             if not c.running or c.oom_killed:
                 continue
             assert c.proc is not None
-            rss = memory.over_limit(c.proc.pid, memory.memory_limit(c.spec))
+            forked = isinstance(c.proc, ForkedProcess)
+            rss = memory.over_limit(c.proc.pid, memory.memory_limit(c.spec), private=forked)
             if rss is not None:
                 log.warning(
                     "pod %s/%s container %s: %d MiB resident, past its memory limit: OOMKilled",

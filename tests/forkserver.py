@@ -1,22 +1,29 @@
-"""Trainer processes for the tests, without paying TensorFlow's import each time.
+"""Python processes for the tests without paying TensorFlow's import each time (test
+infrastructure): the trainer tests' trainer processes and the local cluster's Python
+containers (tests/localcluster/nodeagent).
 
-Importing TensorFlow, Keras and keras-tuner takes 5-15 s on the test machine, and the
-trainer tests start about two hundred trainer processes. A fork server imports them
-once (and nothing of tuneop's, nor anything that runs a TensorFlow op) and forks a
-process for each command; the child is a real process of its own - its own pid,
-volume, signals and exit code - running `python -m tuneop_trainer ...` or
-`python script.py` from that point on, so a SIGKILL, a SIGTERM or a crash behaves as
-with a fresh interpreter. What a fork shares with its siblings is what an interpreter
-fixes at start: the hash seed and the modules imported before the fork.
+Importing TensorFlow, Keras and keras-tuner takes 5-15 s of CPU on the test machine, and
+the suite starts several hundred trainer processes. A fork server imports them once (and
+nothing of tuneop's, nor anything that runs a TensorFlow op) and forks a process for each
+command; the child is a real process of its own - its own pid, volume, signals and exit
+code - running `python -m tuneop_trainer ...`, `python script.py` or `python -c code`
+from that point on, so a SIGKILL, a SIGTERM or a crash behaves as with a fresh
+interpreter. What a fork shares with its siblings is what an interpreter fixes at start:
+the hash seed and the modules imported before the fork.
 
 A command whose environment differs from the server's in what is read at interpreter
-start or import (`_FIXED_AT_START`) runs as a fresh process instead, as does every
+start or import (`FIXED_AT_START`) runs as a fresh process instead, as does every
 command when TUNEOP_TEST_FORKSERVER=0.
+
+A request with a `container` (the node agent's launch spec) becomes a container as
+tests/localcluster/nodeagent/launch.py makes one: a session of its own, then private
+mount and UTS namespaces with the pod's bind mounts and hostname, before the command.
 
 Protocol, one Unix socket connection per command: the client sends a JSON request
 with the log file's descriptor (SCM_RIGHTS); the server forks a monitor, which forks
-the command, writes its pid as a line, waits for it and writes its exit code
-(negative: the signal that ended it) as a second line.
+the command, writes its pid as a line (for a container, once it leads its own session),
+waits for it and writes its exit code (negative: the signal that ended it) as a second
+line.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_SWITCH = "TUNEOP_TEST_FORKSERVER"
-_FIXED_AT_START = (
+FIXED_AT_START = (
     "PYTHONPATH",
     "PYTHONHASHSEED",
     "PYTHONUNBUFFERED",
@@ -46,6 +53,8 @@ _FIXED_AT_START = (
     "TF_ENABLE_ONEDNN_OPTS",
     "KERAS_BACKEND",
     "KERAS_HOME",
+    "HOME",  # Keras reads ~/.keras at import
+    "LD_PRELOAD",
 )
 _PRELOAD = ("numpy", "tensorflow", "keras", "keras_tuner", "scipy.stats", "sklearn")
 _PR_SET_PDEATHSIG = 1
@@ -60,20 +69,40 @@ def _die_with_parent() -> None:
 # --- the child: one command -----------------------------------------------------
 
 
+def _enter_container(container: dict[str, Any]) -> None:
+    """The container's namespaces, mounts, hostname and working directory (launch.py)."""
+    from tests.localcluster.nodeagent import launch
+
+    launch.isolate()
+    launch.enter(container)
+
+
 def _run_command(request: dict[str, Any], log_fd: int) -> int:
-    """Become `python <argv>` in `cwd` with `env`, writing to `log_fd`; its exit code."""
+    """Become `python <argv>` in `cwd` (or the container) with `env`, writing to
+    `log_fd`; its exit code."""
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    os.chdir(request["cwd"])
+    if request.get("container") is not None:
+        try:
+            _enter_container(request["container"])
+        except Exception as exc:
+            print(f"tuneop node agent: cannot start container: {exc}", file=sys.stderr)
+            return 128
+    else:
+        os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
     argv: list[str] = request["argv"]
     try:
-        if argv[0] == "-m":
+        if argv[0] == "-c":
+            sys.argv = ["-c", *argv[2:]]
+            sys.path[0] = ""  # as `python -c` puts the working directory first
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+        elif argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
             sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
@@ -112,13 +141,24 @@ def _finish(code: int) -> None:
 
 
 def _monitor(conn: socket.socket, request: dict[str, Any], log_fd: int) -> None:
-    """Fork the command, report its pid and then its exit code on `conn`."""
+    """Fork the command, report its pid and then its exit code on `conn`. A container's
+    pid is reported once it leads a session of its own, so that the caller's first
+    signal to its process group reaches it."""
     _die_with_parent()
+    session = request.get("container") is not None
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         conn.close()
+        os.close(ready_r)
         _die_with_parent()
+        if session:
+            os.setsid()
+        os.close(ready_w)
         _finish(_run_command(request, log_fd))
+    os.close(ready_w)
+    os.read(ready_r, 1)  # EOF once the child has its session (or has died)
+    os.close(ready_r)
     os.close(log_fd)
     conn.sendall(f"{pid}\n".encode())
     _, status = os.waitpid(pid, 0)
@@ -215,30 +255,70 @@ class ForkServer:
         self._lock = threading.Lock()
 
     def _start(self) -> None:
+        """Start the server from a thread of its own that lives as long as the server:
+        it dies with the thread that started it (PR_SET_PDEATHSIG), and a caller's
+        thread (a pod worker's) may end before it."""
+        outcome: list[BaseException | None] = []
+        ready = threading.Event()
+
+        def own() -> None:
+            try:
+                proc = self._popen()
+            except BaseException as exc:  # handed to the caller below
+                outcome.append(exc)
+                ready.set()
+                return
+            outcome.append(None)
+            ready.set()
+            proc.wait()
+
+        threading.Thread(target=own, name="forkserver", daemon=True).start()
+        ready.wait()
+        if outcome[0] is not None:
+            raise outcome[0]
+
+    def _popen(self) -> subprocess.Popen[bytes]:
         log = Path(self.path).with_suffix(".log")
-        self._proc = subprocess.Popen(
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a previous server's
+        proc = subprocess.Popen(
             [sys.executable, __file__, self.path],
             stdout=subprocess.PIPE,
             stderr=log.open("ab"),
             env=self.base_env,
         )
-        assert self._proc.stdout is not None
-        if self._proc.stdout.readline().strip() != b"ready":
+        self._proc = proc
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":
+            proc.kill()
+            proc.wait()
             raise RuntimeError(f"the fork server did not start: {log.read_text()[-2000:]}")
+        return proc
 
     def accepts(self, env: dict[str, str]) -> bool:
         if os.environ.get(ENV_SWITCH, "1") == "0":
             return False
-        return all(env.get(k) == self.base_env.get(k) for k in _FIXED_AT_START)
+        return all(env.get(k) == self.base_env.get(k) for k in FIXED_AT_START)
 
     def spawn(
-        self, argv: list[str], env: dict[str, str], cwd: Path | None, log: Path
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path | None,
+        log: Path,
+        container: dict[str, Any] | None = None,
     ) -> ForkedProcess:
-        """`python <argv>` (argv without the interpreter), output appended to `log`."""
+        """`python <argv>` (argv without the interpreter), output appended to `log`;
+        with `container` (a launch spec), inside that container instead of in `cwd`."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._start()
-        request = {"argv": argv, "env": env, "cwd": str(cwd or os.getcwd())}
+        request = {
+            "argv": argv,
+            "env": env,
+            "cwd": str(cwd or os.getcwd()),
+            "container": container,
+        }
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
         with log.open("ab") as out:
