@@ -18,6 +18,7 @@ from keras_tuner.src.distribute import oracle_chief, oracle_client
 from keras_tuner.src.engine import base_tuner
 from keras_tuner.src.engine import oracle as oracle_module
 from parallel_helpers import free_port
+from trainer_helpers import in_project
 from tuneop_contract import (
     ENV_FAILED_TRIALS,
     ENV_ORACLE_IP,
@@ -59,10 +60,7 @@ def _oracle(root: Path) -> Any:
     oracle = keras_tuner.oracles.RandomSearchOracle(
         objective="loss", max_trials=4, hyperparameters=hp, seed=1
     )
-    oracle._set_project_dir(str(root), "p")
-    if (root / "p" / "oracle.json").exists():
-        oracle.reload()
-    return oracle
+    return in_project(oracle, root)
 
 
 def _end(oracle: Any, trial: Any, loss: float = 0.5) -> None:

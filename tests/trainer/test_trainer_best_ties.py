@@ -8,6 +8,7 @@ import glob
 from pathlib import Path
 
 import keras_tuner
+from trainer_helpers import in_project
 from tuneop_trainer import ktpatch
 
 TRIALS = 12
@@ -22,8 +23,7 @@ def _oracle(root: Path) -> keras_tuner.Oracle:
         hyperparameters=hp,
         seed=1,
     )
-    oracle._set_project_dir(str(root), "p")
-    return oracle
+    return in_project(oracle, root)
 
 
 def test_a_reloaded_oracle_breaks_ties_by_creation_order(tmp_path: Path) -> None:
@@ -42,8 +42,7 @@ def test_a_reloaded_oracle_breaks_ties_by_creation_order(tmp_path: Path) -> None
     # ext4): without the reordering the reloaded oracle would name another best trial
     assert listed != sorted(listed, key=lambda name: int(name.split("_")[1]))
 
-    reloaded = _oracle(tmp_path)
-    reloaded.reload()
+    reloaded = _oracle(tmp_path)  # reloaded from the saved project
     assert list(reloaded.trials) == list(ran.trials)
     best = [t.trial_id for t in reloaded.get_best_trials(3)]
     assert best == [t.trial_id for t in ran.get_best_trials(3)] == ["00", "01", "02"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import keras_tuner
 import pytest
+from trainer_helpers import in_project
 from tuneop_contract import ENV_FAILED_TRIALS
 from tuneop_trainer import failed_trials
 
@@ -18,10 +19,7 @@ def _oracle(root: Path, **kwargs: object) -> keras_tuner.Oracle:
     oracle = keras_tuner.oracles.RandomSearchOracle(
         objective="loss", max_trials=6, hyperparameters=hp, seed=1, **kwargs
     )
-    oracle._set_project_dir(str(root), "p")
-    if (root / "p" / "oracle.json").exists():
-        oracle.reload()
-    return oracle
+    return in_project(oracle, root)
 
 
 def _killed_in_trial_1(root: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import keras_tuner
 import pytest
+from trainer_helpers import in_project
 from tuneop_trainer import gridsearch, ktpatch
 
 GRID = {"units": [4, 8, 16], "rate": [0.1, 0.01], "depth": [1, 2]}  # 12 combinations
@@ -23,10 +24,7 @@ def _oracle(root: Path) -> keras_tuner.Oracle:
     oracle = keras_tuner.oracles.GridSearchOracle(
         objective=keras_tuner.Objective("loss", "min"), hyperparameters=hp, seed=1
     )
-    oracle._set_project_dir(str(root), "p")
-    if (root / "p" / "oracle.json").exists():
-        oracle.reload()
-    return oracle
+    return in_project(oracle, root)
 
 
 def _walk(oracle: keras_tuner.Oracle, stop_after_create: int | None = None) -> list[dict]:

@@ -79,6 +79,15 @@ def start(
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
+def in_project(oracle: Any, root: Path) -> Any:
+    """`oracle` (a keras-tuner Oracle) with its project at `root/p`, reloaded when one was
+    saved there, as a tuner's constructor does with overwrite=False."""
+    oracle._set_project_dir(str(root), "p")
+    if (root / "p" / "oracle.json").exists():
+        oracle.reload()
+    return oracle
+
+
 def start_exec(
     script: Path,
     ckpt: Path,
