@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import time
+from collections.abc import Callable
 from typing import Any
 
 from tuneop_contract import ENV_LOGICAL_CPU_DEVICES, ENV_TF_CONFIG
@@ -35,6 +38,61 @@ def tf_config_workers(environ: dict[str, str] | None = None) -> tuple[int, int]:
     return max(workers, 1), index
 
 
+PEER_WAIT_SECONDS = 300.0
+"""How long a worker waits for the other workers' addresses to resolve before it lets
+TensorFlow try (and fail, counted as a trainer failure)."""
+
+
+def _peer_addresses(environ: dict[str, str] | None = None) -> list[str]:
+    """The `host:port` of every other task in TF_CONFIG's cluster."""
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_TF_CONFIG, "")
+    if not raw:
+        return []
+    config = json.loads(raw)
+    task = config.get("task", {})
+    own = (task.get("type"), int(task.get("index", 0)))
+    return [
+        address
+        for kind, addresses in config.get("cluster", {}).items()
+        for index, address in enumerate(addresses)
+        if (kind, index) != own
+    ]
+
+
+def wait_for_peer_addresses(
+    environ: dict[str, str] | None = None,
+    timeout: float = PEER_WAIT_SECONDS,
+    resolve: Callable[[str, str], object] = socket.getaddrinfo,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Until every other worker's address in TF_CONFIG resolves; whether all did within
+    `timeout`. The pods of a group start seconds apart (scheduling, image pulls), a
+    pod's name enters the cluster's DNS (its headless Service) only once it has an IP,
+    and TensorFlow aborts its first collective op when a peer's name does not resolve
+    yet ("UnavailableError: errors resolving ..."), which would cost the whole group a
+    restart and the job a failure."""
+    waiting = _peer_addresses(environ)
+    deadline = time.monotonic() + timeout
+    logged = 0.0
+    while waiting:
+        host, _, port = waiting[0].rpartition(":")
+        try:
+            resolve(host.strip("[]"), port)
+        except (OSError, UnicodeError):
+            now = time.monotonic()
+            if now >= deadline:
+                log.warning("worker address %s does not resolve: starting anyway", waiting[0])
+                return False
+            if now - logged >= 10:
+                log.info("waiting for worker address %s to resolve", waiting[0])
+                logged = now
+            sleep(0.2)
+            continue
+        waiting.pop(0)
+    return True
+
+
 _created: list[Any] = []
 
 
@@ -48,6 +106,7 @@ def create(requested: str = "Auto") -> Any:
 
     workers, _ = tf_config_workers()
     if workers > 1 or requested == "MultiWorkerMirrored":
+        wait_for_peer_addresses()
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         kind = "MultiWorkerMirroredStrategy"
     else:
