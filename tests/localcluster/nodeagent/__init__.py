@@ -8,9 +8,9 @@ What it does, per node:
 - registers the Node (capacity/allocatable ``cpu``, ``memory``, ``pods`` and
   ``nvidia.com/gpu``), keeps the Ready condition and the ``kube-node-lease`` Lease fresh;
 - watches pods with ``spec.nodeName=<node>`` and runs every container's command as a
-  local process under ``unshare --mount --uts --propagation private`` through
-  :mod:`.launch`, which bind-mounts the pod's volumes at their mountPath (PVC, emptyDir,
-  configMap, secret, downwardAPI, projected service-account token, hostPath), a per-pod
+  local process in private mount and UTS namespaces through :mod:`.launch`, which
+  bind-mounts the pod's volumes at their mountPath (PVC, emptyDir, configMap, secret,
+  downwardAPI, projected service-account token, hostPath), a per-pod
   ``/etc/hosts`` and a per-container termination-message file, then execs the command
   (with ``fork_python``, a Python container is instead forked from the agent's fork
   server, tests/forkserver.py, which makes the same container in the child);

@@ -1,15 +1,16 @@
 """Container launcher of the local node agent (TEST INFRASTRUCTURE, not product).
 
-Run as ``unshare --mount --uts --propagation private python -S launch.py <spec.json>``
-(or ``python -m tests.localcluster.nodeagent.launch <spec.json>``), or called in a
-process forked from the agent's Python fork server (tests/forkserver.py:
-:func:`isolate` then :func:`enter`): inside the fresh, private mount namespace it
-bind-mounts every ``{"source", "target", "readOnly"}`` of the
-spec (creating missing mount points, which it records in ``createdPaths`` so the agent
-can remove them later), sets the hostname, changes to ``workingDir`` and execs ``argv``
-with ``env``. The exec keeps the pid, so the agent's SIGTERM reaches the container's
-process itself. Nothing mounted here is visible outside the namespace, and the
-namespace disappears with its last process. Standard library only (runs with -S).
+Run as ``python -S launch.py <spec.json>`` (or ``python -m
+tests.localcluster.nodeagent.launch <spec.json>``), or called in a process forked from
+the agent's Python fork server (tests/forkserver.py): :func:`isolate` gives the process
+private mount and UTS namespaces (what ``unshare --mount --uts --propagation private``
+does), then :func:`enter`, inside the fresh, private mount namespace, bind-mounts every
+``{"source", "target", "readOnly"}`` of the spec (creating missing mount points, which
+it records in ``createdPaths`` so the agent can remove them later), sets the hostname,
+changes to ``workingDir`` and execs ``argv`` with ``env``. The exec keeps the pid, so
+the agent's SIGTERM reaches the container's process itself. Nothing mounted here is
+visible outside the namespace, and the namespace disappears with its last process.
+Standard library only (runs with -S).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _make_mountpoint(source: str, target: str, created: list[str]) -> None:
 
 def enter(spec: dict[str, Any]) -> None:
     """Mount the spec's volumes, set its hostname and change to its working directory
-    (in a private mount namespace: :func:`isolate` or the ``unshare`` command)."""
+    (in the private namespaces :func:`isolate` made)."""
     libc = ctypes.CDLL(None, use_errno=True)
     created: list[str] = []
     mounts = spec.get("mounts", [])
@@ -106,6 +107,7 @@ def main(argv: list[str]) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     # Die with the agent thread that started us (safety net if the agent is killed).
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    isolate()
     enter(spec)
     args = spec["argv"]
     os.execvpe(args[0], args, spec["env"])

@@ -349,15 +349,12 @@ class PodWorker(threading.Thread):
             return None
 
     def _launched(self, launch_spec: dict[str, Any], c: ContainerRun) -> subprocess.Popen[bytes]:
-        """The container as a fresh process: unshare, then launch.py, then its command."""
+        """The container as a fresh process: launch.py, then its command."""
         spec_file = self.dir / f"launch-{c.name}-{c.runs}.json"
         spec_file.write_text(json.dumps(launch_spec))
         with open(c.log_file(), "ab") as out:
             return subprocess.Popen(
-                [
-                    "unshare", "--mount", "--uts", "--propagation", "private",
-                    sys.executable, "-S", str(LAUNCH_PY), str(spec_file),
-                ],
+                [sys.executable, "-S", str(LAUNCH_PY), str(spec_file)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
