@@ -43,6 +43,11 @@ ENV_PROGRESS_CONFIGMAP = "TUNEOP_PROGRESS_CONFIGMAP"
 """The ConfigMap (in TUNEOP_JOB_NAMESPACE) the trainer reports its progress record to;
 the operator copies it into the TuningJob's `status.progress` (see docs/design/operator.md,
 "Progress"). Unset: no report."""
+ENV_PROGRESS_INTERVAL = "TUNEOP_PROGRESS_INTERVAL_SECONDS"
+"""At most one progress ConfigMap write per this many seconds, besides the milestones
+(a phase, trial or restore change; the first step of a process), which are sent at
+once. Unset: DEFAULT_PROGRESS_INTERVAL_SECONDS."""
+DEFAULT_PROGRESS_INTERVAL_SECONDS = 60.0
 ENV_POD_NAME = "TUNEOP_POD_NAME"
 ENV_WORKER_INDEX = "TUNEOP_WORKER_INDEX"
 ENV_TF_CONFIG = "TF_CONFIG"

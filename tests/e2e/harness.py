@@ -284,6 +284,9 @@ class Operator:
             "TUNEOP_OPERATOR_METRICS_PORT": str(self.metrics_port),
             "TUNEOP_OPERATOR_HEALTH_PORT": str(self.health_port),
             "TUNEOP_OPERATOR_RECONCILE_SECONDS": "1",
+            # trainers report steady progress every 3 s (the product's default is 60):
+            # the tests wait on it
+            "TUNEOP_OPERATOR_PROGRESS_INTERVAL_SECONDS": "3",
             **env,
         }
         self.process: subprocess.Popen[bytes] | None = None

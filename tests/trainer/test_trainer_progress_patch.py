@@ -31,7 +31,9 @@ def _cert(tmp: Path) -> tuple[Path, Path]:
     return key, crt
 
 
-def test_progress_report_is_a_throttled_merge_patch_of_the_configmap(tmp_path: Path) -> None:
+def test_progress_report_is_a_coalesced_merge_patch_of_the_configmap(
+    tmp_path: Path, monkeypatch
+) -> None:
     key, crt = _cert(tmp_path)
     seen: list[dict[str, Any]] = []
     fail = {"next": True}
@@ -66,15 +68,18 @@ def test_progress_report_is_a_throttled_merge_patch_of_the_configmap(tmp_path: P
     token.write_text("s3cr3t\n")
     port = server.server_address[1]
     url = f"https://127.0.0.1:{port}/api/v1/namespaces/ns/configmaps/job-progress"
+    monkeypatch.setenv(contract.ENV_PROGRESS_INTERVAL, "30")
     try:
         patcher = _ProgressPatcher(url, token, crt)
-        patcher.submit(Progress(step=1), force=False)  # answered 500: logged, not raised
+        patcher.submit(Progress(step=1), urgent=True)  # answered 500: logged, not raised
         deadline = time.monotonic() + 10
         while not seen and time.monotonic() < deadline:
             time.sleep(0.02)
-        for step in range(2, 6):  # a burst: throttled into one patch with the last state
-            patcher.submit(Progress(step=step), force=False)
-        patcher.flush()
+        for step in range(2, 6):  # steady steps: held for the interval, the last one kept
+            patcher.submit(Progress(step=step), urgent=False)
+        time.sleep(1.0)
+        assert len(seen) == 1, "a steady step was sent before the interval"
+        patcher.flush()  # at exit
         deadline = time.monotonic() + 10
         while len(seen) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -105,3 +110,41 @@ def test_the_target_comes_from_the_env_the_pod_builder_sets(tmp_path: Path, monk
     patcher = _ProgressPatcher.from_env()
     assert patcher is not None
     assert patcher.url == "https://10.0.0.1:6443/api/v1/namespaces/ml/configmaps/emg-progress"
+
+
+class _Recorder:
+    """Stands in for the ConfigMap patcher: what the Reporter submits, and how."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Progress, bool]] = []
+
+    def submit(self, progress: Progress, urgent: bool) -> None:
+        self.sent.append((progress, urgent))
+
+    def flush(self, timeout: float = 5.0) -> None:
+        pass
+
+
+def test_milestones_are_sent_at_once_and_steady_steps_coalesced(tmp_path: Path) -> None:
+    reporter = progress_mod.Reporter(tmp_path, min_interval=0.0)
+    recorder = _Recorder()
+    reporter._patcher = recorder  # type: ignore[assignment]
+    reporter.update(phase=contract.PHASE_RUNNING, trial_id="00")
+    reporter.step(0, 1)  # the process's first step: a recovery ends here
+    reporter.step(0, 2)
+    reporter.checkpointed(0.1, position=(0, 2))  # written to the volume, not urgent
+    reporter.step(0, 3)
+    reporter.update(force=True, trial_id="01", trials_completed=1)  # a trial ends
+    reporter.step(0, 1)
+    urgent = [(p.trial_id, p.step) for p, u in recorder.sent if u]
+    steady = [(p.trial_id, p.step) for p, u in recorder.sent if not u]
+    assert urgent == [("00", 0), ("00", 1), ("01", 3)]
+    assert steady == [("00", 2), ("00", 2), ("00", 3), ("01", 1)]
+
+
+def test_the_interval_comes_from_the_env_and_a_bad_one_is_the_default() -> None:
+    key = contract.ENV_PROGRESS_INTERVAL
+    assert progress_mod.patch_interval({}) == contract.DEFAULT_PROGRESS_INTERVAL_SECONDS
+    assert progress_mod.patch_interval({key: "7.5"}) == 7.5
+    for bad in ("0", "-1", "soon", "1e9"):
+        assert progress_mod.patch_interval({key: bad}) == contract.DEFAULT_PROGRESS_INTERVAL_SECONDS

@@ -92,7 +92,9 @@ class FakeKube(kube.Kube):
     "<the status keys>")`, `("event", reason)`) and the reads of ConfigMaps by name
     (`("get", "ConfigMap/<name>")`, the read phase's order); `patches`, the status patches;
     `deleted`, (kind, name, uid precondition); `nodes`, the Nodes read (each answered as
-    a bare Node).
+    a bare Node); `reads`, every read the operator's pass makes of the job, its pods,
+    ConfigMaps and Nodes, in order. With `stores_status` a status patch is merged into
+    `job` (resourceVersion + 1) and answered with it, as the API server does.
     """
 
     def __init__(
@@ -102,8 +104,11 @@ class FakeKube(kube.Kube):
         job: Obj | None = None,
         refuse_pods: tuple[int, str] | None = None,
         pod_quota: int | None = None,
+        stores_status: bool = False,
     ) -> None:
         self.objects = {} if objects is None else objects
+        self.stores_status = stores_status
+        self.reads: list[str] = []
         self.job = job
         self.refuse_pods = refuse_pods
         self.pod_quota = pod_quota
@@ -135,16 +140,20 @@ class FakeKube(kube.Kube):
         return None if key is None else self.objects.get(key)
 
     def get_job(self, namespace: str, name: str) -> Obj | None:
+        self.reads.append("job")
         return self.job
 
-    def list_pods(self, namespace: str, job: str) -> list[Obj]:
-        return self.of_kind("Pod")
+    def list_pods_at(self, namespace: str, job: str) -> tuple[list[Obj], Obj]:
+        self.reads.append("pods")
+        return self.of_kind("Pod"), {}
 
     def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        self.reads.append(f"ConfigMap/{name}")
         self.calls.append(("get", f"ConfigMap/{name}"))
         return self.objects.get(("ConfigMap", name))
 
     def get_node(self, name: str) -> Obj | None:
+        self.reads.append(f"Node/{name}")
         self.nodes.append(name)
         return {"metadata": {"name": name}}
 
@@ -174,9 +183,16 @@ class FakeKube(kube.Kube):
 
     def patch_status(
         self, namespace: str, name: str, status: Obj, *, resource_version: str | None = None
-    ) -> None:
+    ) -> Obj | None:
         self.calls.append(("patch_status", ",".join(sorted(status))))
         self.patches.append(status)
+        if not (self.stores_status and self.job is not None):
+            return None
+        meta = self.job["metadata"]
+        version = str(int(meta.get("resourceVersion") or 0) + 1)
+        merged = {**(self.job.get("status") or {}), **status}
+        self.job = {**self.job, "metadata": {**meta, "resourceVersion": version}, "status": merged}
+        return self.job
 
     def post_event(self, job: Obj, event: Event) -> None:
         self.calls.append(("event", event.reason))

@@ -169,7 +169,7 @@ class World:
             metrics_port=CONFIG.trainer_metrics_port,
             uid=CONFIG.trainer_uid,
             spec=JobSpec.from_dict(self.job["spec"]),
-        )
+        ).decision
 
     # --- what the cluster and the trainer do -----------------------------------
     def run_pods(self) -> None:

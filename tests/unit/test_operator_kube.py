@@ -343,14 +343,15 @@ def test_a_spec_change_wakes_the_jobs_loop_and_a_status_patch_does_not():
         runtime.trigger(("ns", "j")).clear()
         body = {"metadata": {"generation": generation, **meta},
                 "status": {"observedGeneration": observed}}  # fmt: skip
-        asyncio.run(handlers.job_event(body=body, namespace="ns", name="j", memo=memo))  # type: ignore[arg-type]
+        asyncio.run(handlers.job_event(body=body, type="MODIFIED", namespace="ns", name="j",  # type: ignore[arg-type]
+                                       memo=memo))  # fmt: skip
         return runtime.trigger(("ns", "j")).is_set()
 
     assert event(2, 1) and not event(2, 2)
     assert not event(3, 2, deletionTimestamp="2026-01-01T00:00:00Z")
 
 
-def test_the_pod_watch_is_filtered_by_the_api_server():
+def test_the_pod_and_configmap_watches_are_filtered_by_the_api_server():
     import kopf
 
     settings = kopf.OperatorSettings()
@@ -362,6 +363,10 @@ def test_the_pod_watch_is_filtered_by_the_api_server():
         f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_JOB}"
     ]
     assert settings.watching.label_selectors.collect(jobs) == []
+    configmaps = kopf.Resource(group="", version="v1", plural="configmaps", namespaced=True)
+    assert settings.watching.label_selectors.collect(configmaps) == [
+        f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_COMPONENT}=progress"
+    ]
 
 
 def test_a_suspended_job_rests_once_its_pods_are_gone():

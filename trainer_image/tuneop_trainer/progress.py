@@ -8,10 +8,14 @@ it three ways:
   `/metrics` (Prometheus text format) and `/progress` (the record as JSON);
 - when TUNEOP_JOB_NAMESPACE and TUNEOP_PROGRESS_CONFIGMAP are set and the in-cluster
   ServiceAccount is mounted, a JSON merge patch of the job's progress ConfigMap (the
-  record under `tuneop_contract.progress_key(tuner id)`; the operator copies it into the TuningJob's
-  `status.progress`), sent from a background thread (throttled to one per ~3 s, plus
-  trial ends and exit); API errors are logged, never raised. The pod's token may patch
-  that one ConfigMap and nothing else: it cannot touch the TuningJob.
+  record under `tuneop_contract.progress_key(tuner id)`; the operator copies it into the
+  TuningJob's `status.progress`), sent from a background thread: at once for a milestone
+  (a phase, trial, execution, restore or best-trial change, the first training step of
+  the process) and at exit, otherwise coalesced to at most one per
+  TUNEOP_PROGRESS_INTERVAL_SECONDS (the operator sets it; live detail is on `/progress`).
+  Every write is an etcd write and a status patch by the operator: a steady job's cost to
+  the API server is these. API errors are logged, never raised. The pod's token may
+  patch that one ConfigMap and nothing else: it cannot touch the TuningJob.
 
 With parallel trials each reporter (the oracle, each trial group) has its own tuner id,
 so its own file (`progress.<tuner id>.json`) and its own ConfigMap key: one writer each.
@@ -35,11 +39,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tuneop_contract import (
     DEFAULT_METRICS_PORT,
+    DEFAULT_PROGRESS_INTERVAL_SECONDS,
     ENV_JOB_NAMESPACE,
     ENV_METRICS_ADDRESS,
     ENV_METRICS_PORT,
     ENV_POD_NAME,
     ENV_PROGRESS_CONFIGMAP,
+    ENV_PROGRESS_INTERVAL,
     PROGRESS_POD_HEADER,
     Progress,
     now_rfc3339,
@@ -53,7 +59,30 @@ from .checkpoint import SaveDone
 log = logging.getLogger(__name__)
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-PATCH_INTERVAL_SECONDS = 3.0
+
+
+def milestone(progress: Progress) -> tuple[Any, ...]:
+    """What the operator acts on as soon as it changes (phase, trial, restore, best
+    trial): a record that changes it is sent at once, not coalesced."""
+    p = progress
+    return (p.phase, p.trial_id, p.trials_completed, p.execution, p.restores,
+            p.resumed_from_step, p.resumed_from_epoch, p.best_trial_id, p.message)  # fmt: skip
+
+
+def patch_interval(env: dict[str, str] | os._Environ[str] = os.environ) -> float:
+    """TUNEOP_PROGRESS_INTERVAL_SECONDS (a bad value: the default, logged)."""
+    raw = env.get(ENV_PROGRESS_INTERVAL)
+    if raw is None:
+        return DEFAULT_PROGRESS_INTERVAL_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        log.warning("%s=%r is not seconds in (0, 86400]; using %s", ENV_PROGRESS_INTERVAL, raw,
+                    DEFAULT_PROGRESS_INTERVAL_SECONDS)  # fmt: skip
+        return DEFAULT_PROGRESS_INTERVAL_SECONDS
+    return value
 
 
 class Metrics:
@@ -139,6 +168,8 @@ class Reporter:
         # older one never replaces a newer one.
         self._seq = 0
         self._published = 0
+        self._sent_milestone: tuple[Any, ...] | None = None
+        self._stepped = False  # this process has reported a training step
         self._publish_lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         # One reporter per job: only the chief reports progress (and writes files).
@@ -152,24 +183,29 @@ class Reporter:
             return None
 
     # -- updates ----------------------------------------------------------------
-    def update(self, force: bool = False, **fields: Any) -> None:
+    def update(self, force: bool = False, urgent: bool = False, **fields: Any) -> None:
+        """Take `fields`; publish now with `force` (progress.json written; the
+        ConfigMap only at a milestone or with `urgent`), else at most every
+        `min_interval`."""
         with self._lock:
             self.progress = dataclasses.replace(self.progress, **fields)
             now = time.monotonic()
-            due = force or now - self._last_write >= self.min_interval
+            due = force or urgent or now - self._last_write >= self.min_interval
             if due:
                 self._last_write = now
                 self._seq += 1
             snapshot, seq = self.progress, self._seq
         if due:
-            self._publish(snapshot, force, seq)
+            self._publish(snapshot, urgent, seq)
 
     def step(self, epoch: int, step: int) -> None:
         self.metrics.steps.inc()
         self.metrics.step.set(step)
         self.metrics.epoch.set(epoch)
         self.metrics.last_progress.set(time.time())
-        self.update(epoch=epoch, step=step, last_progress_time=now_rfc3339())
+        # the first step of this process ends a recovery: the operator times it
+        first, self._stepped = not self._stepped, True
+        self.update(urgent=first, epoch=epoch, step=step, last_progress_time=now_rfc3339())
 
     def saved(self, done: SaveDone, cadence: dict[str, Any] | None = None) -> None:
         """BackgroundWriter's `on_saved` (on the writer thread); `cadence`: the
@@ -200,7 +236,7 @@ class Reporter:
             fields.update(checkpoint_bytes=used, volume_free_bytes=free)
         self.update(force=True, **fields, **(cadence or {}))
 
-    def _publish(self, snapshot: Progress, force: bool, seq: int) -> None:
+    def _publish(self, snapshot: Progress, urgent: bool, seq: int) -> None:
         with self._publish_lock:
             if seq < self._published:
                 return
@@ -210,8 +246,11 @@ class Reporter:
                     write_atomic(self.path, snapshot.to_json().encode())
                 except OSError as exc:
                     log.warning("cannot write %s: %s", self.path.name, exc)
+            mark = milestone(snapshot)
+            urgent = urgent or mark != self._sent_milestone
+            self._sent_milestone = mark
             if self._patcher is not None:
-                self._patcher.submit(snapshot, force)
+                self._patcher.submit(snapshot, urgent)
         if snapshot.best_score is not None:
             self.metrics.best.set(snapshot.best_score)
         self.metrics.trials_completed.set(snapshot.trials_completed)
@@ -293,6 +332,7 @@ class _ProgressPatcher:
         self._cond = threading.Condition()
         self._last = 0.0
         self._force = False
+        self.interval = patch_interval()
         threading.Thread(target=self._loop, daemon=True).start()
 
     @classmethod
@@ -309,10 +349,12 @@ class _ProgressPatcher:
         url = f"https://{host}:{port}/api/v1/namespaces/{namespace}/configmaps/{configmap}"
         return cls(url, token, ca, tuner_id)
 
-    def submit(self, progress: Progress, force: bool) -> None:
+    def submit(self, progress: Progress, urgent: bool) -> None:
+        """The latest record; sent at once if `urgent`, else when the interval since
+        the last write has passed (a newer record replaces an unsent one)."""
         with self._cond:
             self._pending = progress
-            self._force = self._force or force
+            self._force = self._force or urgent
             self._cond.notify()
 
     def flush(self, timeout: float = 5.0) -> None:
@@ -329,7 +371,7 @@ class _ProgressPatcher:
             with self._cond:
                 while self._pending is None:
                     self._cond.wait()
-                wait = PATCH_INTERVAL_SECONDS - (time.monotonic() - self._last)
+                wait = self.interval - (time.monotonic() - self._last)
                 if wait > 0 and not self._force:
                     self._cond.wait(wait)
                     continue

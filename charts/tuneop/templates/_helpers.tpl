@@ -92,11 +92,12 @@ ClusterRole, with watchNamespaces a Role in each watched namespace.
 - apiGroups: [""]
   resources: [services, persistentvolumeclaims, serviceaccounts]
   verbs: [get, create, delete]
-# Spec and progress ConfigMaps. patch: each trainer Role grants it on its progress map,
-# and RBAC only lets the operator grant what it holds.
+# Spec and progress ConfigMaps (the progress maps watched, filtered by label). patch:
+# each trainer Role grants it on its progress map, and RBAC only lets the operator grant
+# what it holds.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, delete, patch]
+  verbs: [get, list, watch, create, delete, patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create, delete]

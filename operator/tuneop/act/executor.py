@@ -6,9 +6,12 @@ removes what a deleted job owned. Only objects owned by the job's uid are adopte
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
+
+import tuneop_contract as contract
 
 from ..api import names
 from ..api.groups import group_named
@@ -121,19 +124,23 @@ def apply(
     uid: int,
     logger: Logger = log,
     spec: JobSpec | None = None,
-) -> None:
+    progress_interval: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS,
+) -> Obj | None:
     """Carry out `decision` for `job` (`spec`: its parsed spec, parsed here when not
     given), in this order: children, pods, the status patch (the commit point), Kueue
-    releases, pod deletes, Events, the job's own deletion at its TTL."""
+    releases, pod deletes, Events, the job's own deletion at its TTL. Returns the job as
+    the status patch left it (None: no patch)."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     spec = spec or JobSpec.from_dict(job.get("spec") or {})
     if decision.ensure_children:
         _ensure_children(kube, job, spec, decision.reset_progress, logger)
-    _create_pods(kube, job, spec, decision, metrics_port=metrics_port, uid=uid)
+    pods = {"metrics_port": metrics_port, "uid": uid, "progress_interval": progress_interval}
+    _create_pods(kube, job, spec, decision, pods)
+    patched = None
     if decision.status:
         rv = meta.get("resourceVersion")
-        kube.patch_status(namespace, name, decision.status, resource_version=rv)
+        patched = kube.patch_status(namespace, name, decision.status, resource_version=rv)
         if kube.fence is not None:
             kube.fence.committed()  # accepted as current: carry out the rest (act.fence)
     for ref in decision.release_pods:
@@ -153,6 +160,18 @@ def apply(
         # the pass read it is a new job, whose TTL has not begun
         logger.info("ttlSecondsAfterFinished passed: deleting the TuningJob")
         kube.delete(names.KIND, namespace, name, uid=meta.get("uid"))
+    return patched
+
+
+@dataclasses.dataclass(frozen=True)
+class Applied:
+    """A pass carried out: the decision applied, the job as its status patch left it
+    (None: no patch), and whether the pass wrote pods or children (a refused first
+    decision may have, even when the second writes nothing)."""
+
+    decision: Decision
+    job: Obj | None
+    wrote_children: bool
 
 
 def apply_pass(
@@ -164,25 +183,28 @@ def apply_pass(
     uid: int,
     logger: Logger = log,
     spec: JobSpec | None = None,
-) -> Decision:
-    """Decide and apply one pass; the decision applied. When the API server refuses
-    what the decision creates (a pod: PodRejected; a child's name taken by an object
-    the job does not own: ChildConflict), decide again knowing it (decide.refusal) and
-    apply that: the refusal reaches status and Events the way everything else does."""
+    progress_interval: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS,
+) -> Applied:
+    """Decide and apply one pass. When the API server refuses what the decision creates
+    (a pod: PodRejected; a child's name taken by an object the job does not own:
+    ChildConflict), decide again knowing it (decide.refusal) and apply that: the
+    refusal reaches status and Events the way everything else does."""
     decision = decide(None)
     options: dict[str, Any] = {
         "metrics_port": metrics_port, "uid": uid, "logger": logger, "spec": spec,
+        "progress_interval": progress_interval,
     }  # fmt: skip
+    wrote = decision.writes_children
     try:
-        apply(kube, job, decision, **options)
+        patched = apply(kube, job, decision, **options)
     except (ChildConflict, PodRejected) as err:
         reason = CHILD_CONFLICT if isinstance(err, ChildConflict) else POD_REJECTED
         # the module's logger: kopf's per-object one would post it as an Event
         meta = job["metadata"]
         log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], reason, err)
         decision = decide(Refusal(reason, str(err), getattr(err, "pod", None)))
-        apply(kube, job, decision, **options)
-    return decision
+        patched = apply(kube, job, decision, **options)
+    return Applied(decision, patched, wrote or decision.writes_children)
 
 
 def _ensure_children(
@@ -201,25 +223,20 @@ def _ensure_children(
             refresh_child(kube, child, logger)
 
 
-def _create_pods(
-    kube: Kube, job: Obj, spec: JobSpec, decision: Decision, *, metrics_port: int, uid: int
-) -> None:
-    """The sequential group's pods and each parallel group's the decision creates. The
-    pods see the status this decision writes (status.oomTrials -> their env)."""
+def _create_pods(kube: Kube, job: Obj, spec: JobSpec, decision: Decision, pods: Obj) -> None:
+    """The sequential group's pods and each parallel group's the decision creates
+    (`pods`: build_pod's settings from the operator's config). The pods see the status
+    this decision writes (status.oomTrials -> their env)."""
     updated = {**job, "status": decision.merged_status(job)}
     for index in decision.create_pods:
-        pod = trainer_pods.build_pod(
-            updated, spec, index, decision.create_attempt, metrics_port=metrics_port, uid=uid
-        )
+        pod = trainer_pods.build_pod(updated, spec, index, decision.create_attempt, **pods)
         create_pod(kube, job, pod)
     for group_name, attempt in decision.create_groups:
         group = group_named(job["metadata"]["name"], spec, group_name)
         if group is None:  # the decision was made from this very spec
             continue
         for index in range(len(group.pod_names)):
-            pod = trainer_pods.build_pod(
-                updated, spec, index, attempt, metrics_port=metrics_port, uid=uid, group=group
-            )
+            pod = trainer_pods.build_pod(updated, spec, index, attempt, group=group, **pods)
             create_pod(kube, job, pod)
 
 

@@ -148,12 +148,17 @@ class Kube:
         return self.get(f"{collection(names.KIND, namespace)}/{name}")
 
     def list_pods(self, namespace: str, job: str) -> list[Obj]:
+        return self.list_pods_at(namespace, job)[0]
+
+    def list_pods_at(self, namespace: str, job: str) -> tuple[list[Obj], Obj]:
+        """The job's trainer pods (the pod watch's selector) and the list's metadata
+        (its resourceVersion: which watched pods are newer than the list)."""
         found = self.request(
             "GET",
             collection("Pod", namespace),
             query={"labelSelector": names.job_selector(job)},
         )
-        return list((found or {}).get("items") or [])
+        return list((found or {}).get("items") or []), dict((found or {}).get("metadata") or {})
 
     def get_node(self, name: str) -> Obj | None:
         return self.get(f"/api/v1/nodes/{name}")

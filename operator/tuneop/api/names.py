@@ -89,4 +89,12 @@ def job_labels(job: str) -> dict[str, str]:
 
 
 def job_selector(job: str) -> str:
-    return f"{LABEL_JOB}={job}"
+    """The job's trainer pods: the pod watch's selector narrowed to one job."""
+    return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB}={job}"
+
+
+TRAINER_PODS_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB}"
+"""What the pod watch streams: pods managed by tuneop and labelled with their TuningJob."""
+COMPONENT_PROGRESS = "progress"
+PROGRESS_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_PROGRESS}"
+"""What the ConfigMap watch streams: the jobs' progress maps, no other ConfigMap."""

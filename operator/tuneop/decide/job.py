@@ -6,7 +6,7 @@ resume."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import tuneop_contract as contract
@@ -196,7 +196,7 @@ def reopen_or_stay(
     slots: list[Slot],
     current: list[Obj],
     errors: list[SpecError],
-    script_err: SpecError | None,
+    script_err: Callable[[], SpecError | None],
 ) -> bool:
     """A finished job stays finished (True: the decision is complete) unless it failed
     with an InvalidSpec that is fixed now: then it reopens (phase Pending), every
@@ -214,7 +214,7 @@ def reopen_or_stay(
         and failed.get("reason") == "InvalidSpec"
         and (failed.get("observedGeneration") != draft.generation or operator_rejected)
         and not errors
-        and script_err is None
+        and script_err() is None
     )
     if not reopen:
         draft.decision.finished = not operator_rejected

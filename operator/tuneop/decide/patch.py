@@ -60,6 +60,19 @@ class Decision:
     """(disruption reason, seconds from the loss to the next training step) measured in
     this pass, for the operator's recovery-time histogram."""
 
+    @property
+    def writes_children(self) -> bool:
+        """Whether applying it creates, deletes or releases pods or children: objects
+        the watches deliver only later (run.watched reads them live next pass)."""
+        return bool(
+            self.ensure_children
+            or self.create_pods
+            or self.create_groups
+            or self.delete_pods
+            or self.release_pods
+            or self.delete_job
+        )
+
     def merged_status(self, job: Obj) -> Obj:
         """The job's status after this decision's patch (for metrics and logs)."""
         merged = dict(job.get("status") or {})

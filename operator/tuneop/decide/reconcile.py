@@ -20,7 +20,8 @@ nothing twice and counts nothing."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..api import status as st
@@ -59,6 +60,9 @@ from .slot import GroupResult, Slot, gpus_per_pod
 from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
 Obj = dict[str, Any]
+ScriptCheck = Callable[[], SpecError | None]
+"""What is wrong with the script's ConfigMap or the existing claim (None: fine), asked
+lazily."""
 
 __all__ = ["decide", "nodes_to_read"]
 
@@ -114,7 +118,9 @@ def decide(
     by name, None for a node known not to exist (names absent = unknown). `last_seen`:
     the last version of each pod the watch delivered (says why a vanished pod went).
     `configmaps`: the ConfigMap named by spec.script.configMap, by name (None or absent
-    = not found), read before each decision so no pod is created without it.
+    = not found), looked up only where it matters (a group about to start, a pending
+    pod, a rejected job to reopen), so no pod is created without it; run.runtime passes
+    a Mapping that reads it on first lookup.
     `progress_configmap`: the job's progress ConfigMap, where the trainers report; their
     valid fields are copied into status (None or empty: status as it is). `claim`:
     spec.checkpoint.existingClaim as read (parallel jobs check its access modes; None:
@@ -135,9 +141,15 @@ def decide(
         draft.put(st.PHASE, st.PHASE_PENDING)
     groups = read_groups(draft, spec, pods, progress_configmap)
     errors = validate(spec)
-    bad_script = script_error(spec, configmaps) or (
-        check_existing_claim(spec, claim) if spec.parallel and claim is not None else None
-    )
+
+    @functools.cache
+    def bad_script() -> SpecError | None:
+        # asked only where it matters (a group to start, a rejected job to reopen): the
+        # script's ConfigMap is then read (run.runtime reads it on first use)
+        return script_error(spec, configmaps) or (
+            check_existing_claim(spec, claim) if spec.parallel and claim is not None else None
+        )
+
     if not _stop_phase(draft, spec, groups, errors, bad_script):
         _run_groups(draft, spec, groups, nodes or {}, last_seen or {}, configmaps, bad_script)
     groups.write_entries(draft)
@@ -150,7 +162,7 @@ def _stop_phase(
     spec: JobSpec,
     groups: JobGroups,
     errors: list[SpecError],
-    bad_script: SpecError | None,
+    bad_script: ScriptCheck,
 ) -> bool:
     """A finished job stays finished (or reopens: its groups start afresh), an invalid
     spec fails the job, a suspended job stops every group. True: the decision is
@@ -190,7 +202,7 @@ def _run_groups(
     nodes: Mapping[str, Obj | None],
     last_seen: Mapping[str, Obj],
     configmaps: Mapping[str, Obj | None],
-    bad_script: SpecError | None,
+    bad_script: ScriptCheck,
 ) -> None:
     """Start the groups that wait, follow the running ones, judge stalls, and report;
     the job succeeds once every trial group has completed."""
@@ -221,7 +233,7 @@ def _start_groups(
     spec: JobSpec,
     groups: JobGroups,
     configmaps: Mapping[str, Obj | None],
-    bad_script: SpecError | None,
+    bad_script: ScriptCheck,
     results: dict[str, GroupResult],
 ) -> bool:
     """Start each group that has not started nor completed, or say what it waits for
@@ -248,7 +260,7 @@ def _waits(
     spec: JobSpec,
     slot: Slot,
     groups: JobGroups,
-    bad_script: SpecError | None,
+    bad_script: ScriptCheck,
     configmaps: Mapping[str, Obj | None],
 ) -> GroupResult | None:
     """What a group that is to start waits for (None: nothing)."""
@@ -263,8 +275,9 @@ def _waits(
     waiting = backoff_wait(draft, slot)
     if waiting is not None:
         return GroupResult("waiting", "Backoff", waiting, waiting)
-    if bad_script is not None:
-        return GroupResult("invalid", message=INVALID_SPEC_PREFIX + str(bad_script))
+    invalid = bad_script()
+    if invalid is not None:
+        return GroupResult("invalid", message=INVALID_SPEC_PREFIX + str(invalid))
     if script_missing(spec, configmaps):
         wait_for_script(draft, spec)
         return GroupResult("waiting", "ScriptConfigMapMissing", "the script's ConfigMap")

@@ -82,7 +82,7 @@ def build_progress_configmap(job: Obj) -> Obj:
         "metadata": child_meta(
             job,
             names.progress_configmap_name(job["metadata"]["name"]),
-            extra={names.LABEL_COMPONENT: "progress"},
+            extra={names.LABEL_COMPONENT: names.COMPONENT_PROGRESS},
         ),
         "data": {},
     }

@@ -39,14 +39,15 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
         "resources": ["services", "persistentvolumeclaims", "serviceaccounts"],
         "verbs": ["get", "create", "delete"],
     },
-    # The spec and progress ConfigMaps; `get` also reads the progress the trainer reports
-    # and the user's spec.script.configMap before each pod group. `patch` only because
-    # each trainer Role grants patch on its progress map (render.children.TRAINER_RULE), and
-    # RBAC lets the operator grant only what it holds; the operator never patches one.
+    # The spec and progress ConfigMaps; `list`/`watch` stream the progress maps the
+    # trainers report to (the watch is filtered by their label), `get` reads the user's
+    # spec.script.configMap before a pod group. `patch` only because each trainer Role
+    # grants patch on its progress map (render.children.TRAINER_RULE), and RBAC lets the
+    # operator grant only what it holds; the operator never patches one.
     {
         "apiGroups": [""],
         "resources": ["configmaps"],
-        "verbs": ["get", "create", "delete", "patch"],
+        "verbs": ["get", "list", "watch", "create", "delete", "patch"],
     },
     {
         "apiGroups": ["rbac.authorization.k8s.io"],
@@ -59,8 +60,8 @@ NAMESPACED_RULES: list[dict[str, Any]] = [
 """What the operator does in a namespace whose TuningJobs it runs."""
 
 CLUSTER_RULES: list[dict[str, Any]] = [
-    # Node state: a pod whose node is gone was lost with the node, not failed.
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    # Node state (watched): a pod whose node is gone was lost with the node, not failed.
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     # kopf: resource and namespace discovery.
     {
         "apiGroups": ["apiextensions.k8s.io"],

@@ -64,6 +64,13 @@ def mtbf_seconds(job: Obj, spec: JobSpec, now: dt.datetime) -> float:
     return contract.mtbf_estimate(running * spec.parallel_trials, preemptions)
 
 
+def progress_report_seconds(spec: JobSpec, configured: float) -> float:
+    """How often the trainer writes steady progress: the operator's configured interval
+    (its API server budget), shorter for a job whose stallTimeoutSeconds is short, so a
+    progressing job is never judged stalled for a report it has not sent yet."""
+    return min(configured, spec.stall_timeout_seconds / 4)
+
+
 def build_env(
     job: Obj,
     spec: JobSpec,
@@ -71,6 +78,7 @@ def build_env(
     metrics_port: int,
     group: PodGroup | None = None,
     now: dt.datetime | None = None,
+    progress_interval: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS,
 ) -> list[Obj]:
     env: list[Obj] = [
         {"name": contract.ENV_JOB_NAME, "value": job["metadata"]["name"]},
@@ -83,6 +91,10 @@ def build_env(
         _field_env(contract.ENV_POD_NAME, "metadata.name"),
         _field_env(contract.ENV_METRICS_ADDRESS, "status.podIP"),
         {"name": contract.ENV_METRICS_PORT, "value": str(metrics_port)},
+        {
+            "name": contract.ENV_PROGRESS_INTERVAL,
+            "value": f"{progress_report_seconds(spec, progress_interval):g}",
+        },
         {"name": contract.ENV_WORKER_INDEX, "value": str(index)},
         {"name": contract.ENV_CHECKPOINT_DIR, "value": contract.DEFAULT_CHECKPOINT_DIR},
         {"name": contract.ENV_SPEC_FILE, "value": contract.DEFAULT_SPEC_FILE},
@@ -140,6 +152,7 @@ def build_pod(
     uid: int = names.TRAINER_UID,
     group: PodGroup | None = None,
     now: dt.datetime | None = None,
+    progress_interval: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS,
 ) -> Obj:
     """Trainer pod `index` of pod group `attempt`: restricted pod security, fsGroup for
     the volume, GPU limits + toleration, the grace period the trainer needs to write its
@@ -150,10 +163,12 @@ def build_pod(
     is the same in both modes (the trainer reads `spec.script` from the spec file).
     `group` (default: the sequential one) names the pod; the oracle of a parallel job
     gets no GPU, the oracle's resources and port, and a DNS name. `now` (default: the
-    current time) dates the MTBF estimate passed in TUNEOP_MTBF_SECONDS."""
+    current time) dates the MTBF estimate passed in TUNEOP_MTBF_SECONDS;
+    `progress_interval`: the operator's configured steady progress interval
+    (progress_report_seconds)."""
     group = group or sequential_group(job["metadata"]["name"], spec)
     pod_name = group.pod_names[index]
-    container = _trainer_container(job, spec, index, group, metrics_port, now)
+    container = _trainer_container(job, spec, index, group, metrics_port, now, progress_interval)
     pod_spec = _pod_spec(job, spec, group, container, uid)
     _add_volumes(spec, group, container, pod_spec)
     _add_placement(job, spec, pod_name, pod_spec)
@@ -176,6 +191,7 @@ def _trainer_container(
     group: PodGroup,
     metrics_port: int,
     now: dt.datetime | None,
+    progress_interval: float,
 ) -> Obj:
     """The pod's one container: the trainer image running `tuneop_trainer run` on the
     spec file and the checkpoint volume, its ports, resources and restricted context."""
@@ -194,7 +210,7 @@ def _trainer_container(
             "--dir",
             contract.DEFAULT_CHECKPOINT_DIR,
         ],
-        "env": build_env(job, spec, index, metrics_port, group, now),
+        "env": build_env(job, spec, index, metrics_port, group, now, progress_interval),
         "ports": [{"name": "metrics", "containerPort": metrics_port}],
         "resources": build_resources(spec, group),
         "volumeMounts": [

@@ -42,6 +42,9 @@ class Config:
     """Longest time between two reconciliations of a job (pod events wake it sooner)."""
     trainer_metrics_port: int = contract.DEFAULT_METRICS_PORT
     trainer_uid: int = 1000
+    progress_interval_seconds: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS
+    """At most one steady progress write per trainer per this many seconds (each is an
+    etcd write and a status patch); milestones are sent at once."""
     log_level: str = "INFO"
     request_timeout_seconds: float = 30.0
     """Longest wait for one API call (connect + response): a half-open connection fails
@@ -81,6 +84,9 @@ class Config:
                 "TRAINER_METRICS_PORT", contract.DEFAULT_METRICS_PORT, 0, 65535
             ),
             trainer_uid=read.integer("TRAINER_UID", 1000, 1, 2**31 - 1),
+            progress_interval_seconds=read.number(
+                "PROGRESS_INTERVAL_SECONDS", cls.progress_interval_seconds, 1, 3600
+            ),
             log_level=level,
             request_timeout_seconds=read.number(
                 "REQUEST_TIMEOUT_SECONDS", cls.request_timeout_seconds, 1, 600

@@ -22,8 +22,8 @@ from .runtime import Runtime, job_of
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
 POD_RESOURCE = ("", "v1", "pods")
-POD_SELECTOR = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY},{names.LABEL_JOB}"
-"""Trainer pods: managed by tuneop and labelled with their TuningJob."""
+CONFIGMAP_RESOURCE = ("", "v1", "configmaps")
+NODE_RESOURCE = ("", "v1", "nodes")
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -62,7 +62,8 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own Events are posted by act.kube
     # Server-side: the API server streams only the trainer pods, not every pod in the
     # cluster (the handler's `labels=` filter alone would be applied client-side).
-    settings.watching.label_selectors[POD_RESOURCE] = POD_SELECTOR
+    settings.watching.label_selectors[POD_RESOURCE] = names.TRAINER_PODS_SELECTOR
+    settings.watching.label_selectors[CONFIGMAP_RESOURCE] = names.PROGRESS_SELECTOR
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     config = _runtime(memo).config
@@ -175,27 +176,63 @@ def reconcile_probe(memo: Any, **_: Any) -> dict[str, object]:
 
 
 @kopf.on.event(*RESOURCE)
-async def job_event(body: kopf.Body, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-    """A spec change (generation ahead of the one the operator last decided on) wakes
-    the job's loop at once: a finished job may have to start again."""
+async def job_event(
+    body: kopf.Body, type: str | None, namespace: str | None, name: str, memo: Any, **_: Any
+) -> None:
+    """Every version of a TuningJob feeds the cache (run.watched); a spec change
+    (generation ahead of the one the operator last decided on) wakes the job's loop at
+    once: a finished job may have to start again."""
+    if not namespace:
+        return
+    runtime = _runtime(memo)
+    runtime.watched.job_event((namespace, name), dict(body), type == "DELETED")
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):  # kopf stops the daemon; cleanup forgets the job
         return
     generation = meta.get("generation")
     observed = (body.get("status") or {}).get(st.OBSERVED_GENERATION)
-    if namespace and generation is not None and generation != observed:
-        _runtime(memo).trigger((namespace, name)).set()
+    if generation is not None and generation != observed:
+        runtime.wake((namespace, name))
 
 
 @kopf.on.event(
     *POD_RESOURCE,
     labels={names.LABEL_MANAGED_BY: names.MANAGED_BY, names.LABEL_JOB: kopf.PRESENT},
 )
-async def pod_event(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+async def pod_event(
+    body: kopf.Body, type: str | None, namespace: str | None, memo: Any, **_: Any
+) -> None:
     pod = dict(body)
     job = job_of(pod)
     if job and namespace:
-        _runtime(memo).pod_seen(namespace, job, pod)
+        _runtime(memo).pod_seen(namespace, job, pod, deleted=type == "DELETED")
+
+
+@kopf.on.event(
+    *CONFIGMAP_RESOURCE,
+    labels={
+        names.LABEL_MANAGED_BY: names.MANAGED_BY,
+        names.LABEL_COMPONENT: names.COMPONENT_PROGRESS,
+    },
+)
+async def progress_event(
+    body: kopf.Body, type: str | None, namespace: str | None, memo: Any, **_: Any
+) -> None:
+    """A trainer's progress report (its ConfigMap, filtered by the API server to the
+    jobs' progress maps) feeds the cache and wakes the job's loop: status follows it
+    within a pass, not a polling interval."""
+    job = job_of(dict(body))
+    if job and namespace:
+        runtime = _runtime(memo)
+        runtime.watched.progress_event((namespace, job), dict(body), type == "DELETED")
+        runtime.wake((namespace, job))
+
+
+@kopf.on.event(*NODE_RESOURCE)
+async def node_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+    """Nodes (trimmed to what classification reads): a node's loss is seen as it is
+    reported, with no per-pass read."""
+    _runtime(memo).watched.node_event(dict(body), type == "DELETED")
 
 
 @kopf.on.delete(*RESOURCE, id="cleanup")

@@ -1,15 +1,17 @@
-"""Process-wide state shared by the kopf handlers: the config, the API layer, one wake-up
-event per job (pod events wake the job's reconcile loop early) and the last version of
-each pod the watch delivered (it tells why a pod that vanished went)."""
+"""Process-wide state shared by the kopf handlers: the config, the API layer, what the
+watches delivered (run.watched: what a steady pass reads instead of the API server),
+one wake-up event per job (pod and progress events wake the job's reconcile loop early)
+and the last version of each pod the watch delivered (it tells why a pod that vanished
+went)."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..act import executor
@@ -20,6 +22,7 @@ from ..decide.patch import Decision, Refusal
 from ..decide.reconcile import decide, nodes_to_read
 from . import metrics
 from .config import Config
+from .watched import Snapshot, Watched
 
 Obj = dict[str, Any]
 Key = tuple[str, str]
@@ -32,24 +35,29 @@ FINISHED_RECHECK_SECONDS = 600.0
 level-based safety net); its spec changes, its pods' events and its TTL wake it sooner."""
 
 NODE_CACHE_SECONDS = 5.0
+"""How long a Node the watch has not delivered, read live, is reused."""
 
 
 class Runtime:
-    def __init__(self, config: Config, kube: kube_mod.Kube) -> None:
+    def __init__(self, config: Config, kube: kube_mod.Kube, watched: Watched | None = None) -> None:
         self.config = config
         self.kube = kube
+        self.watched = watched or Watched()
         self._lock = threading.Lock()
         self._triggers: dict[Key, asyncio.Event] = {}
         self._seen: dict[Key, dict[str, Obj]] = {}
         self._ignored: dict[Key, tuple[str, ...]] = {}
         self._nodes: dict[str, tuple[float, Obj | None]] = {}
+        self._claims: dict[Key, tuple[float, Obj]] = {}
         self.fence_task: asyncio.Task[None] | None = None
 
     def node(self, name: str) -> Obj | None:
-        """The Node `name` as read at most NODE_CACHE_SECONDS ago: one read serves every
-        job with pods on that node, so node reads grow with nodes, not with jobs or
-        passes. Node loss is seen that much later, next to the node lifecycle
-        controller's own 40 s before it marks a node NotReady."""
+        """The Node `name` as the node watch delivered it; one the watch has not named
+        (yet) is read live, at most every NODE_CACHE_SECONDS whatever the number of jobs
+        and passes on it."""
+        known, node = self.watched.node(name)
+        if known:
+            return node
         now = time.monotonic()
         with self._lock:
             cached = self._nodes.get(name)
@@ -66,12 +74,18 @@ class Runtime:
         with self._lock:
             return self._triggers.setdefault(key, asyncio.Event())
 
-    def pod_seen(self, namespace: str, job: str, pod: Obj) -> None:
+    def wake(self, key: Key) -> None:
         with self._lock:
-            self._seen.setdefault((namespace, job), {})[pod["metadata"]["name"]] = pod
-            event = self._triggers.get((namespace, job))
+            event = self._triggers.get(key)
         if event is not None:
             event.set()
+
+    def pod_seen(self, namespace: str, job: str, pod: Obj, deleted: bool = False) -> None:
+        key = (namespace, job)
+        with self._lock:
+            self._seen.setdefault(key, {})[pod["metadata"]["name"]] = pod
+        self.watched.pod_event(key, pod, deleted)
+        self.wake(key)
 
     def last_seen(self, key: Key) -> dict[str, Obj]:
         with self._lock:
@@ -82,6 +96,8 @@ class Runtime:
             self._seen.pop(key, None)
             self._triggers.pop(key, None)
             self._ignored.pop(key, None)
+            self._claims.pop(key, None)
+        self.watched.forget(key)
         metrics.JOBS.forget(*key)
 
     def reconcile_once(
@@ -90,30 +106,38 @@ class Runtime:
         name: str,
         logger: Logger,
     ) -> float | None:
-        """One level-based pass: read the job, its pods (and the nodes their
-        classification needs), its progress ConfigMap and the user's script ConfigMap;
-        decide; apply. Returns how long the next pass may wait when that is longer than
-        the normal interval (a finished job), else None. Its writes ask the fence
-        (act.fence) whether the process was frozen since the pass began."""
+        """One level-based pass: the job, its pods (and the nodes their classification
+        needs) and its progress ConfigMap as the watches delivered them (run.watched;
+        read live when the cache cannot be trusted), the user's script ConfigMap when
+        the decision asks for it; decide; apply. Returns how long the next pass may wait
+        when that is longer than the normal interval (a finished job), else None. Its
+        writes ask the fence (act.fence) whether the process was frozen since the pass
+        began. A pass that fails leaves the next one reading live."""
         fence = self.kube.fence
         if fence is not None:
             fence.begin()
         try:
             return self._reconcile(namespace, name, logger)
+        except BaseException:
+            self.watched.invalidate((namespace, name))
+            raise
         finally:
             if fence is not None:
                 fence.end()
 
     def _reconcile(self, namespace: str, name: str, logger: Logger) -> float | None:
-        job = self.kube.get_job(namespace, name)
-        if job is None or job["metadata"].get("deletionTimestamp"):
+        key = (namespace, name)
+        view = self.watched.snapshot(key) or self._read_live(namespace, name)
+        if view.job is None or view.job["metadata"].get("deletionTimestamp"):
             return None
         # what the job leaves unset comes from the cluster-wide trainer defaults
-        job = podtemplate.with_defaults(job, self.config.trainer_defaults)
+        job = podtemplate.with_defaults(view.job, self.config.trainer_defaults)
         spec = JobSpec.from_dict(job.get("spec") or {})  # once per pass, passed down
-        pods = self.kube.list_pods(namespace, name)
+        pods = view.pods
         nodes = {node: self.node(node) for node in nodes_to_read(job, pods, spec)}
-        read = self._read_objects(namespace, name, spec, pods)
+        script = _ScriptConfigMaps(self.kube, namespace, spec.script_configmap)
+        workloads = self._workloads(namespace, pods)
+        claim = self._claim(key, spec)
 
         def decide_pass(refused: Refusal | None = None) -> Decision:
             return decide(
@@ -122,15 +146,15 @@ class Runtime:
                 spec=spec,
                 now=dt.datetime.now(dt.UTC),
                 nodes=nodes,
-                last_seen=self.last_seen((namespace, name)),
-                configmaps=read.configmaps,
-                progress_configmap=read.progress,
-                claim=read.claim,
-                workloads=read.workloads,
+                last_seen=self.last_seen(key),
+                configmaps=script,
+                progress_configmap=view.progress,
+                claim=claim,
+                workloads=workloads,
                 refused=refused,
             )
 
-        decision = executor.apply_pass(
+        applied = executor.apply_pass(
             self.kube,
             job,
             decide_pass,
@@ -138,34 +162,52 @@ class Runtime:
             uid=self.config.trainer_uid,
             logger=logger,
             spec=spec,
+            progress_interval=self.config.progress_interval_seconds,
         )
-        self._log_ignored((namespace, name), decision.ignored, logger)
+        self.watched.applied(key, applied.job, applied.wrote_children)
+        decision = applied.decision
+        self._log_ignored(key, decision.ignored, logger)
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
             metrics.JOBS.recovered(reason, seconds)
         return _rest(decision, spec, pods)
 
-    def _read_objects(self, namespace: str, name: str, spec: JobSpec, pods: list[Obj]) -> _Read:
-        """What else the decision reads: the progress ConfigMap, the user's script
-        ConfigMap, the Workloads of Kueue-gated pods, a parallel job's existing claim."""
+    def _read_live(self, namespace: str, name: str) -> Snapshot:
+        """The job, its pods and its progress ConfigMap from the API server, merged into
+        what the watches hold (run.watched)."""
+        job = self.kube.get_job(namespace, name)
+        if job is None:
+            return self.watched.read_live((namespace, name), None, [], None, None)
+        pods, listed = self.kube.list_pods_at(namespace, name)
         progress = self.kube.get_configmap(namespace, names.progress_configmap_name(name))
-        configmaps: dict[str, Obj | None] = {}
-        if spec.script_configmap:
-            configmaps[spec.script_configmap] = self.kube.get_configmap(
-                namespace, spec.script_configmap
-            )
+        return self.watched.read_live((namespace, name), job, pods, listed, progress)
+
+    def _workloads(self, namespace: str, pods: list[Obj]) -> dict[str, Obj | None]:
+        """The Kueue Workloads of the queued (gated) pods: their admission message."""
         workloads: dict[str, Obj | None] = {}
         for pod in pods:
             workload = queue.workload_name(pod) if queue.gated(pod) else None
             if workload and workload not in workloads:
                 workloads[workload] = self.kube.get_workload(namespace, workload)
-        claim = None
-        if spec.parallel and spec.checkpoint.existing_claim:
-            claim = self.kube.get(
-                f"{kube_mod.collection('PersistentVolumeClaim', namespace)}/"
-                f"{spec.checkpoint.existing_claim}"
-            )
-        return _Read(progress, configmaps, workloads, claim)
+        return workloads
+
+    def _claim(self, key: Key, spec: JobSpec) -> Obj | None:
+        """A parallel job's spec.checkpoint.existingClaim (its access modes are checked),
+        re-read every resync interval once found: a claim's access modes never change."""
+        if not (spec.parallel and spec.checkpoint.existing_claim):
+            return None
+        now = time.monotonic()
+        with self._lock:
+            cached = self._claims.get(key)
+        name = spec.checkpoint.existing_claim
+        fresh = cached is not None and now - cached[0] < self.watched.resync_seconds
+        if cached is not None and fresh and cached[1]["metadata"].get("name") == name:
+            return cached[1]
+        claim = self.kube.get(f"{kube_mod.collection('PersistentVolumeClaim', key[0])}/{name}")
+        if claim is not None:
+            with self._lock:
+                self._claims[key] = (now, claim)
+        return claim
 
     def _log_ignored(
         self,
@@ -181,14 +223,27 @@ class Runtime:
             logger.warning("ignoring invalid %s (wrong type or out of range)", ", ".join(ignored))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Read:
-    """The objects a pass reads besides the job, its pods and their nodes."""
+class _ScriptConfigMaps(Mapping[str, Obj | None]):
+    """spec.script.configMap as `decide` looks it up: read from the API server on the
+    first lookup only (a running job's steady pass never asks), None if it does not
+    exist."""
 
-    progress: Obj | None
-    configmaps: dict[str, Obj | None]
-    workloads: dict[str, Obj | None]
-    claim: Obj | None
+    def __init__(self, kube: kube_mod.Kube, namespace: str, name: str | None) -> None:
+        self._kube, self._namespace, self._name = kube, namespace, name
+        self._read: dict[str, Obj | None] = {}
+
+    def __getitem__(self, name: str) -> Obj | None:
+        if name != self._name:
+            raise KeyError(name)
+        if name not in self._read:
+            self._read[name] = self._kube.get_configmap(self._namespace, name)
+        return self._read[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([self._name] if self._name else [])
+
+    def __len__(self) -> int:
+        return 1 if self._name else 0
 
 
 def _rest(decision: Decision, spec: JobSpec, pods: list[Obj]) -> float | None:

@@ -1,0 +1,231 @@
+"""What the watches delivered, so that a steady pass reads nothing from the API server.
+
+kopf's watches (run.handlers) feed one `Watched` per operator: each TuningJob, its
+trainer pods, its progress ConfigMap, and the Nodes (trimmed to what classification
+reads). A pass reads a job's objects live instead when the cache cannot be trusted:
+
+- never read live since the operator started (the watches' first listing may still be
+  on its way);
+- after a pass that wrote pods or children (created, deleted, released, replaced): what
+  it wrote reaches the cache only when the watch delivers it, and a decision made on
+  the older state would count a pod it just created as vanished;
+- after a pass that failed (a 409, an API error, a freeze): its writes may be half done;
+- every `resync_seconds` (a level-based safety net, as an informer's resync): a watch
+  event lost (a relist after `410 Gone` reports no deletions) is corrected then.
+
+A status patch's answer is the job as the API server now holds it, so a pass that only
+patched status leaves the cache fresh. Objects are compared by resourceVersion where it
+is numeric (etcd's revision, the only store Kubernetes ships), so an older copy (a watch
+event behind a live read) never replaces a newer one; a deleted pod leaves a tombstone
+so a live list taken just before its deletion does not bring it back."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+
+RESYNC_SECONDS = 300.0
+TOMBSTONE_SECONDS = 600.0
+
+
+def version(obj: Obj | None) -> int | None:
+    """The object's resourceVersion as a number (None: absent or not numeric)."""
+    return _number(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+
+
+def _number(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def not_older(candidate: Obj, held: Obj | None) -> bool:
+    """Whether `candidate` may replace `held`: not known to be older."""
+    new, old = version(candidate), version(held)
+    return new is None or old is None or new >= old
+
+
+def trim_node(node: Obj) -> Obj:
+    """What decide.classify reads of a Node (existence, deletion, the Ready condition):
+    a real Node carries its images and addresses, tens of KiB each."""
+    meta = node.get("metadata") or {}
+    conditions = [
+        c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"
+    ]
+    kept = ("name", "uid", "resourceVersion", "deletionTimestamp")
+    return {
+        "metadata": {k: meta[k] for k in kept if k in meta},
+        "status": {"conditions": conditions},
+    }
+
+
+@dataclasses.dataclass
+class JobObjects:
+    """One job's objects as the watches (and the last live read) left them."""
+
+    job: Obj | None = None
+    pods: dict[str, Obj] = dataclasses.field(default_factory=dict)
+    progress: Obj | None = None
+    read_at: float | None = None
+    """When the pass last read them live (monotonic); None: never, or invalidated."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    job: Obj | None
+    pods: list[Obj]
+    progress: Obj | None
+
+
+class Watched:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        resync_seconds: float = RESYNC_SECONDS,
+    ) -> None:
+        self.clock = clock
+        self.resync_seconds = resync_seconds
+        self._lock = threading.Lock()
+        self._jobs: dict[Key, JobObjects] = {}
+        self._tombstones: dict[str, tuple[int | None, float]] = {}  # pod uid -> (rv, when)
+        self._nodes: dict[str, Obj | None] = {}  # None: deleted
+
+    # --- fed by the watches --------------------------------------------------------
+    def job_event(self, key: Key, job: Obj, deleted: bool) -> None:
+        with self._lock:
+            held = self._objects(key)
+            if deleted:
+                held.job, held.read_at = None, None
+            elif not_older(job, held.job):
+                held.job = job
+
+    def pod_event(self, key: Key, pod: Obj, deleted: bool) -> None:
+        meta = pod.get("metadata") or {}
+        with self._lock:
+            pods = self._objects(key).pods
+            if deleted:
+                self._tombstones[str(meta.get("uid"))] = (version(pod), self.clock())
+                if (pods.get(meta["name"]) or {}).get("metadata", {}).get("uid") == meta.get("uid"):
+                    del pods[meta["name"]]
+            elif not self._buried(pod) and not_older(pod, pods.get(meta["name"])):
+                pods[meta["name"]] = pod
+
+    def progress_event(self, key: Key, configmap: Obj, deleted: bool) -> None:
+        with self._lock:
+            held = self._objects(key)
+            if deleted:
+                held.progress = None
+            elif not_older(configmap, held.progress):
+                held.progress = configmap
+
+    def node_event(self, node: Obj, deleted: bool) -> None:
+        name = (node.get("metadata") or {}).get("name")
+        if name:
+            with self._lock:
+                self._nodes[name] = None if deleted else trim_node(node)
+
+    # --- read by the passes --------------------------------------------------------
+    def snapshot(self, key: Key) -> Snapshot | None:
+        """The job's objects, or None when the pass must read them live."""
+        with self._lock:
+            held = self._jobs.get(key)
+            now = self.clock()
+            if held is None or held.read_at is None or now - held.read_at >= self.resync_seconds:
+                return None
+            return Snapshot(held.job, list(held.pods.values()), held.progress)
+
+    def read_live(
+        self,
+        key: Key,
+        job: Obj | None,
+        pods: list[Obj],
+        listed_at: Obj | None,
+        progress: Obj | None,
+    ) -> Snapshot:
+        """Take what the pass read live (`listed_at`: the pod list's metadata, whose
+        resourceVersion says which watched pods are newer than the list) and return the
+        merged view."""
+        with self._lock:
+            held = self._objects(key)
+            if job is None or not_older(job, held.job):
+                held.job = job
+            held.pods = self._merge_pods(
+                held.pods, pods, _number((listed_at or {}).get("resourceVersion"))
+            )
+            if progress is None or not_older(progress, held.progress):
+                held.progress = progress
+            held.read_at = self.clock()
+            self._expire_tombstones()
+            return Snapshot(held.job, list(held.pods.values()), held.progress)
+
+    def applied(self, key: Key, job: Obj | None, wrote_children: bool) -> None:
+        """After a pass: `job`, the status patch's answer (None: no patch);
+        `wrote_children`: it created, deleted or released pods or children."""
+        with self._lock:
+            held = self._objects(key)
+            if job is not None and not_older(job, held.job):
+                held.job = job
+            if wrote_children:
+                held.read_at = None
+
+    def invalidate(self, key: Key) -> None:
+        """The next pass reads live (this one failed or was refused)."""
+        with self._lock:
+            if key in self._jobs:
+                self._jobs[key].read_at = None
+
+    def forget(self, key: Key) -> None:
+        with self._lock:
+            self._jobs.pop(key, None)
+
+    def node(self, name: str) -> tuple[bool, Obj | None]:
+        """(known, node): known False when no watch event named it yet."""
+        with self._lock:
+            return name in self._nodes, self._nodes.get(name)
+
+    def node_read(self, name: str, node: Obj | None) -> None:
+        """A Node read live (None: 404): the watch's copy wins once it has one."""
+        with self._lock:
+            self._nodes.setdefault(name, None if node is None else trim_node(node))
+
+    # --- internals -----------------------------------------------------------------
+    def _objects(self, key: Key) -> JobObjects:
+        return self._jobs.setdefault(key, JobObjects())
+
+    def _buried(self, pod: Obj) -> bool:
+        """A copy of a pod the watch reported deleted, no newer than its deletion."""
+        meta = pod.get("metadata") or {}
+        tomb = self._tombstones.get(str(meta.get("uid")))
+        if tomb is None:
+            return False
+        rv = version(pod)
+        return tomb[0] is None or rv is None or rv <= tomb[0]
+
+    def _merge_pods(
+        self, held: dict[str, Obj], listed: list[Obj], at: int | None
+    ) -> dict[str, Obj]:
+        merged: dict[str, Obj] = {}
+        for pod in listed:
+            name = pod["metadata"]["name"]
+            if self._buried(pod):
+                continue
+            watched = held.get(name)
+            merged[name] = watched if watched is not None and not not_older(pod, watched) else pod
+        for name, pod in held.items():
+            # created after the list was served: the list cannot know it
+            rv = version(pod)
+            if name not in merged and at is not None and rv is not None and rv > at:
+                merged[name] = pod
+        return merged
+
+    def _expire_tombstones(self) -> None:
+        cutoff = self.clock() - TOMBSTONE_SECONDS
+        if any(when < cutoff for _, when in self._tombstones.values()):
+            self._tombstones = {u: t for u, t in self._tombstones.items() if t[1] >= cutoff}

@@ -1,0 +1,186 @@
+"""The watch-fed cache (tuneop.run.watched) and the passes that read from it: a steady
+pass reads nothing from the API server; what the pass wrote, a failed pass, and the
+resync interval send it back to a live read; a watch event lost (the watch dropped)
+never loses or double-counts a preemption."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from tuneop.api import names
+from tuneop.api.spec import JobSpec
+from tuneop.render import trainer_pods
+from tuneop.run.config import Config
+from tuneop.run.runtime import Runtime
+from tuneop.run.watched import RESYNC_SECONDS, Watched, trim_node
+
+from tests.unit.fakes import JOB, Clock, FakeKube
+
+LOG = logging.getLogger("test")
+KEY = ("ns", "j")
+PROGRESS = f"ConfigMap/{names.progress_configmap_name('j')}"
+LIVE = ["job", "pods", PROGRESS]
+"""A live read: the job, its pods, its progress ConfigMap."""
+
+Obj = dict[str, Any]
+
+
+def pod(name: str = "j-worker-0", rv: int = 10, uid: str = "p1", phase: str = "Running") -> Obj:
+    return {"metadata": {"name": name, "uid": uid, "resourceVersion": str(rv)},
+            "status": {"phase": phase}}  # fmt: skip
+
+
+def running_world(clock: Clock) -> tuple[Runtime, FakeKube, Obj]:
+    """A job whose one trainer pod runs on node n1, the node known to the node watch."""
+    job = {**JOB, "spec": {**JOB["spec"], "distribution": {"workers": 1}},
+           "status": {"attempt": 0, "attemptStarted": True, "phase": "Running"}}  # fmt: skip
+    worker = trainer_pods.build_pod(JOB, JobSpec.from_dict(job["spec"]), 0, 0)
+    worker["metadata"].update(uid="p1", resourceVersion="10")
+    worker["spec"]["nodeName"] = "n1"
+    worker["status"] = {"phase": "Running"}
+    server = FakeKube({("Pod", "j-worker-0"): worker}, job=job, stores_status=True)
+    runtime = Runtime(Config.from_env({}), server, Watched(clock=clock))
+    runtime.watched.node_event({"metadata": {"name": "n1", "resourceVersion": "3"}}, False)
+    return runtime, server, worker
+
+
+def test_a_steady_running_job_reads_nothing_after_its_first_pass():
+    clock = Clock()
+    runtime, server, _ = running_world(clock)
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads == LIVE  # the first pass reads live; its node is watched
+    for _ in range(5):
+        clock.now += 2
+        runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads == LIVE
+    clock.now += RESYNC_SECONDS
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads == LIVE + LIVE  # the resync: a level-based safety net
+
+
+def test_a_status_patch_answer_keeps_the_cache_fresh_and_pod_writes_do_not():
+    clock = Clock()
+    runtime, server, worker = running_world(clock)
+    runtime.reconcile_once("ns", "j", LOG)
+    # the pod watch delivers the trainer's end: the pass counts it from the cache
+    ended = {**worker, "metadata": {**worker["metadata"], "resourceVersion": "11"},
+             "status": {"phase": "Failed", "containerStatuses": [{"name": "trainer", "state": {
+                 "terminated": {"exitCode": 1, "reason": "Error"}}}]}}  # fmt: skip
+    server.objects[("Pod", "j-worker-0")] = ended
+    runtime.pod_seen("ns", "j", ended)
+    reads = len(server.reads)
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads[reads:] == []
+    assert server.patches[-1].get("failures") == 1
+    # that pass deleted the pod (a write the watch has not delivered): the next reads live
+    assert ("delete", "Pod/j-worker-0") in server.calls
+    clock.now += 2
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads[reads:] == LIVE
+    assert sum(p.get("failures") == 1 for p in server.patches) == 1
+
+
+def test_a_lost_watch_event_is_corrected_at_the_resync_and_counted_once():
+    """The pod is deleted while the pod watch is down: passes from the cache see it
+    running; the resync's live read finds it gone and counts one preemption."""
+    clock = Clock()
+    runtime, server, _ = running_world(clock)
+    runtime.reconcile_once("ns", "j", LOG)
+    del server.objects[("Pod", "j-worker-0")]  # no watch event
+    clock.now += 2
+    runtime.reconcile_once("ns", "j", LOG)
+    assert not any(p.get("preemptions") for p in server.patches)
+    clock.now += RESYNC_SECONDS
+    runtime.reconcile_once("ns", "j", LOG)
+    assert [p["preemptions"] for p in server.patches if p.get("preemptions")] == [1]
+    for _ in range(3):
+        clock.now += 2
+        runtime.reconcile_once("ns", "j", LOG)
+    assert [p["preemptions"] for p in server.patches if p.get("preemptions")] == [1]
+    assert server.job is not None and server.job["status"]["preemptions"] == 1
+
+
+def test_a_failed_pass_sends_the_next_to_a_live_read():
+    clock = Clock()
+    runtime, server, _ = running_world(clock)
+    runtime.reconcile_once("ns", "j", LOG)
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise RuntimeError("API server down")
+
+    server.patch_status = refuse  # type: ignore[method-assign]
+    server.objects[("ConfigMap", "j-progress")] = {
+        "metadata": {"name": "j-progress", "resourceVersion": "20"},
+        "data": {"progress.json": '{"trialsCompleted": 2}'},
+    }
+    runtime.watched.progress_event(KEY, server.objects[("ConfigMap", "j-progress")], False)
+    reads = len(server.reads)
+    with pytest.raises(RuntimeError):
+        runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads[reads:] == []
+    with pytest.raises(RuntimeError):
+        runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads[reads:] == LIVE
+
+
+def test_the_scripts_configmap_is_read_only_when_a_pod_group_is_to_start():
+    clock = Clock()
+    runtime, server, _ = running_world(clock)
+    assert server.job is not None
+    server.job["spec"] = {"image": "img", "script": {"configMap": {"name": "my-search"}},
+                          "distribution": {"workers": 1}}  # fmt: skip
+    runtime.reconcile_once("ns", "j", LOG)
+    assert "ConfigMap/my-search" not in server.reads  # running: nothing to start
+    del server.objects[("Pod", "j-worker-0")]
+    clock.now += RESYNC_SECONDS
+    runtime.reconcile_once("ns", "j", LOG)  # counts the loss, moves to a new pod group
+    clock.now += 2
+    runtime.reconcile_once("ns", "j", LOG)  # starts it: the script is needed now
+    assert "ConfigMap/my-search" in server.reads
+
+
+def test_an_older_copy_never_replaces_a_newer_one():
+    watched = Watched(clock=Clock())
+    watched.read_live(KEY, JOB, [pod(rv=12)], {"resourceVersion": "12"}, None)
+    watched.pod_event(KEY, pod(rv=11, phase="Pending"), False)  # a late watch event
+    snap = watched.snapshot(KEY)
+    assert snap is not None and [p["status"]["phase"] for p in snap.pods] == ["Running"]
+    watched.job_event(KEY, {**JOB, "metadata": {**JOB["metadata"], "resourceVersion": "6"}}, False)
+    snap = watched.snapshot(KEY)
+    assert snap is not None and snap.job == JOB  # resourceVersion 7 kept
+
+
+def test_a_deleted_pod_is_not_brought_back_by_a_list_served_before_its_deletion():
+    watched = Watched(clock=Clock())
+    watched.pod_event(KEY, pod(rv=15), True)
+    snap = watched.read_live(KEY, JOB, [pod(rv=14)], {"resourceVersion": "14"}, None)
+    assert snap.pods == []
+    # a successor under the same name (another uid) is a new pod
+    snap = watched.read_live(KEY, JOB, [pod(rv=16, uid="p2")], {"resourceVersion": "16"}, None)
+    assert [p["metadata"]["uid"] for p in snap.pods] == ["p2"]
+
+
+def test_a_pod_the_watch_delivered_after_the_list_was_served_is_kept():
+    watched = Watched(clock=Clock())
+    watched.pod_event(KEY, pod("j-worker-1", rv=30, uid="p3"), False)
+    watched.pod_event(KEY, pod("j-worker-2", rv=5, uid="p4"), False)  # gone by the list
+    snap = watched.read_live(KEY, JOB, [pod(rv=20)], {"resourceVersion": "25"}, None)
+    assert sorted(p["metadata"]["name"] for p in snap.pods) == ["j-worker-0", "j-worker-1"]
+
+
+def test_nodes_are_trimmed_to_what_classification_reads():
+    node = {"metadata": {"name": "n1", "uid": "u", "resourceVersion": "9", "labels": {"a": "b"}},
+            "status": {"images": [{"names": ["x"] * 50}], "conditions": [
+                {"type": "Ready", "status": "False"}, {"type": "MemoryPressure"}]}}  # fmt: skip
+    assert trim_node(node) == {
+        "metadata": {"name": "n1", "uid": "u", "resourceVersion": "9"},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    watched = Watched()
+    assert watched.node("n1") == (False, None)
+    watched.node_event(node, False)
+    assert watched.node("n1") == (True, trim_node(node))
+    watched.node_event(node, True)
+    assert watched.node("n1") == (True, None)  # known gone: the pod was lost with it
