@@ -56,8 +56,11 @@ REQUEST_LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<va
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def job(name: str, *, suspend: bool, trials: int, seconds: float) -> dict[str, Any]:
-    doc = sample(name, NS, suspend=suspend, env=standin.env(trials, seconds), resources={})
+def job(
+    name: str, *, suspend: bool, trials: int, seconds: float, step: float = 0.0
+) -> dict[str, Any]:
+    env = standin.env(trials, seconds, step)
+    doc = sample(name, NS, suspend=suspend, env=env, resources={})
     doc["spec"]["distribution"] = {"strategy": "Auto", "workers": 1, "gpusPerWorker": 0}
     doc["spec"]["terminationGracePeriodSeconds"] = 5
     return doc
@@ -81,6 +84,17 @@ def requests(kubectl: Kubectl) -> Counter[tuple[str, str]]:
                 resource += "/" + labels["subresource"]
             totals[(labels.get("verb", ""), resource)] += float(match["value"])
     return totals
+
+
+def etcd_writes(kubectl: Kubectl) -> float:
+    """kube-apiserver's `etcd_requests_total` for the writing operations."""
+    total = 0.0
+    for line in kubectl("get", "--raw", "/metrics").stdout.splitlines():
+        if line.startswith("etcd_requests_total{"):
+            labels = dict(LABEL.findall(line[line.index("{") + 1 : line.index("}")]))
+            if labels.get("operation") in ("create", "update", "delete", "patch"):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def rate(kubectl: Kubectl, seconds: float) -> dict[str, float]:
@@ -197,6 +211,47 @@ def restart(operator: Operator, total: int) -> float:
     return time.monotonic() - start
 
 
+def measure_running(
+    kubectl: Kubectl,
+    custom: client.CustomObjectsApi,
+    cluster: LocalCluster,
+    operator: Operator,
+    args: argparse.Namespace,
+    baseline: dict[str, float],
+) -> dict[str, Any]:
+    """`--running` more jobs whose stand-in trains steadily (a step a second in an
+    hour-long trial, progress written at the operator's default interval): what each
+    costs the API server and etcd beyond `baseline` (the rates before they ran), the
+    reconcile latency among them, and the operator's RSS."""
+    names = [f"run-{i:03d}" for i in range(args.running)]
+    have = Counter((j.get("status") or {}).get("phase") for j in jobs(custom))
+    create(kubectl, [job(n, suspend=False, trials=10**6, seconds=3600, step=1.0)
+                     for n in names])  # fmt: skip
+    wait_phases(custom, {"Running": have["Running"] + args.running}, 900)
+    time.sleep(max(20.0, args.running_window / 4))  # past the start-up milestones
+    writes_before = etcd_writes(kubectl)
+    rates = rate(kubectl, args.running_window)
+    writes = (etcd_writes(kubectl) - writes_before) / args.running_window
+    total, base = sum(rates.values()), sum(baseline.values())
+    watcher = Watcher(cluster.api)
+    time.sleep(2)
+    try:
+        lat, _ = latency(cluster, watcher, names, args.samples)
+    finally:
+        watcher.stop.set()
+    return {
+        "jobs_running": args.running,
+        "window_seconds": args.running_window,
+        "requests_per_second": rates,
+        "requests_per_second_total": round(total, 2),
+        "requests_per_second_per_running_job": round((total - base) / args.running, 4),
+        "etcd_writes_per_second": round(writes, 2),
+        "reconcile_latency_p99": round(percentile(lat, 0.99), 3),
+        "reconcile_latency_p50": round(statistics.median(lat), 3),
+        "operator_rss_mb": rss(operator),
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -210,6 +265,13 @@ def main() -> int:
     parser.add_argument("--finished", type=int, default=10)
     parser.add_argument("--window", type=float, default=30.0, help="seconds per rate sample")
     parser.add_argument("--samples", type=int, default=20, help="evictions for the latency")
+    parser.add_argument("--running", type=int, default=100, help="steadily training jobs")
+    parser.add_argument(
+        "--running-window",
+        type=float,
+        default=180.0,
+        help="seconds per rate sample with them (3 progress intervals)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tuneop-bench-load-"))
     cp = ControlPlane(work / "controlplane")
@@ -228,8 +290,9 @@ def main() -> int:
         wait_for(lambda: kubectl("get", "cm", "kube-root-ca.crt", "-n", NS, check=False)
                  .returncode == 0, 60, "kube-root-ca.crt")  # fmt: skip
         custom = client.CustomObjectsApi(cluster.api)
-        operator = Operator(cp.kubeconfig, work / "operator.log",
-                            TUNEOP_OPERATOR_RECONCILE_SECONDS="2").start()  # fmt: skip
+        operator = Operator(cp.kubeconfig, work / "operator.log",  # the product's defaults
+                            TUNEOP_OPERATOR_RECONCILE_SECONDS="2",
+                            TUNEOP_OPERATOR_PROGRESS_INTERVAL_SECONDS="60").start()  # fmt: skip
         rest = max(0, args.small - args.active - args.finished)
         active = [f"active-{i}" for i in range(args.active)]
         create(kubectl, [job(n, suspend=False, trials=10**6, seconds=1) for n in active])
@@ -270,6 +333,9 @@ def main() -> int:
              if line.startswith("tuneop_reconcile_errors_total ")), None)  # fmt: skip
         log = operator.log_path.read_text(errors="replace")
         result["passes_dropped_by_fence"] = log.count("did not run for over")
+        if args.running:
+            baseline = result["requests_per_second"][str(args.jobs)]
+            result["running"] = measure_running(kubectl, custom, cluster, operator, args, baseline)
     finally:
         if watcher is not None:
             watcher.stop.set()
@@ -284,6 +350,10 @@ def main() -> int:
     report(result, args)
     lat_ok = result["reconcile_latency_seconds"]["p99"] < 1.0
     rss_ok = max(result["operator_rss_mb"].values()) < 300
+    running = result.get("running") or {}
+    if running:
+        lat_ok = lat_ok and running["reconcile_latency_p99"] < 1.0
+        lat_ok = lat_ok and running["requests_per_second_per_running_job"] <= 0.05
     return 0 if lat_ok and rss_ok else 1
 
 
@@ -313,6 +383,21 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
     ]:
         print(f"{key:48} {value!s:>10}")
     print(f"({args.active} active, {args.finished} finished, the rest suspended; JSON: {OUT})")
+    running = result.get("running")
+    if running:
+        per_job = running["requests_per_second_per_running_job"]
+        title = f"with {running['jobs_running']} jobs training steadily"
+        print(f"\n{title:48} {'value':>10}")
+        for key, value in [
+            ("API requests/s, all clients", running["requests_per_second_total"]),
+            ("API requests/s per running job (floor <= 0.05)", per_job),
+            ("etcd writes/s (kube-apiserver's etcd_requests_total)",
+             running["etcd_writes_per_second"]),
+            ("reconcile latency p50 (s)", running["reconcile_latency_p50"]),
+            ("reconcile latency p99 (s, floor < 1)", running["reconcile_latency_p99"]),
+            ("operator RSS MB", running["operator_rss_mb"]["VmRSS"]),
+        ]:  # fmt: skip
+            print(f"{key:48} {value!s:>10}")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ restore), exits 75 on SIGTERM and, after its last trial, writes results.json and
 final summary in its termination message and exits 0. A "trial" is a sleep; trial i
 scores i / trials, so the last trial is the best.
 
-Env: STANDIN_TRIALS (default 2), STANDIN_TRIAL_SECONDS (default 1.0); TUNEOP_ names
-are the operator's.
+Env: STANDIN_TRIALS (default 2), STANDIN_TRIAL_SECONDS (default 1.0),
+STANDIN_STEP_SECONDS (default 0: no steps; else a training step reported that often
+within a trial, as a steady real trainer does); TUNEOP_ names are the operator's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +46,17 @@ from tests.localcluster.nodeagent.podspec import MODULE_ENV
 MODULE = "tests.localcluster.standin_trainer"
 ENV_TRIALS = "STANDIN_TRIALS"
 ENV_TRIAL_SECONDS = "STANDIN_TRIAL_SECONDS"
+ENV_STEP_SECONDS = "STANDIN_STEP_SECONDS"
 
 
-def env(trials: int, seconds: float) -> list[dict[str, str]]:
-    """A TuningJob's spec.env that runs this stand-in: `trials` trials of `seconds`."""
+def env(trials: int, seconds: float, step_seconds: float = 0.0) -> list[dict[str, str]]:
+    """A TuningJob's spec.env that runs this stand-in: `trials` trials of `seconds`,
+    a step every `step_seconds` (0: none)."""
     return [
         {"name": MODULE_ENV, "value": MODULE},
         {"name": ENV_TRIALS, "value": str(trials)},
         {"name": ENV_TRIAL_SECONDS, "value": str(seconds)},
+        {"name": ENV_STEP_SECONDS, "value": str(step_seconds)},
     ]
 
 
@@ -75,7 +80,21 @@ def results(done: int, total: int) -> dict[str, Any]:
     }
 
 
-def run(directory: Path, total: int, seconds: float) -> int:
+def _train(reporter: Reporter, stop: threading.Event, seconds: float, step: float) -> bool:
+    """One trial's `seconds`, reporting a step every `step` seconds (0: none); True if
+    stopped (SIGTERM)."""
+    if step <= 0:
+        return stop.wait(seconds)
+    end, steps = time.monotonic() + seconds, 0
+    while (left := end - time.monotonic()) > 0:
+        if stop.wait(min(step, left)):
+            return True
+        steps += 1
+        reporter.step(0, steps)
+    return False
+
+
+def run(directory: Path, total: int, seconds: float, step_seconds: float = 0.0) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     reporter = Reporter(directory, min_interval=0.0)
@@ -97,7 +116,7 @@ def run(directory: Path, total: int, seconds: float) -> int:
     )
     while done < total:
         reporter.update(trial_id=trial_id(done), last_progress_time=now_rfc3339())
-        if stop.wait(seconds):
+        if _train(reporter, stop, seconds, step_seconds):
             reporter.update(force=True, phase=PHASE_PREEMPTED, message="preempted; resume me")
             reporter.close()
             return EXIT_PREEMPTED
@@ -123,8 +142,9 @@ def run(directory: Path, total: int, seconds: float) -> int:
 def main() -> int:
     total = int(os.environ.get(ENV_TRIALS, "2"))
     seconds = float(os.environ.get(ENV_TRIAL_SECONDS, "1.0"))
+    step_seconds = float(os.environ.get(ENV_STEP_SECONDS, "0"))
     directory = Path(os.environ.get("TUNEOP_CHECKPOINT_DIR", DEFAULT_CHECKPOINT_DIR))
-    return run(directory, total, seconds)
+    return run(directory, total, seconds, step_seconds)
 
 
 if __name__ == "__main__":

@@ -364,6 +364,7 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
             "operator.peeringName=team-a",
             "operator.requestTimeoutSeconds=12",
             "operator.errorBackoffMaxSeconds=300",
+            "operator.progressIntervalSeconds=20",
             "trainer.image=registry.example.com/ml/trainer:1",
             "trainer.imagePullSecrets={ml-registry,mirror}",
             "trainer.tolerations[0].key=pool",
@@ -384,6 +385,7 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     assert (config.metrics_port, config.health_port) == (9100, 9101)
     assert config.peering_name == "team-a"
     assert (config.request_timeout_seconds, config.error_backoff_max_seconds) == (12, 300)
+    assert config.progress_interval_seconds == 20
     trainer = config.trainer_defaults
     assert trainer.image == "registry.example.com/ml/trainer:1"
     assert trainer.image_pull_secrets == ("ml-registry", "mirror")
@@ -404,6 +406,7 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     assert (default.metrics_port, default.health_port) == (8080, 8081)
     assert default.request_timeout_seconds == Config.request_timeout_seconds  # one default
     assert default.error_backoff_max_seconds == Config.error_backoff_max_seconds
+    assert default.progress_interval_seconds == Config.progress_interval_seconds
     assert default.trainer_defaults == Config().trainer_defaults  # none
 
 

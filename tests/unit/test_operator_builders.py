@@ -93,6 +93,7 @@ def test_pod_contract_security_and_gpus():
         "status.podIP"
     )
     assert env[contract.ENV_METRICS_PORT]["value"] == str(contract.DEFAULT_METRICS_PORT)
+    assert env[contract.ENV_PROGRESS_INTERVAL]["value"] == "60"  # the default, stall 900 s
     assert env["EXTRA"]["value"] == "1"
     assert contract.ENV_TF_CONFIG not in env
     assert "subdomain" not in spec
@@ -258,3 +259,17 @@ def test_trainer_env_carries_the_jobs_mtbf_at_each_creation():
     parallel = spec_with(parallelTrials=2, checkpoint={"accessModes": ["ReadWriteMany"]})
     assert mtbf({**started, "preemptions": 3}, parallel) == round((prior + 4 * 3600) / 4)
     assert mtbf({**started, "preemptions": "many"}) == prior + 2 * 3600  # forged: none
+
+
+def test_the_progress_interval_is_the_operators_unless_the_stall_timeout_is_short():
+    job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+           "spec": {"image": "img", "hypermodel": "m:H"}}  # fmt: skip
+
+    def interval(configured: float, **spec: object) -> str:
+        parsed = JobSpec.from_dict({**job["spec"], **spec})
+        pod = trainer_pods.build_pod(job, parsed, 0, 0, progress_interval=configured)
+        return str(env_of(pod)[contract.ENV_PROGRESS_INTERVAL]["value"])
+
+    assert interval(60) == "60" and interval(5) == "5"
+    # a progressing job must never look stalled for a report not yet sent
+    assert interval(60, stallTimeoutSeconds=30) == "7.5"

@@ -184,3 +184,14 @@ def test_nodes_are_trimmed_to_what_classification_reads():
     assert watched.node("n1") == (True, trim_node(node))
     watched.node_event(node, True)
     assert watched.node("n1") == (True, None)  # known gone: the pod was lost with it
+
+
+def test_a_deleted_job_leaves_nothing_behind():
+    watched = Watched(clock=Clock())
+    watched.read_live(KEY, JOB, [pod()], {"resourceVersion": "10"}, None)
+    watched.job_event(KEY, JOB, True)
+    assert watched.snapshot(KEY) is None  # its next pass reads live (and finds it gone)
+    # what the garbage collector deletes after it creates no entry again
+    watched.pod_event(KEY, pod(rv=20), True)
+    watched.progress_event(KEY, {"metadata": {"name": "j-progress"}}, True)
+    assert watched._jobs == {}

@@ -100,29 +100,34 @@ class Watched:
     # --- fed by the watches --------------------------------------------------------
     def job_event(self, key: Key, job: Obj, deleted: bool) -> None:
         with self._lock:
+            if deleted:  # its pass reads live and finds it gone
+                self._jobs.pop(key, None)
+                return
             held = self._objects(key)
-            if deleted:
-                held.job, held.read_at = None, None
-            elif not_older(job, held.job):
+            if not_older(job, held.job):
                 held.job = job
 
     def pod_event(self, key: Key, pod: Obj, deleted: bool) -> None:
         meta = pod.get("metadata") or {}
         with self._lock:
-            pods = self._objects(key).pods
             if deleted:
                 self._tombstones[str(meta.get("uid"))] = (version(pod), self.clock())
+                pods = self._jobs[key].pods if key in self._jobs else {}
                 if (pods.get(meta["name"]) or {}).get("metadata", {}).get("uid") == meta.get("uid"):
                     del pods[meta["name"]]
-            elif not self._buried(pod) and not_older(pod, pods.get(meta["name"])):
+                return
+            pods = self._objects(key).pods
+            if not self._buried(pod) and not_older(pod, pods.get(meta["name"])):
                 pods[meta["name"]] = pod
 
     def progress_event(self, key: Key, configmap: Obj, deleted: bool) -> None:
         with self._lock:
-            held = self._objects(key)
             if deleted:
-                held.progress = None
-            elif not_older(configmap, held.progress):
+                if key in self._jobs:
+                    self._jobs[key].progress = None
+                return
+            held = self._objects(key)
+            if not_older(configmap, held.progress):
                 held.progress = configmap
 
     def node_event(self, node: Obj, deleted: bool) -> None:
