@@ -190,7 +190,8 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
             ("update", "pods", *ns),  # patched only to release a Kueue pod group
             ("create", "pods", "--subresource=exec", *ns),
             ("list", "workloads.kueue.x-k8s.io", *ns),  # get only, for the message
-            ("list", "configmaps", *ns),
+            ("update", "configmaps", *ns),  # progress maps watched, never updated
+            ("list", "secrets", *ns),
             ("patch", "kopfpeerings.kopf.dev", *ns),  # cluster-wide mode: not needed
             ("update", "tuningjobs.tuneop.io", *ns),  # every write is a patch
             ("update", "tuningjobs.tuneop.io", "--subresource=status", *ns),
