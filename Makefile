@@ -35,10 +35,11 @@ lock-trainer: venv ## Re-pin requirements/trainer-{gpu,cpu}.lock (pip's resolver
 	$(PY) hack/trainer_locks.py
 
 .PHONY: lint
-lint: ## Ruff, mypy (strict on the operator), hadolint
+lint: ## Ruff, mypy (strict on the operator), the operator's layers and function lengths, hadolint
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy contract/tuneop_contract.py $(wildcard operator/tuneop)
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_operator_layers.py
 	@for f in $(wildcard */Dockerfile); do echo "hadolint $$f"; $(VENV)/bin/hadolint $$f || exit 1; done
 
 # Images, tagged with the chart's appVersion. Built with docker where an engine answers;
