@@ -148,3 +148,15 @@ def test_the_interval_comes_from_the_env_and_a_bad_one_is_the_default() -> None:
     assert progress_mod.patch_interval({key: "7.5"}) == 7.5
     for bad in ("0", "-1", "soon", "1e9"):
         assert progress_mod.patch_interval({key: bad}) == contract.DEFAULT_PROGRESS_INTERVAL_SECONDS
+
+
+def test_an_urgent_record_overtaken_by_a_newer_one_passes_its_urgency_on(tmp_path: Path) -> None:
+    """The checkpoint writer's thread may publish a newer record just before the
+    training thread's urgent one: the newer record is then sent at once."""
+    reporter = progress_mod.Reporter(tmp_path, min_interval=0.0)
+    recorder = _Recorder()
+    reporter._patcher = recorder  # type: ignore[assignment]
+    newer = Progress(step=2)
+    reporter._publish(newer, False, 2)
+    reporter._publish(Progress(step=1), True, 1)  # stale, but urgent
+    assert recorder.sent[-1] == (newer, True)

@@ -23,11 +23,13 @@ from tuneop.run import handlers, health, metrics
 from tuneop.run import runtime as runtime_mod
 from tuneop.run.config import Config
 from tuneop.run.runtime import Runtime
+from tuneop.run.watched import RESYNC_SECONDS, Watched
 
 from tests.unit.fakes import (
     JOB,
     LOG,
     QUOTA_REFUSAL,
+    Clock,
     FakeApiClient,
     FakeKube,
     kube_on,
@@ -280,22 +282,23 @@ def test_a_running_job_is_read_with_its_pods_nodes_and_a_finished_one_rests():
     assert idle is not None and 0 < idle <= 1
 
 
-def test_a_node_read_serves_every_pass_for_a_while(monkeypatch: pytest.MonkeyPatch):
+def test_a_node_read_serves_every_pass_until_the_resync():
+    """A node the watch has not named is read live once and then serves every pass (of
+    this job or of others on it) until the resync interval, as a watched one does."""
     spec = JobSpec.from_dict(_running_job()["spec"])
     pod = trainer_pods.build_pod(JOB, spec, 0, 0)
     pod["spec"]["nodeName"] = "n1"
     pod["status"] = {"phase": "Running"}
     fake = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(phase="Running"))
-    runtime = Runtime(Config.from_env({}), fake)
-    clock = [1000.0]
-    monkeypatch.setattr(runtime_mod.time, "monotonic", lambda: clock[0])
-    for _ in range(3):  # passes of this job (or of other jobs on n1) within the window
+    clock = Clock()
+    runtime = Runtime(Config.from_env({}), fake, Watched(clock=clock))
+    for _ in range(3):
         runtime.reconcile_once("ns", "j", LOG)
-        clock[0] += 1.0
+        clock.now += 1.0
     assert fake.nodes == ["n1"]
-    clock[0] += runtime_mod.NODE_CACHE_SECONDS
+    clock.now += RESYNC_SECONDS
     runtime.reconcile_once("ns", "j", LOG)
-    assert fake.nodes == ["n1", "n1"]  # read again once the window has passed
+    assert fake.nodes == ["n1", "n1"]  # a relist reports no deleted node: read it again
 
 
 class Stopped:

@@ -57,7 +57,9 @@ def test_a_steady_running_job_reads_nothing_after_its_first_pass():
     assert server.reads == LIVE
     clock.now += RESYNC_SECONDS
     runtime.reconcile_once("ns", "j", LOG)
-    assert server.reads == LIVE + LIVE  # the resync: a level-based safety net
+    # the resync, a level-based safety net: the job's objects, and its node, which no
+    # watch event has named since
+    assert server.reads == LIVE + LIVE + ["Node/n1"]
 
 
 def test_a_status_patch_answer_keeps_the_cache_fresh_and_pod_writes_do_not():
@@ -195,3 +197,40 @@ def test_a_deleted_job_leaves_nothing_behind():
     watched.pod_event(KEY, pod(rv=20), True)
     watched.progress_event(KEY, {"metadata": {"name": "j-progress"}}, True)
     assert watched._jobs == {}
+
+
+def test_a_deleted_jobs_stragglers_create_nothing_until_a_job_of_that_name_appears():
+    watched = Watched(clock=Clock())
+    watched.read_live(KEY, JOB, [pod()], {"resourceVersion": "10"}, None)
+    watched.job_event(KEY, JOB, True)
+    watched.pod_event(KEY, pod(rv=21, phase="Succeeded"), False)  # still terminating
+    watched.progress_event(KEY, {"metadata": {"name": "j-progress", "uid": "c1"}}, False)
+    assert watched._jobs == {} and watched.gone(KEY)
+    watched.applied(KEY, JOB, True)  # a pass that was still running
+    assert watched._jobs == {}
+    watched.job_event(KEY, {**JOB, "metadata": {**JOB["metadata"], "uid": "u2"}}, False)
+    assert not watched.gone(KEY)
+    watched.pod_event(KEY, pod("j-worker-0", rv=30, uid="p9"), False)
+    assert [p["metadata"]["uid"] for p in watched._jobs[KEY].pods.values()] == ["p9"]
+
+
+def test_only_that_very_progress_map_is_cleared_by_its_deletion():
+    watched = Watched(clock=Clock())
+    old = {"metadata": {"name": "j-progress", "uid": "c1", "resourceVersion": "5"}}
+    new = {"metadata": {"name": "j-progress", "uid": "c2", "resourceVersion": "6"}}
+    watched.read_live(KEY, JOB, [], {"resourceVersion": "4"}, old)
+    watched.progress_event(KEY, new, False)  # the replacement, delivered first
+    watched.progress_event(KEY, old, True)
+    snap = watched.snapshot(KEY)
+    assert snap is not None and snap.progress == new
+
+
+def test_a_node_is_read_again_after_the_resync_interval():
+    clock = Clock()
+    watched = Watched(clock=clock)
+    watched.node_event({"metadata": {"name": "n1", "resourceVersion": "3"}}, False)
+    assert watched.node("n1")[0]
+    clock.now += RESYNC_SECONDS
+    assert watched.node("n1") == (False, None)
+    watched.node_read("n1", None)  # deleted while the watch was down
+    assert watched.node("n1") == (True, None)

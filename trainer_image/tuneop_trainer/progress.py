@@ -169,6 +169,7 @@ class Reporter:
         self._seq = 0
         self._published = 0
         self._sent_milestone: tuple[Any, ...] | None = None
+        self._latest: Progress | None = None  # the newest record published
         self._stepped = False  # this process has reported a training step
         self._publish_lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -239,8 +240,11 @@ class Reporter:
     def _publish(self, snapshot: Progress, urgent: bool, seq: int) -> None:
         with self._publish_lock:
             if seq < self._published:
+                # a newer record went first (the writer thread): it carries the urgency
+                if urgent and self._patcher is not None and self._latest is not None:
+                    self._patcher.submit(self._latest, True)
                 return
-            self._published = seq
+            self._published, self._latest = seq, snapshot
             if self.write:
                 try:
                     write_atomic(self.path, snapshot.to_json().encode())

@@ -34,9 +34,6 @@ FINISHED_RECHECK_SECONDS = 600.0
 """A finished job, or a suspended one with no pod left, is re-read this rarely (a
 level-based safety net); its spec changes, its pods' events and its TTL wake it sooner."""
 
-NODE_CACHE_SECONDS = 5.0
-"""How long a Node the watch has not delivered, read live, is reused."""
-
 
 class Runtime:
     def __init__(self, config: Config, kube: kube_mod.Kube, watched: Watched | None = None) -> None:
@@ -47,28 +44,18 @@ class Runtime:
         self._triggers: dict[Key, asyncio.Event] = {}
         self._seen: dict[Key, dict[str, Obj]] = {}
         self._ignored: dict[Key, tuple[str, ...]] = {}
-        self._nodes: dict[str, tuple[float, Obj | None]] = {}
         self._claims: dict[Key, tuple[float, Obj]] = {}
         self.fence_task: asyncio.Task[None] | None = None
 
     def node(self, name: str) -> Obj | None:
         """The Node `name` as the node watch delivered it; one the watch has not named
-        (yet) is read live, at most every NODE_CACHE_SECONDS whatever the number of jobs
-        and passes on it."""
-        known, node = self.watched.node(name)
-        if known:
+        within the resync interval is read live (once for every job on it)."""
+        fresh, node = self.watched.node(name)
+        if fresh:
             return node
-        now = time.monotonic()
-        with self._lock:
-            cached = self._nodes.get(name)
-        if cached is not None and now - cached[0] < NODE_CACHE_SECONDS:
-            return cached[1]
         node = self.kube.get_node(name)
-        with self._lock:
-            fresh = {n: v for n, v in self._nodes.items() if now - v[0] < NODE_CACHE_SECONDS}
-            fresh[name] = (now, node)
-            self._nodes = fresh
-        return node
+        self.watched.node_read(name, node)
+        return self.watched.node(name)[1]
 
     def trigger(self, key: Key) -> asyncio.Event:
         with self._lock:
@@ -82,9 +69,11 @@ class Runtime:
 
     def pod_seen(self, namespace: str, job: str, pod: Obj, deleted: bool = False) -> None:
         key = (namespace, job)
+        self.watched.pod_event(key, pod, deleted)
+        if self.watched.gone(key):  # a deleted job's pod, still terminating
+            return
         with self._lock:
             self._seen.setdefault(key, {})[pod["metadata"]["name"]] = pod
-        self.watched.pod_event(key, pod, deleted)
         self.wake(key)
 
     def last_seen(self, key: Key) -> dict[str, Obj]:

@@ -95,14 +95,16 @@ class Watched:
         self._lock = threading.Lock()
         self._jobs: dict[Key, JobObjects] = {}
         self._tombstones: dict[str, tuple[int | None, float]] = {}  # pod uid -> (rv, when)
-        self._nodes: dict[str, Obj | None] = {}  # None: deleted
+        self._gone: dict[Key, float] = {}  # deleted jobs -> when: their stragglers are dropped
+        self._nodes: dict[str, tuple[Obj | None, float]] = {}  # -> (node, None: gone; when)
 
     # --- fed by the watches --------------------------------------------------------
     def job_event(self, key: Key, job: Obj, deleted: bool) -> None:
         with self._lock:
-            if deleted:  # its pass reads live and finds it gone
-                self._jobs.pop(key, None)
+            if deleted:  # its pass, if one runs still, reads live and finds it gone
+                self._drop(key)
                 return
+            self._gone.pop(key, None)  # a job of that name (again)
             held = self._objects(key)
             if not_older(job, held.job):
                 held.job = job
@@ -113,8 +115,10 @@ class Watched:
             if deleted:
                 self._tombstones[str(meta.get("uid"))] = (version(pod), self.clock())
                 pods = self._jobs[key].pods if key in self._jobs else {}
-                if (pods.get(meta["name"]) or {}).get("metadata", {}).get("uid") == meta.get("uid"):
+                if _uid(pods.get(meta["name"])) == meta.get("uid"):
                     del pods[meta["name"]]
+                return
+            if key in self._gone:  # a deleted job's pod, still terminating
                 return
             pods = self._objects(key).pods
             if not self._buried(pod) and not_older(pod, pods.get(meta["name"])):
@@ -123,8 +127,12 @@ class Watched:
     def progress_event(self, key: Key, configmap: Obj, deleted: bool) -> None:
         with self._lock:
             if deleted:
-                if key in self._jobs:
-                    self._jobs[key].progress = None
+                # the map is replaced before each pod group: only that very one goes
+                held = self._jobs.get(key)
+                if held is not None and _uid(held.progress) == _uid(configmap):
+                    held.progress = None
+                return
+            if key in self._gone:
                 return
             held = self._objects(key)
             if not_older(configmap, held.progress):
@@ -134,7 +142,12 @@ class Watched:
         name = (node.get("metadata") or {}).get("name")
         if name:
             with self._lock:
-                self._nodes[name] = None if deleted else trim_node(node)
+                self._nodes[name] = (None if deleted else trim_node(node), self.clock())
+
+    def gone(self, key: Key) -> bool:
+        """Whether the job was deleted (and no job of that name has appeared since)."""
+        with self._lock:
+            return key in self._gone
 
     # --- read by the passes --------------------------------------------------------
     def snapshot(self, key: Key) -> Snapshot | None:
@@ -158,8 +171,11 @@ class Watched:
         resourceVersion says which watched pods are newer than the list) and return the
         merged view."""
         with self._lock:
+            if job is None:  # deleted: nothing to keep
+                self._drop(key)
+                return Snapshot(None, [], None)
             held = self._objects(key)
-            if job is None or not_older(job, held.job):
+            if not_older(job, held.job):
                 held.job = job
             held.pods = self._merge_pods(
                 held.pods, pods, _number((listed_at or {}).get("resourceVersion"))
@@ -174,7 +190,9 @@ class Watched:
         """After a pass: `job`, the status patch's answer (None: no patch);
         `wrote_children`: it created, deleted or released pods or children."""
         with self._lock:
-            held = self._objects(key)
+            held = self._jobs.get(key)
+            if held is None:  # deleted meanwhile
+                return
             if job is not None and not_older(job, held.job):
                 held.job = job
             if wrote_children:
@@ -188,21 +206,35 @@ class Watched:
 
     def forget(self, key: Key) -> None:
         with self._lock:
-            self._jobs.pop(key, None)
+            self._drop(key)
 
     def node(self, name: str) -> tuple[bool, Obj | None]:
-        """(known, node): known False when no watch event named it yet."""
+        """(fresh, node): fresh False when no watch event or live read named the node
+        within `resync_seconds` (a relist reports no deleted node: the pass reads it)."""
         with self._lock:
-            return name in self._nodes, self._nodes.get(name)
+            held = self._nodes.get(name)
+            if held is None or self.clock() - held[1] >= self.resync_seconds:
+                return False, None
+            return True, held[0]
 
     def node_read(self, name: str, node: Obj | None) -> None:
-        """A Node read live (None: 404): the watch's copy wins once it has one."""
+        """A Node read live (None: 404), unless the watch delivered a newer copy."""
         with self._lock:
-            self._nodes.setdefault(name, None if node is None else trim_node(node))
+            now = self.clock()
+            held = self._nodes.get(name)
+            if node is None or held is None or not_older(node, held[0]):
+                self._nodes[name] = (None if node is None else trim_node(node), now)
+            stale = now - 2 * self.resync_seconds
+            if any(when < stale for _, when in self._nodes.values()):
+                self._nodes = {n: v for n, v in self._nodes.items() if v[1] >= stale}
 
     # --- internals -----------------------------------------------------------------
     def _objects(self, key: Key) -> JobObjects:
         return self._jobs.setdefault(key, JobObjects())
+
+    def _drop(self, key: Key) -> None:
+        self._jobs.pop(key, None)
+        self._gone[key] = self.clock()
 
     def _buried(self, pod: Obj) -> bool:
         """A copy of a pod the watch reported deleted, no newer than its deletion."""
@@ -234,3 +266,9 @@ class Watched:
         cutoff = self.clock() - TOMBSTONE_SECONDS
         if any(when < cutoff for _, when in self._tombstones.values()):
             self._tombstones = {u: t for u, t in self._tombstones.items() if t[1] >= cutoff}
+        if any(when < cutoff for when in self._gone.values()):
+            self._gone = {k: when for k, when in self._gone.items() if when >= cutoff}
+
+
+def _uid(obj: Obj | None) -> Any:
+    return ((obj or {}).get("metadata") or {}).get("uid")
