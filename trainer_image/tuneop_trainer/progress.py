@@ -186,18 +186,20 @@ class Reporter:
     # -- updates ----------------------------------------------------------------
     def update(self, force: bool = False, urgent: bool = False, **fields: Any) -> None:
         """Take `fields`; publish now with `force` (progress.json written; the
-        ConfigMap only at a milestone or with `urgent`), else at most every
-        `min_interval`."""
+        ConfigMap sent at once only at a milestone or with `urgent`), else at most every
+        `min_interval`; with `urgent` the ConfigMap gets it at once even when the file
+        waits."""
         with self._lock:
             self.progress = dataclasses.replace(self.progress, **fields)
             now = time.monotonic()
-            due = force or urgent or now - self._last_write >= self.min_interval
+            due = force or now - self._last_write >= self.min_interval
             if due:
                 self._last_write = now
+            if due or urgent:
                 self._seq += 1
             snapshot, seq = self.progress, self._seq
-        if due:
-            self._publish(snapshot, urgent, seq)
+        if due or urgent:
+            self._publish(snapshot, urgent, seq, write_file=due)
 
     def step(self, epoch: int, step: int) -> None:
         self.metrics.steps.inc()
@@ -237,7 +239,7 @@ class Reporter:
             fields.update(checkpoint_bytes=used, volume_free_bytes=free)
         self.update(force=True, **fields, **(cadence or {}))
 
-    def _publish(self, snapshot: Progress, urgent: bool, seq: int) -> None:
+    def _publish(self, snapshot: Progress, urgent: bool, seq: int, write_file: bool = True) -> None:
         with self._publish_lock:
             if seq < self._published:
                 # a newer record went first (the writer thread): it carries the urgency
@@ -245,7 +247,7 @@ class Reporter:
                     self._patcher.submit(self._latest, True)
                 return
             self._published, self._latest = seq, snapshot
-            if self.write:
+            if self.write and write_file:
                 try:
                     write_atomic(self.path, snapshot.to_json().encode())
                 except OSError as exc:
