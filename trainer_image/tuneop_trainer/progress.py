@@ -32,6 +32,7 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def milestone(progress: Progress) -> tuple[Any, ...]:
             p.resumed_from_step, p.resumed_from_epoch, p.best_trial_id, p.message)  # fmt: skip
 
 
-def patch_interval(env: dict[str, str] | os._Environ[str] = os.environ) -> float:
+def patch_interval(env: Mapping[str, str] = os.environ) -> float:
     """TUNEOP_PROGRESS_INTERVAL_SECONDS (a bad value: the default, logged)."""
     raw = env.get(ENV_PROGRESS_INTERVAL)
     if raw is None:
