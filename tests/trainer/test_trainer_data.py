@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tuneop_trainer import cli
+from tuneop_trainer import exits
 from tuneop_trainer.data import epoch_order, load, synthetic_emg
 from tuneop_trainer.spec import DataSpec, SpecError
 
@@ -67,8 +67,8 @@ def test_errors_go_to_the_termination_message(
 ) -> None:
     log = tmp_path / "termination-log"
     log.touch()  # the kubelet creates it; the trainer only writes when it exists
-    monkeypatch.setattr(cli, "TERMINATION_MESSAGE_PATH", str(log))
-    code = cli.fail(2, 'spec.tuner.algorithm: "Foo" is not one of\n Hyperband')
+    monkeypatch.setattr(exits, "TERMINATION_MESSAGE_PATH", str(log))
+    code = exits.fail(2, 'spec.tuner.algorithm: "Foo" is not one of\n Hyperband')
     assert code == 2
     assert log.read_text() == 'spec.tuner.algorithm: "Foo" is not one of Hyperband'
     assert capsys.readouterr().err == 'error: spec.tuner.algorithm: "Foo" is not one of Hyperband\n'

@@ -21,8 +21,8 @@ from tuneop_contract import (
 # The trainer's own entry point with the termination-message path moved into the test's
 # directory (in a pod the kubelet creates /dev/termination-log).
 RUN = (
-    "import sys; from tuneop_trainer import cli; "
-    "cli.TERMINATION_MESSAGE_PATH = sys.argv[1]; sys.exit(cli.main(sys.argv[2:]))"
+    "import sys; from tuneop_trainer import cli, exits; "
+    "exits.TERMINATION_MESSAGE_PATH = sys.argv[1]; sys.exit(cli.main(sys.argv[2:]))"
 )
 
 

@@ -33,13 +33,12 @@ from tuneop_contract import (
     PHASE_FAILED,
     PHASE_PREEMPTED,
     PHASE_RUNNING,
-    TERMINATION_MESSAGE_PATH,
-    write_termination_message,
 )
 
-from . import preemption
+from . import exits, preemption
 from .cadence import mtbf_from_env
 from .checkpoint import VolumeError, volume_errors
+from .exits import fail, summary
 from .spec import SpecError, TrainerSpec, load_spec_file
 from .volume_format import FormatMismatch
 
@@ -289,19 +288,8 @@ def _search(
         )
     fields = results.search_progress(tuner.oracle)
     reporter.update(force=True, phase=PHASE_COMPLETED, message="", **fields)
-    results.write_final_summary(out, reporter.progress.trials_total, TERMINATION_MESSAGE_PATH)
+    results.write_final_summary(out, reporter.progress.trials_total, exits.TERMINATION_MESSAGE_PATH)
     return EXIT_COMPLETED
-
-
-def summary(exc: BaseException) -> str:
-    """One line for the operator: the error and, when keras-tuner wrapped the user's
-    traceback into it ("Number of consecutive failures exceeded..."), the user's error
-    (the traceback's last line)."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    message = f"{type(exc).__name__}: {lines[0] if lines else ''}"
-    if len(lines) > 1:
-        message += f" {lines[-1]}"
-    return message[:1000]
 
 
 def resolve_hypermodel(ref: str, dataset: Any) -> Any:
@@ -337,11 +325,3 @@ def resolve_hypermodel(ref: str, dataset: Any) -> Any:
         f"{ref} is a {type(obj).__name__}; expected a HyperModel subclass, a HyperModel "
         "instance or a build(hp) function",
     )
-
-
-def fail(code: int, message: str) -> int:
-    """One line on stderr and in the termination message (the operator surfaces it)."""
-    line = " ".join(message.split())
-    print(f"error: {line}", file=sys.stderr)
-    write_termination_message(line, TERMINATION_MESSAGE_PATH)
-    return code

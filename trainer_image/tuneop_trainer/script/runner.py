@@ -31,8 +31,9 @@ from tuneop_contract import (
     write_atomic,
 )
 
-from .. import fingerprint, ktpatch, parallel, preemption
+from .. import exits, fingerprint, ktpatch, parallel, preemption
 from ..checkpoint import VOLUME_ERRNOS, VolumeError
+from ..exits import fail, summary
 from ..spec import CheckpointSpec, SpecError
 from ..volume_format import FormatMismatch
 
@@ -51,8 +52,6 @@ def run_script(
 ) -> int:
     """Run `script` with `args` (its sys.argv[1:]); returns the exit code. The script's
     directory and `python_path` come first on sys.path, as for `python SCRIPT`."""
-    from ..cli import fail
-
     try:
         source = _read_script(script, field)
     except SpecError as exc:
@@ -153,11 +152,10 @@ def run_script(
         )
         reporter.update(force=True, phase=PHASE_COMPLETED, message="")
         if results is not None:
-            from .. import cli
             from ..results import write_final_summary
 
             trials_total = reporter.progress.trials_total
-            write_final_summary(results, trials_total, cli.TERMINATION_MESSAGE_PATH)
+            write_final_summary(results, trials_total, exits.TERMINATION_MESSAGE_PATH)
         return EXIT_COMPLETED
     finally:
         runtime.install(None)
@@ -252,8 +250,6 @@ def _summary(script: Path, exc: BaseException) -> str:
         if Path(frame.filename).resolve() == script.resolve():
             where = f"{script.name}:{frame.lineno}"
             break
-    from ..cli import summary
-
     return f"{where}: {summary(exc)}"[:1000]
 
 
