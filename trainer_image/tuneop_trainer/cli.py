@@ -195,7 +195,7 @@ def run_search(spec: TrainerSpec, checkpoint_dir: Path) -> int:
             if spec.tuner.dtype_policy:  # kept across clear_session by ktpatch
                 keras.config.set_dtype_policy(spec.tuner.dtype_policy)
             dataset = data_mod.load(spec.data)
-            from .script import iterations
+            from . import iterations
 
             # The loader's datasets are made before the search: their iteration counts
             # are the whole run's (tfdata.json), as for a script's top-level pipeline.

@@ -8,7 +8,7 @@ memory-mapped (`npy.py`), so a set larger than memory trains with the same batch
 
 A loader may instead return two batched `tf.data.Dataset`s, (train, validation), each
 of (x, y) elements: `StreamData`. The trainer then iterates them as a Keras fit does
-(script/tfdata.py), and the position in a checkpoint is the dataset's iteration state.
+(tfdata.py), and the position in a checkpoint is the dataset's iteration state.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ place (not atomically). `ResumableMixin` changes exactly that:
   included; the best model is exported from it. A finished execution's own checkpoints
   are deleted (done.json holds its history): the volume holds one state per trial;
 - a loader's `tf.data` datasets (`StreamData`) are iterated by Keras's own epoch rules
-  (script/tfdata.py): the checkpoint holds the iteration state, a resume replays the
+  (tfdata.py): the checkpoint holds the iteration state, a resume replays the
   iterators made before (iterations.py) and skips the batches already trained;
 - a volume error (disk full) while writing raises VolumeError: exit 75, never a FAILED trial;
 - every build and restore runs inside `strategy.scope()` through the scope guard.
@@ -51,12 +51,14 @@ from . import (
     early_stopping,
     end_of_data,
     failed_trials,
+    iterations,
     ktpatch,
     multiworker,
     parallel,
     preemption,
     scope,
     seeds,
+    tfdata,
 )
 from .batches import Gathered, as_keras, gathered, parts
 from .cadence import Cadence, mtbf_from_env
@@ -71,7 +73,6 @@ from .checkpoint import (
 )
 from .data import Dataset, StreamData, epoch_order
 from .progress import Reporter
-from .script import iterations, tfdata
 from .spec import TrainerSpec
 from .trial_board import TrialBoard
 

@@ -47,7 +47,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from .. import batches, end_of_data, multiworker, preemption, seeds
+from .. import batches, end_of_data, iterations, multiworker, preemption, seeds, tfdata
 from ..checkpoint import (
     CheckpointMismatch,
     CheckpointStore,
@@ -57,7 +57,7 @@ from ..checkpoint import (
     volume_errors,
 )
 from ..fingerprint import digest_arrays
-from . import callback_state, iterations, pydataset, runtime, tensorboard, tfdata
+from . import callback_state, pydataset, runtime, tensorboard
 
 log = logging.getLogger(__name__)
 

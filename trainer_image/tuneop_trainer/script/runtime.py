@@ -10,12 +10,11 @@ from typing import Any
 
 from tuneop_contract import TRIALS_DIR
 
-from .. import seeds
+from .. import iterations, seeds
 from ..cadence import Cadence, mtbf_from_env
 from ..checkpoint import BackgroundWriter, SaveDone
 from ..progress import Reporter
 from ..spec import CheckpointSpec
-from . import iterations
 
 FITS_DIR = "fits"  # fits outside any trial (e.g. the best model's final fit)
 

@@ -39,10 +39,10 @@ from keras_tuner.src.engine import tuner as tuner_module
 from keras_tuner.src.engine.trial import TrialStatus
 from tuneop_contract import TUNER_DIR
 
-from .. import failed_trials, parallel, preemption, scope, seeds
+from .. import failed_trials, iterations, parallel, preemption, scope, seeds
 from ..checkpoint import CheckpointStore, replace_synced
 from ..results import planned_trials, search_progress
-from . import iterations, loops, runtime
+from . import loops, runtime
 from .projects import Placement
 
 log = logging.getLogger(__name__)
