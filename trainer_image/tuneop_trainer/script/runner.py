@@ -71,7 +71,7 @@ def run_script(
         tf.config.experimental.enable_op_determinism()
 
     from ..progress import Reporter
-    from . import fit, runtime, strategies, tensorboard, tuners
+    from . import fit, runtime, strategy_patches, tensorboard, tuner_patches
 
     reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
     previous = reporter.previous() if write else None
@@ -107,11 +107,11 @@ def run_script(
         ktpatch.set_writer(write)
         fit.install()
         tensorboard.install()
-        tuners.install()
+        tuner_patches.install()
         from ..results import search_progress
 
         parallel.install(role, lambda o: reporter.update(force=True, **search_progress(o)))
-        strategies.install(strategy, str(script))
+        strategy_patches.install(strategy, str(script))
         reporter.update(force=True, phase=PHASE_RUNNING, message="")
         # Python, NumPy and TensorFlow seeded before the script's first line: unseeded
         # random data or an unseeded tf.data shuffle is the same in every process (the
@@ -137,7 +137,7 @@ def run_script(
         # with parallel trials the post-search code and the results are tuner0's
         if rt.tuners and role.runs_post_search:
             try:
-                tuners.report_search(rt.tuners[-1])
+                tuner_patches.report_search(rt.tuners[-1])
                 results = _write_results(rt)
             except FormatMismatch as exc:
                 code, message = EXIT_INVALID_SPEC, exc.message
@@ -192,7 +192,7 @@ def _execute(
     import keras_tuner
 
     from .. import multiworker
-    from . import fit, tuners
+    from . import fit, tuner_patches
 
     try:
         compile(source, str(script), "exec")
@@ -220,7 +220,7 @@ def _execute(
     except (
         fit.ResumeMismatch,
         fit.UnsupportedFit,
-        tuners.ScriptScopeError,
+        tuner_patches.ScriptScopeError,
         SpecError,
     ) as exc:
         return EXIT_INVALID_SPEC, str(exc)
