@@ -234,3 +234,21 @@ def test_a_node_is_read_again_after_the_resync_interval():
     assert watched.node("n1") == (False, None)
     watched.node_read("n1", None)  # deleted while the watch was down
     assert watched.node("n1") == (True, None)
+
+
+def test_a_parallel_jobs_existing_claim_is_read_once_per_resync():
+    clock = Clock()
+    claim = {"metadata": {"name": "shared", "uid": "c"}, "spec": {"accessModes": ["ReadWriteMany"]}}
+    server = FakeKube({("PersistentVolumeClaim", "shared"): claim})
+    gets: list[str] = []
+    read = server.get
+    server.get = lambda path: gets.append(path) or read(path)  # type: ignore[method-assign]
+    runtime = Runtime(Config.from_env({}), server, Watched(clock=clock))
+    spec = JobSpec.from_dict({**JOB["spec"], "parallelTrials": 2,
+                              "checkpoint": {"existingClaim": "shared"}})  # fmt: skip
+    for _ in range(3):
+        assert runtime._claim(KEY, spec) == claim
+        clock.now += 2
+    assert len(gets) == 1
+    clock.now += RESYNC_SECONDS
+    assert runtime._claim(KEY, spec) == claim and len(gets) == 2

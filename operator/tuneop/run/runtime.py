@@ -10,7 +10,6 @@ import asyncio
 import datetime as dt
 import logging
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -185,12 +184,12 @@ class Runtime:
         re-read every resync interval once found: a claim's access modes never change."""
         if not (spec.parallel and spec.checkpoint.existing_claim):
             return None
-        now = time.monotonic()
+        now = self.watched.clock()  # the cache's clock: one resync interval for all
+        name = spec.checkpoint.existing_claim
         with self._lock:
             cached = self._claims.get(key)
-        name = spec.checkpoint.existing_claim
         fresh = cached is not None and now - cached[0] < self.watched.resync_seconds
-        if cached is not None and fresh and cached[1]["metadata"].get("name") == name:
+        if fresh and cached is not None and cached[1]["metadata"].get("name") == name:
             return cached[1]
         claim = self.kube.get(f"{kube_mod.collection('PersistentVolumeClaim', key[0])}/{name}")
         if claim is not None:
