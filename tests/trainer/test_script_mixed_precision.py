@@ -5,8 +5,6 @@ exactly, loss-scale state included."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +26,22 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED
 
+from tests.forkserver import launch
+
 SCRIPT = SCRIPTS / "mixed_search.py"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        # bfloat16 has no loss scale: one replica; float16's dynamic loss scale is
+        # aggregated across replicas: two
+        pytest.param("mixed_bfloat16", marks=pytest.mark.devices(1)),
+        "mixed_float16",
+    ],
+)
 def test_mixed_precision_resumes_exactly(policy: str, tmp_path: Path) -> None:
     ref, log = tmp_path / "ref", tmp_path / "ref.log"
     proc = start_exec(SCRIPT, ref, log, policy)
@@ -61,6 +69,7 @@ def test_mixed_precision_resumes_exactly(policy: str, tmp_path: Path) -> None:
     assert bool(scale) == (policy == "mixed_float16"), "the loss scale is checkpointed"
 
 
+@pytest.mark.devices(1)
 def test_spec_mode_dtype_policy_resumes_exactly(tmp_path: Path) -> None:
     manifest = tiny_spec(algorithm="RandomSearch", maxTrials=2, dtypePolicy="mixed_bfloat16")
     spec = write_spec(tmp_path, manifest)
@@ -77,11 +86,7 @@ def test_spec_mode_dtype_policy_resumes_exactly(tmp_path: Path) -> None:
         "import keras, sys; m = keras.saving.load_model(sys.argv[1]);"
         "print(m.layers[-1].dtype_policy.name)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe, str(ckpt / "best_model.keras")],
-        capture_output=True,
-        text=True,
-        env=env(devices=1),
-        timeout=120,
-    )
-    assert out.stdout.strip().splitlines()[-1] == "mixed_bfloat16", out.stderr[-2000:]
+    out = tmp_path / "probe.log"
+    code = launch(["-c", probe, str(ckpt / "best_model.keras")], env(), out).wait(timeout=120)
+    assert code == 0, out.read_text()[-2000:]
+    assert out.read_text().strip().splitlines()[-1] == "mixed_bfloat16", out.read_text()[-2000:]

@@ -19,7 +19,7 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
 
 def test_pydataset_resumes_at_its_batch_exactly(tmp_path: Path) -> None:

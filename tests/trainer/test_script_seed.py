@@ -22,7 +22,7 @@ from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED
 
 SEED = SCRIPTS / "seed_search.py"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
 
 def _mid_trial(trial: str, step: int = 2):

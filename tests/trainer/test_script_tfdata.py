@@ -11,7 +11,7 @@ from trainer_helpers import SCRIPTS, assert_killed_search_matches
 
 SCRIPT = SCRIPTS / "tfdata_search.py"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
 
 def test_tfdata_resumes_exactly(tmp_path: Path) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +27,11 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 
+from tests.forkserver import launch
+
 SCRIPT = SCRIPTS / "tfrecord_search.py"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
 
 @pytest.mark.parametrize("mode", ["pass", "stream"])
@@ -54,12 +54,13 @@ def test_tfrecord_search_resumes_exactly(
 
 
 def plain_weights(script: Path, cwd: Path) -> str:
-    plain = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env(1), cwd=cwd
-    )
-    assert plain.returncode == 0, plain.stderr[-3000:]
-    lines = [line for line in plain.stdout.splitlines() if line.startswith("WEIGHTS")]
-    assert len(lines) == 1, plain.stdout[-3000:]
+    """The script run plainly (no tuneop): the WEIGHTS line it prints."""
+    log = cwd / f"plain-{len(list(cwd.glob('plain-*.log')))}.log"
+    assert launch([str(script)], env(1), log, cwd=cwd).wait(timeout=300) == 0, log.read_text()[
+        -3000:
+    ]
+    lines = [line for line in log.read_text().splitlines() if line.startswith("WEIGHTS")]
+    assert len(lines) == 1, log.read_text()[-3000:]
     return lines[0]
 
 

@@ -5,8 +5,6 @@ and one script-mode search, each a few seconds."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,20 +20,18 @@ from tuneop_contract import (
 )
 from tuneop_trainer import cadence
 
+from tests.forkserver import launch
+
 SHORT_MTBF = 30.0  # the interval's floor binds: sqrt(2 C M) < 5 s for any C < 0.4 s
 LONG_MTBF = 1e7  # sqrt(2 C M) is minutes for a millisecond save
 
 
-def trainer(command: list[str], mtbf: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    e = env(devices=1)
+def trainer(command: list[str], mtbf: str, log: Path, timeout: float = 240) -> tuple[int, str]:
+    """`python -m tuneop_trainer COMMAND` with the operator's MTBF: exit code, output."""
+    e = env()
     e[ENV_MTBF_SECONDS] = mtbf
-    return subprocess.run(
-        [sys.executable, "-m", "tuneop_trainer", *command],
-        capture_output=True,
-        text=True,
-        env=e,
-        timeout=timeout,
-    )
+    code = launch(["-m", "tuneop_trainer", *command], e, log).wait(timeout=timeout)
+    return code, log.read_text()
 
 
 def reported(ckpt: Path, mtbf: float) -> Progress:
@@ -56,8 +52,9 @@ def test_auto_interval_follows_the_mtbf_in_spec_and_script_mode(tmp_path: Path) 
     manifest["spec"]["checkpoint"] = {"intervalSeconds": "auto"}
     spec = write_spec(tmp_path, manifest)
     short_ckpt = tmp_path / "short"
-    proc = trainer(["run", "--spec", str(spec), "--dir", str(short_ckpt)], str(SHORT_MTBF))
-    assert proc.returncode == EXIT_COMPLETED, proc.stderr[-3000:]
+    command = ["run", "--spec", str(spec), "--dir", str(short_ckpt)]
+    code, output = trainer(command, str(SHORT_MTBF), tmp_path / "short.log")
+    assert code == EXIT_COMPLETED, output[-3000:]
     short = reported(short_ckpt, SHORT_MTBF)
     assert short.checkpoint_interval_seconds == cadence.MIN_INTERVAL_SECONDS
 
@@ -65,8 +62,9 @@ def test_auto_interval_follows_the_mtbf_in_spec_and_script_mode(tmp_path: Path) 
     settings.write_text(yaml.safe_dump({"checkpoint": {"intervalSeconds": "auto"}}))
     long_ckpt = tmp_path / "long"
     command = ["exec", "--dir", str(long_ckpt), "--spec", str(settings)]
-    proc = trainer([*command, str(SCRIPTS / "small_search.py")], str(LONG_MTBF))
-    assert proc.returncode == EXIT_COMPLETED, proc.stderr[-3000:]
+    command += [str(SCRIPTS / "small_search.py")]
+    code, output = trainer(command, str(LONG_MTBF), tmp_path / "long.log")
+    assert code == EXIT_COMPLETED, output[-3000:]
     long = reported(long_ckpt, LONG_MTBF)
     assert long.checkpoint_interval_seconds is not None
     assert long.checkpoint_interval_seconds > 2 * cadence.MIN_INTERVAL_SECONDS
@@ -74,7 +72,8 @@ def test_auto_interval_follows_the_mtbf_in_spec_and_script_mode(tmp_path: Path) 
 
 def test_a_bad_mtbf_is_a_one_line_exit_2(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, tiny_spec())
-    proc = trainer(["run", "--spec", str(spec), "--dir", str(tmp_path / "c")], "soon", 60)
-    assert proc.returncode == EXIT_INVALID_SPEC
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    command = ["run", "--spec", str(spec), "--dir", str(tmp_path / "c")]
+    code, output = trainer(command, "soon", tmp_path / "log", 60)
+    assert code == EXIT_INVALID_SPEC
+    lines = [line for line in output.splitlines() if line.startswith("error: ")]
     assert lines == [f'error: {ENV_MTBF_SECONDS}: "soon" must be a number of seconds > 0']

@@ -5,8 +5,6 @@ on the trainer's last status patch reaching the API server."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from trainer_helpers import SCRIPTS, env, tiny_spec, write_spec
@@ -17,6 +15,8 @@ from tuneop_contract import (
     parse_final_summary,
     read_progress,
 )
+
+from tests.forkserver import launch
 
 # The trainer's own entry point with the termination-message path moved into the test's
 # directory (in a pod the kubelet creates /dev/termination-log).
@@ -29,15 +29,9 @@ RUN = (
 def _run(tmp: Path, *args: str) -> Path:
     log = tmp / "termination-log"
     log.touch()
-    proc = subprocess.run(
-        [sys.executable, "-c", RUN, str(log), *args],
-        capture_output=True,
-        text=True,
-        env=env(devices=1),
-        cwd=tmp,
-        timeout=600,
-    )
-    assert proc.returncode == EXIT_COMPLETED, proc.stderr[-3000:]
+    output = tmp / "output.log"
+    code = launch(["-c", RUN, str(log), *args], env(), output, cwd=tmp).wait(timeout=600)
+    assert code == EXIT_COMPLETED, output.read_text()[-3000:]
     return log
 
 

@@ -25,7 +25,7 @@ from tuneop_trainer.data import synthetic_emg
 
 HERE = Path(__file__).parent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
 
 def _spec(path: Path, **tuner: Any) -> dict[str, Any]:

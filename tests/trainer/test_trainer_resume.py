@@ -18,7 +18,7 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, read_progress
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,32 +10,30 @@ from trainer_helpers import env, tiny_spec, write_spec
 from tuneop_contract import EXIT_INVALID_SPEC
 from tuneop_trainer.spec import SpecError, load_spec_file, parse
 
+from tests.forkserver import launch
+
 HERE = Path(__file__).parent
 
 
 def run_cli(tmp: Path, manifest: dict[str, Any]) -> tuple[int, str]:
+    """`python -m tuneop_trainer run` on the manifest: its exit code and its output."""
     spec = write_spec(tmp, manifest)
-    cmd = [sys.executable, "-m", "tuneop_trainer", "run", "--spec", str(spec)]
-    proc = subprocess.run(
-        [*cmd, "--dir", str(tmp / "ckpt")],
-        capture_output=True,
-        text=True,
-        env=env(),
-        timeout=300,
-    )
-    return proc.returncode, proc.stderr
+    cmd = ["-m", "tuneop_trainer", "run", "--spec", str(spec), "--dir", str(tmp / "ckpt")]
+    log = tmp / "log"
+    code = launch(cmd, env(), log).wait(timeout=300)
+    return code, log.read_text()
 
 
-def error_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1, stderr[-3000:]
+def error_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, output[-3000:]
     return lines[0]
 
 
 def test_unknown_algorithm(tmp_path: Path) -> None:
-    code, stderr = run_cli(tmp_path, tiny_spec(algorithm="Foo"))
+    code, output = run_cli(tmp_path, tiny_spec(algorithm="Foo"))
     assert code == EXIT_INVALID_SPEC
-    assert error_line(stderr) == (
+    assert error_line(output) == (
         'error: spec.tuner.algorithm: "Foo" is not one of Hyperband, RandomSearch, '
         "BayesianOptimization, GridSearch"
     )
@@ -89,6 +85,7 @@ def test_manifest_and_bare_spec_parse_alike() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.devices(2)  # the scope guard's case needs a MirroredStrategy
 def test_runtime_spec_errors(tmp_path: Path) -> None:
     """Errors found only once TF runs: import, data, objective, scope guard."""
     cases = [
@@ -116,9 +113,9 @@ def test_runtime_spec_errors(tmp_path: Path) -> None:
         manifest["spec"].update(patch)
         tmp = tmp_path / str(i)
         tmp.mkdir()
-        code, stderr = run_cli(tmp, manifest)
-        assert code == EXIT_INVALID_SPEC, stderr[-3000:]
-        assert error_line(stderr).startswith(expected), stderr[-3000:]
+        code, output = run_cli(tmp, manifest)
+        assert code == EXIT_INVALID_SPEC, output[-3000:]
+        assert error_line(output).startswith(expected), output[-3000:]
 
 
 def test_sample_manifests_parse() -> None:

@@ -15,7 +15,7 @@ import pytest
 from trainer_helpers import comparable, kill_when, results, run, write_records, write_spec
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 HERE = Path(__file__).parent
 
 

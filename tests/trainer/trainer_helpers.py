@@ -1,5 +1,11 @@
 """Run the trainer the way a pod does: `python -m tuneop_trainer run` in a subprocess,
-on 2 logical CPU devices (MirroredStrategy), with kills injected at chosen points."""
+with kills injected at chosen points.
+
+Trainers run on one logical CPU device (a one-GPU pod: the default strategy) unless the
+test says otherwise: a test or module whose subject is what replicas do (exact resume
+under MirroredStrategy, per-replica input positions, scope errors) carries
+`pytest.mark.devices(2)`, and tests/trainer/conftest.py sets `DEVICES` from the mark
+for its fixtures and body. Two replicas double each trial's tracing on this machine."""
 
 from __future__ import annotations
 
@@ -58,10 +64,14 @@ def write_spec(tmp: Path, manifest: dict[str, Any], name: str = "spec.yaml") -> 
     return path
 
 
-def env(devices: int = 2) -> dict[str, str]:
+DEVICES = [1]
+"""The logical devices of the running test's trainers (one item, set by conftest.py)."""
+
+
+def env(devices: int | None = None) -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = PYTHONPATH
-    e[ENV_LOGICAL_CPU_DEVICES] = str(devices)
+    e[ENV_LOGICAL_CPU_DEVICES] = str(devices or DEVICES[0])
     e[ENV_METRICS_PORT] = "0"
     e["TF_CPP_MIN_LOG_LEVEL"] = "2"
     e["PYTHONUNBUFFERED"] = "1"
@@ -69,7 +79,7 @@ def env(devices: int = 2) -> dict[str, str]:
 
 
 def start(
-    spec: Path, ckpt: Path, log: Path, devices: int = 2, fresh: bool = False
+    spec: Path, ckpt: Path, log: Path, devices: int | None = None, fresh: bool = False
 ) -> TrainerProcess:
     """`python -m tuneop_trainer run` (`fresh`: not forked, see forkserver.launch)."""
     command = ["-m", "tuneop_trainer", "run", "--spec", str(spec), "--dir", str(ckpt)]
@@ -93,7 +103,7 @@ def start_exec(
     ckpt: Path,
     log: Path,
     *args: str,
-    devices: int = 2,
+    devices: int | None = None,
     cwd: Path | None = None,
     fresh: bool = False,
 ) -> TrainerProcess:
