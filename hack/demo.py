@@ -64,13 +64,17 @@ def stopped_at_step(status: Any) -> int | None:
 
 
 def write_plot(
-    kubectl: Kubectl, final: dict[str, Any], applied_at: float, outage: demo_plot.Outage
+    kubectl: Kubectl,
+    namespace: str,
+    final: dict[str, Any],
+    applied_at: float,
+    outage: demo_plot.Outage,
 ) -> Path | None:
     """The PNG of the search on the claim: results.json's scores, each trial's end from
     its trial.json (written when the trial ends; this cluster's claims are host
     directories, so the file times are the host's clock, like `applied_at`). None (and
     says why) if the claim holds no results."""
-    root = claim_dir(kubectl, NAMESPACE, NAME)
+    root = claim_dir(kubectl, namespace, NAME)
     try:
         results = json.loads((root / "results.json").read_text())
         ended = {
@@ -91,7 +95,7 @@ def write_plot(
         path,
         objective=str(objective.get("name") or (final.get("progress") or {}).get("objective")),
         direction=str(objective.get("direction") or "max"),
-        title=f"TuningJob {NAMESPACE}/{NAME}: each trial's objective, the preemption marked",
+        title=f"TuningJob {namespace}/{NAME}: each trial's objective, the preemption marked",
     )
     return path
 
@@ -154,6 +158,7 @@ class Demo:
     work: Path
     kubectl: Kubectl
     cluster: LocalCluster
+    namespace: str = NAMESPACE
     applied_at: float = 0.0  # wall clock: compared with the claim's file times
     evicted_at: float = 0.0  # time.monotonic() of the eviction
     evicted_wall: float = 0.0
@@ -162,11 +167,11 @@ class Demo:
     trained_at: float | None = None
 
     def status(self) -> dict[str, Any]:
-        job = self.kubectl.job(NAMESPACE, NAME) or {}
+        job = self.kubectl.job(self.namespace, NAME) or {}
         return dict(job.get("status") or {})
 
     def show(self) -> None:
-        print(self.kubectl("get", "tj", "-n", NAMESPACE).stdout.rstrip(), flush=True)
+        print(self.kubectl("get", "tj", "-n", self.namespace).stdout.rstrip(), flush=True)
 
     def last_seen(self) -> str:
         """One line: what the job last reported (for a wait that gave up)."""
@@ -179,16 +184,16 @@ class Demo:
 
 
 def submit(demo: Demo) -> None:
+    ns = demo.namespace
     wait_for(
         lambda: (
-            demo.kubectl("get", "cm", "kube-root-ca.crt", "-n", NAMESPACE, check=False).returncode
-            == 0
+            demo.kubectl("get", "cm", "kube-root-ca.crt", "-n", ns, check=False).returncode == 0
         ),
         60,
         "the namespace's kube-root-ca.crt",
     )
     say("kubectl apply -f manifests/samples/tuningjob-emg.yaml")
-    demo.kubectl.apply(sample(NAME, NAMESPACE))
+    demo.kubectl.apply(sample(NAME, ns))
     demo.applied_at = time.time()
 
 
@@ -196,15 +201,15 @@ def preempt(demo: Demo) -> None:
     """Evict the trainer mid-epoch in a later trial; wait for the resume and its cost."""
     say("waiting for the trainer to be mid-epoch in its second trial or later")
     wait_for(lambda: demo.status().get("phase") == "Running", 300, "the trainer running")
-    job = sample(NAME, NAMESPACE)
+    job = sample(NAME, demo.namespace)
     data = job["spec"]["data"]
     train = int(data["synthetic"]["samples"] * (1 - data["validationSplit"]))
     steps = train // job["spec"]["tuner"]["batchSize"]
-    p = wait_mid_epoch(demo.kubectl, NAMESPACE, NAME, steps, timeout=600)
+    p = wait_mid_epoch(demo.kubectl, demo.namespace, NAME, steps, timeout=600)
     demo.show()
     say(f"evicting the trainer pod during trial {p['trial_id']} at step {p['step']}")
     demo.evicted_at, demo.evicted_wall = time.monotonic(), time.time()
-    disruption.evict_pod(demo.cluster.api, NAMESPACE, f"{NAME}-worker-0")
+    disruption.evict_pod(demo.cluster.api, demo.namespace, f"{NAME}-worker-0")
     wait_for(lambda: demo.status().get("preemptions", 0) >= 1, 120, "the preemption")
     demo.stopped_step = stopped_at_step(demo.status)
     demo.show()
@@ -223,7 +228,7 @@ def wait_completed(demo: Demo, timeout: float = 900) -> dict[str, Any]:
     while demo.status().get("phase") not in ("Succeeded", "Failed"):
         if time.monotonic() > deadline:
             break
-        line = demo.kubectl("get", "tj", "-n", NAMESPACE, "--no-headers").stdout.strip()
+        line = demo.kubectl("get", "tj", "-n", demo.namespace, "--no-headers").stdout.strip()
         if line.split()[:3] != last.split()[:3]:
             print(line, flush=True)
             last = line
@@ -231,7 +236,7 @@ def wait_completed(demo: Demo, timeout: float = 900) -> dict[str, Any]:
     say("kubectl get tj")
     demo.show()
     say("events")
-    for event in demo.kubectl.events(NAMESPACE, NAME):
+    for event in demo.kubectl.events(demo.namespace, NAME):
         print(f"{event['type']:8} {event['reason']:12} {event['message']}")
     return demo.status()
 
@@ -259,7 +264,7 @@ def report(demo: Demo, final: dict[str, Any]) -> bool:
     if recovery is None and demo.trained_at is not None:
         recovery = demo.trained_at - demo.evicted_at
     outage = demo_plot.Outage(lost, None if recovery is None else lost + recovery)
-    plot = write_plot(demo.kubectl, final, demo.applied_at, outage)
+    plot = write_plot(demo.kubectl, demo.namespace, final, demo.applied_at, outage)
     if plot is not None:
         say(f"plot of each trial's objective over time, the preemption marked: {plot}")
     return bool(

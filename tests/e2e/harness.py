@@ -135,10 +135,14 @@ def claim_dir(kubectl: Kubectl, namespace: str, job: str) -> Path:
 
 def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, Any] | None:
     """The trainer's live progress record from its /progress endpoint (pod IP, metrics
-    port), fresher than status.progress (which the trainer patches every ~3 s). None
-    when nothing answers, or when what answers is not that pod's trainer (local pods
-    share the host's network: any process may hold the port)."""
-    return _endpoint_progress(kubectl, namespace, pod)[0]
+    port), fresher than status.progress (which the trainer patches every ~3 s); when
+    another process answers there instead (local pods share the host's network: any
+    process may hold the port), the record on the job's claim. None when neither has
+    one yet."""
+    progress, other = _endpoint_progress(kubectl, namespace, pod)
+    if other:
+        return claim_progress(kubectl, namespace, pod.rsplit("-worker-", 1)[0])
+    return progress
 
 
 def _endpoint_progress(
