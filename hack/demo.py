@@ -49,18 +49,25 @@ def say(text: str) -> None:
 
 
 def stopped_at_step(status: Any) -> int | None:
-    """The step of the evicted trainer's preemption checkpoint: its last progress
-    report (phase Preempted), written just before it exits 75."""
+    """The step of the evicted trainer's preemption checkpoint: its last progress report
+    (phase Preempted, written just before it exits 75) while the status still shows it,
+    else the step the new pod resumed at (it resumes from the latest checkpoint, which
+    is that one); None if neither comes."""
+
+    def seen() -> tuple[int] | None:
+        s = status()
+        progress = s.get("progress") or {}
+        if progress.get("phase") == "Preempted":
+            return (int(progress.get("step", 0)),)
+        if s.get("restores", 0) >= 1 and progress.get("resumedFromStep") is not None:
+            return (int(progress["resumedFromStep"]),)
+        return None
+
     try:
-        wait_for(
-            lambda: (status().get("progress") or {}).get("phase") == "Preempted",
-            60,
-            "the trainer's preemption checkpoint",
-            every=0.1,
-        )
+        found = wait_for(seen, 300, "the preemption checkpoint or the restore", every=0.1)
     except TimeoutError:
         return None
-    return int((status().get("progress") or {}).get("step", 0))
+    return found[0]
 
 
 def write_plot(

@@ -36,36 +36,19 @@ def tmpfs(tmp_path: Path) -> Callable[[str], AbstractContextManager[Path]]:
 
 
 _CLUSTER_DIRS = ("tests/e2e/", "tests/localcluster/")
-SECOND_CLUSTER = (
-    "tests/e2e/test_operator_parallel.py",
-    "tests/e2e/test_queue.py",
-    "tests/e2e/test_prometheus_alerts.py",
-    "tests/e2e/test_operator_oom.py",
-    "tests/e2e/test_demo.py",
-    "tests/localcluster/test_disruption.py",
-    "tests/localcluster/test_nodeagent.py",
-    "tests/localcluster/test_kueue.py",
-    "tests/localcluster/test_controlplane.py",
-)
-"""The cluster's tests in the second lane (Kueue's and Prometheus's among them, so only
-it starts them); the others, and every module not named here, in the first."""
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """How `make test` shares the suite among its pytest-xdist workers: the tests of the
-    local cluster's directories in two lanes of about the same length, each run whole by
-    one worker on a cluster of its own (started once, its own pod network: see
-    tests/localcluster/pytest_plugin.py), so neither lane is longer than the suite's
-    share of a worker; every other module whole in one worker (its module-scoped
-    reference runs computed once); the groups with the most tests first."""
+    """How `make test` shares the suite among its pytest-xdist workers: the tests of
+    the local cluster's directories all in one worker (they share one cluster, started
+    once), every other module whole in one worker (its module-scoped reference runs
+    computed once); the largest groups first."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SuiteScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::")[0]
-            if not path.startswith(_CLUSTER_DIRS):
-                return path
-            return "cluster-2" if path in SECOND_CLUSTER else "cluster-1"
+            return "cluster" if path.startswith(_CLUSTER_DIRS) else path
 
     return SuiteScheduling(config, log)

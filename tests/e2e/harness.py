@@ -18,6 +18,8 @@ from typing import Any
 
 import tuneop_contract as contract
 import yaml
+from kubernetes import client
+from tuneop.api.names import GROUP, PLURAL, VERSION
 
 from tests.localcluster.cluster import LocalCluster, wait_for
 from tests.localcluster.controlplane import free_port
@@ -453,9 +455,16 @@ class Env:
         )
 
     def job(self, namespace: str, name: str = "search") -> dict[str, Any]:
-        job = self.kubectl.job(namespace, name)
-        assert job is not None, f"TuningJob {namespace}/{name} not found"
-        return job
+        """The TuningJob, read with the cluster's API client: the waits read it every
+        second, and a kubectl process a read costs the CPU the trainers under test need."""
+        api = client.CustomObjectsApi(self.cluster.api)
+        try:
+            job = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except client.ApiException as err:
+            if err.status == 404:
+                raise AssertionError(f"TuningJob {namespace}/{name} not found") from None
+            raise
+        return dict(job)
 
     def status(self, namespace: str, name: str = "search") -> dict[str, Any]:
         return dict(self.job(namespace, name).get("status") or {})

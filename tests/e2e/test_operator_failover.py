@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 import tuneop_contract as contract
 
-from tests.e2e.harness import SESSION_PRIORITY, Env, Operator, trainer_progress, wait_for
+from tests.e2e.harness import (
+    SESSION_PRIORITY,
+    Env,
+    Operator,
+    claim_progress,
+    fetch_progress,
+    wait_for,
+)
 from tests.localcluster import disruption
 from tests.localcluster import standin_trainer as standin
 
@@ -37,10 +44,19 @@ def standin_spec(trials: int, seconds: float) -> dict[str, Any]:
 
 
 def trained(e2e: Env, namespace: str, done: int) -> dict[str, Any]:
-    """Until the stand-in reports `done` trials completed on its own endpoint."""
+    """Until the stand-in reports `done` trials completed on its own endpoint (at its
+    pod's IP, read once), or on its claim while another process answers there."""
+
+    def pod_ip() -> str | None:
+        pod = e2e.cluster.pod(namespace, POD)
+        return None if pod is None or pod.status is None else pod.status.pod_ip
+
+    url = f"http://{wait_for(pod_ip, 120, 'the trainer pod IP')}:{contract.DEFAULT_METRICS_PORT}"
 
     def check() -> dict[str, Any] | None:
-        progress = trainer_progress(e2e.kubectl, namespace, POD)
+        progress, other = fetch_progress(f"{url}/progress", POD)
+        if other:
+            progress = claim_progress(e2e.kubectl, namespace, "search")
         if progress and progress.get("phase") == contract.PHASE_COMPLETED:
             raise AssertionError(f"finished before it could be disrupted: {progress}")
         return progress if progress and progress["trials_completed"] >= done else None
