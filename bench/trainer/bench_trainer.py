@@ -32,7 +32,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,8 @@ from typing import Any
 
 import bench_memory
 import yaml
+
+from tests.localcluster.controlplane import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "bench" / "results" / "trainer.json"
@@ -147,12 +148,6 @@ class Proc:
         self.reader.join()
         self.log.close()
         return code, time.monotonic() - self.start
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def command(variant: str, spec: Path, ckpt: Path) -> list[str]:
