@@ -138,26 +138,24 @@ def claim_dir(kubectl: Kubectl, namespace: str, job: str) -> Path:
 def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, Any] | None:
     """The trainer's live progress record from its /progress endpoint (pod IP, metrics
     port), fresher than status.progress (which the trainer patches every ~3 s); when
-    another process answers there instead (local pods share the host's network: any
-    process may hold the port), the record on the job's claim. None when neither has
-    one yet."""
-    progress, other = _endpoint_progress(kubectl, namespace, pod)
+    another process answers there instead, the record on the job's claim (see
+    `progress_at`). None when neither has one yet."""
+    ip, _ = _pod_ip_and_ended(kubectl, namespace, pod)
+    job = pod.rsplit("-worker-", 1)[0]
+    return None if not ip else progress_at(kubectl, namespace, job, pod, ip)
+
+
+def progress_at(
+    kubectl: Kubectl, namespace: str, job: str, pod: str, ip: str, tuner_id: str | None = None
+) -> dict[str, Any] | None:
+    """`pod`'s trainer record from its endpoint at `ip`; while another process answers
+    there (local pods share the host's network: any process may hold the port), the
+    record on the job's claim."""
+    url = f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress"
+    progress, other = fetch_progress(url, pod)
     if other:
-        return claim_progress(kubectl, namespace, pod.rsplit("-worker-", 1)[0])
+        return claim_progress(kubectl, namespace, job, tuner_id)
     return progress
-
-
-def _endpoint_progress(
-    kubectl: Kubectl, namespace: str, pod: str
-) -> tuple[dict[str, Any] | None, bool]:
-    """(the pod trainer's record or None, whether another process answered instead)."""
-    result = kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
-    if result.returncode != 0:
-        return None, False
-    ip = (json.loads(result.stdout).get("status") or {}).get("podIP")
-    if not ip:
-        return None, False
-    return fetch_progress(f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress", pod)
 
 
 def claim_progress(
@@ -231,13 +229,7 @@ def wait_mid_epoch(
             read_at = time.monotonic()
         if ended:
             raise AssertionError(f"{pod} finished before it could be disrupted")
-        progress, other = (
-            (None, False)
-            if ip is None
-            else fetch_progress(f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress", pod)
-        )
-        if other:
-            progress = claim_progress(kubectl, namespace, job, tuner_id)
+        progress = None if ip is None else progress_at(kubectl, namespace, job, pod, ip, tuner_id)
         if progress is not None and _mid_epoch(progress, min_step, high, any_trial):
             return progress
         time.sleep(0.02)

@@ -20,8 +20,7 @@ from tests.e2e.harness import (
     SESSION_PRIORITY,
     Env,
     Operator,
-    claim_progress,
-    fetch_progress,
+    progress_at,
     wait_for,
 )
 from tests.localcluster import disruption
@@ -51,12 +50,10 @@ def trained(e2e: Env, namespace: str, done: int) -> dict[str, Any]:
         pod = e2e.cluster.pod(namespace, POD)
         return None if pod is None or pod.status is None else pod.status.pod_ip
 
-    url = f"http://{wait_for(pod_ip, 120, 'the trainer pod IP')}:{contract.DEFAULT_METRICS_PORT}"
+    ip = wait_for(pod_ip, 120, "the trainer pod IP")
 
     def check() -> dict[str, Any] | None:
-        progress, other = fetch_progress(f"{url}/progress", POD)
-        if other:
-            progress = claim_progress(e2e.kubectl, namespace, "search")
+        progress = progress_at(e2e.kubectl, namespace, "search", POD, ip)
         if progress and progress.get("phase") == contract.PHASE_COMPLETED:
             raise AssertionError(f"finished before it could be disrupted: {progress}")
         return progress if progress and progress["trials_completed"] >= done else None
