@@ -225,7 +225,7 @@ def manifest(samples: int, checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 EPOCHS = 3
-EPOCH_LINE = re.compile(rf"^(\S+ \S+) INFO \S+: trial \S+ exec 0 epoch (\d)/{EPOCHS}")
+EPOCH_LINE = re.compile(r"^(\S+ \S+) INFO \S+: \S+ trial \S+ fit 0 epoch (\d):")
 STAMP = "%Y-%m-%d %H:%M:%S,%f"
 
 

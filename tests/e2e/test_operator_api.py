@@ -32,6 +32,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
         ({"hypermodel": "not a reference"}, "spec.hypermodel"),
         ({"tuner": {"algorithm": "Genetic"}}, "spec.tuner.algorithm"),
         ({"tuner": {"maxEpochs": 0}}, "spec.tuner.maxEpochs"),
+        (
+            {"tuner": {"callbacks": [{"class": "ReduceLROnPlateau"}]}},
+            "spec.tuner.callbacks[0].class",
+        ),
+        ({"tuner": {"callbacks": [{"args": {}}]}}, "spec.tuner.callbacks[0].class: Required"),
         ({"distribution": {"gpusPerWorker": 99}}, "spec.distribution.gpusPerWorker"),
         (
             {"checkpoint": {"intervalSeconds": "fast"}},

@@ -398,7 +398,7 @@ def test_node_loss_is_a_preemption_and_the_trainer_resumes(e2e: Env, reference: 
         # (every intervalSteps steps) committed on the claim (they are written in the
         # background), or it would rightly start the trial over.
         at = e2e.wait_mid_trial(ns, min_step=SEARCH["checkpoint"]["intervalSteps"] + 2)
-        execution = e2e.claim_dir(ns) / "trials" / str(at["trial_id"]) / "exec-0"
+        execution = e2e.claim_dir(ns) / "trials" / "search" / str(at["trial_id"]) / "fit-0"
         wait_for(lambda: any(execution.glob("ckpt-*")), 10, f"a checkpoint in {execution}", 0.05)
         disruption.crash_node(e2e.cluster, node)
         wait_for(

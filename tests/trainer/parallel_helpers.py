@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from trainer_helpers import env, tiny_spec
+from trainer_helpers import env, spec_trial, tiny_spec
 from tuneop_contract import (
     ENV_ORACLE_IP,
     ENV_ORACLE_PORT,
@@ -160,7 +160,7 @@ class Search:
         return data
 
 
-EPOCH_LINE = re.compile(r"trial (\w+) exec (\d+) epoch (\d+)/\d+:")
+EPOCH_LINE = re.compile(r"trial (\w+) fit (\d+) epoch (\d+):")
 
 
 def epoch_lines(text: str) -> list[tuple[str, int, int]]:
@@ -171,7 +171,7 @@ def epoch_lines(text: str) -> list[tuple[str, int, int]]:
 def mid_epoch_checkpoint(ckpt: Path, trial_id: str) -> int:
     """The highest mid-epoch step of a checkpoint of `trial_id` (0 if none)."""
     best = 0
-    for meta in (ckpt / "trials" / trial_id).glob("exec-*/ckpt-*/meta.json"):
+    for meta in (ckpt / spec_trial(trial_id)).glob("fit-*/ckpt-*/meta.json"):
         try:
             best = max(best, int(json.loads(meta.read_text())["step"]))
         except (OSError, ValueError, KeyError):

@@ -41,9 +41,7 @@ def test_multiworker_group_beside_a_single_process_group(tmp_path: Path) -> None
     assert set(codes.values()) == {EXIT_COMPLETED}, codes
 
     restarted = search.text(chief).split("--- start 1")[1]
-    found = re.search(
-        rf"trial {trial_id} execution 0: restored \S+ at epoch (\d+) step (\d+)", restarted
-    )
+    found = re.search(rf"trial {trial_id} fit 0: restored \S+ at epoch (\d+) step (\d+)", restarted)
     assert found and (int(found[1]), int(found[2])) > (0, 0), restarted[-3000:]
     # both workers trained the same trials; no trial ran in both groups
     after = [epoch_lines(search.text(n).split("--- start 1")[1]) for n in (chief, other)]

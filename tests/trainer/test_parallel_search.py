@@ -99,9 +99,7 @@ def test_group_killed_mid_trial_resumes_its_own_trial(tmp_path: Any, undisturbed
     assert codes == dict.fromkeys(search.tuner_ids(), EXIT_COMPLETED), codes
 
     restarted = search.text("tuner1").split("--- start 1")[1]
-    found = re.search(
-        rf"trial {trial_id} execution 0: restored \S+ at epoch (\d+) step (\d+)", restarted
-    )
+    found = re.search(rf"trial {trial_id} fit 0: restored \S+ at epoch (\d+) step (\d+)", restarted)
     assert found, restarted[-3000:]
     assert (int(found[1]), int(found[2])) > (0, 0)
     # the other group was untouched and never ran the interrupted trial

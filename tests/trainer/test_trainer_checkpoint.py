@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from trainer_helpers import comparable, kill_when, results, run, tiny_spec, write_spec
+from trainer_helpers import comparable, kill_when, results, run, spec_fit, tiny_spec, write_spec
 from tuneop_contract import EXIT_COMPLETED, read_progress
 from tuneop_trainer.checkpoint import CheckpointStore
 
@@ -42,7 +42,7 @@ def test_corrupt_latest_checkpoint_falls_back_and_finishes(tmp_path: Path) -> No
         spec, ckpt, log, lambda p: p.trial_id == second and p.epoch == 1 and p.step >= 3
     )
     assert code == -signal.SIGKILL
-    exec_dir = ckpt / "trials" / second / "exec-0"
+    exec_dir = ckpt / spec_fit(second)
     ckpts = sorted(exec_dir.glob("ckpt-*"))
     # keep=2, plus one more if the kill fell between a save and the pruning after it.
     assert len(ckpts) in (2, 3), ckpts

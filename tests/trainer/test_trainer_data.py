@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tuneop_trainer import exits
-from tuneop_trainer.data import epoch_order, load, synthetic_emg
+from tuneop_trainer.data import load, synthetic_emg
 from tuneop_trainer.spec import DataSpec, SpecError
 
 
@@ -19,13 +19,6 @@ def test_synthetic_is_deterministic_and_shaped_for_the_cnn() -> None:
     data = load(DataSpec(synthetic_samples=20, validation_split=0.25))
     assert (len(data.x), len(data.x_val)) == (15, 5)
     assert data.input_shape == [16, 8] and data.output_shape == [4]
-
-
-def test_epoch_order_depends_only_on_seed_execution_epoch() -> None:
-    a = epoch_order(50, 1, 0, 3)
-    assert np.array_equal(a, epoch_order(50, 1, 0, 3))
-    assert sorted(a.tolist()) == list(range(50))
-    assert not np.array_equal(a, epoch_order(50, 1, 0, 4))
 
 
 def test_npz_file_and_npy_directory(tmp_path: Path) -> None:

@@ -142,7 +142,7 @@ def test_two_workers_complete_and_agree(reference: dict[str, Any]) -> None:
         assert "strategy: MultiWorkerMirroredStrategy, 2 replica(s)" in text
         assert "PerReplica" not in text
     # Same trials, same cross-worker metrics, same best weights on both workers.
-    epochs = [re.findall(r"trial \S+ exec \d+ epoch .*", log.read_text()) for log in logs]
+    epochs = [re.findall(r"trial \S+ fit \d+ epoch .*", log.read_text()) for log in logs]
     assert epochs[0] == epochs[1] and len(epochs[0]) == 4
     assert _best_line(logs[0]) == _best_line(logs[1])
     assert _best_line(logs[0])["weightsSha256"] == res["best"]["weightsSha256"]

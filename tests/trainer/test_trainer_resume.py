@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 from trainer_helpers import (
     checkpointed,
     comparable,
+    fit_final,
     kill_when,
     results,
     run,
+    spec_fit,
     tiny_spec,
     write_spec,
 )
@@ -77,8 +81,8 @@ def test_sigterm_loses_at_most_the_current_step(reference: dict, tmp_path: Path)
     assert stopped.last_checkpoint_time is not None
     saved_at = (stopped.epoch, stopped.step)
     text = log.read_text()
-    if "preempted: checkpoint at" in text:
-        assert f"preempted: checkpoint at epoch {saved_at[0]} step {saved_at[1]} written" in text
+    if "preempted: " in text and " checkpointed at epoch" in text:
+        assert f"checkpointed at epoch {saved_at[0]} step {saved_at[1]}\n" in text
     assert run(spec, ckpt, log) == EXIT_COMPLETED
     text = log.read_text()
     # The resumed run starts exactly there: nothing but the interrupted step is redone.
@@ -86,3 +90,53 @@ def test_sigterm_loses_at_most_the_current_step(reference: dict, tmp_path: Path)
     got = results(ckpt)
     assert comparable(got) == comparable(reference)
     assert got["best"]["weightsSha256"] == reference["best"]["weightsSha256"]
+
+
+def _optimizer_in_weights_file(path: Path) -> tuple[int, str]:
+    """(iteration, sha256 of every optimizer variable in order) of a Keras weights file."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        group = f["optimizer/vars"]
+        values = [np.asarray(group[str(i)]) for i in range(len(group))]
+    digest = hashlib.sha256()
+    for value in values:
+        digest.update(value.tobytes())
+    return int(values[0]), digest.hexdigest()
+
+
+def _final_iteration(ckpt: Path, fit_dir: str) -> int:
+    latest = sorted((ckpt / fit_dir).glob("ckpt-*"))[-1]
+    with np.load(latest / "state.npz") as state:
+        (key,) = [k for k in state.files if k.startswith("optimizer/") and "iteration" in k]
+        return int(state[key])
+
+
+def test_a_promoted_trial_continues_the_optimizer_state(reference: dict, tmp_path: Path) -> None:
+    """Spec mode: a Hyperband promotion, SIGKILLed just after it started, continues the
+    previous round's best epoch with its optimizer (iteration count and slots, as in its
+    weights file) and ends as the uninterrupted search."""
+    spec = write_spec(tmp_path, tiny_spec())
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    promoted = next(t for t in reference["trials"] if t["continuesTrial"])
+    trial, previous = promoted["trialId"], promoted["continuesTrial"]
+    code = kill_when(spec, ckpt, log, lambda p: p.trial_id == trial and p.step >= 1)
+    assert code == -signal.SIGKILL
+    assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
+    got = results(ckpt)
+    assert comparable(got) == comparable(reference)
+    assert got["best"]["weightsSha256"] == reference["best"]["weightsSha256"]
+
+    weights = ckpt / "tuner" / "search" / f"trial_{previous}" / "checkpoint.weights.h5"
+    iteration, slots = _optimizer_in_weights_file(weights)
+    assert iteration > 0
+    line = re.compile(
+        rf"continuing trial {previous}'s best epoch: weights and optimizer state "
+        r"\(iteration (\d+), optimizer sha256 (\w+)\)"
+    )
+    continued = line.findall(log.read_text())
+    assert len(continued) >= 2, continued  # before the kill and in the resumed process
+    assert set(continued) == {(str(iteration), slots)}
+    meta = fit_final(ckpt, spec_fit(trial))
+    steps = 8 * len(meta["epochsDone"])  # 64 training samples in batches of 8
+    assert _final_iteration(ckpt, spec_fit(trial)) == iteration + steps

@@ -47,7 +47,7 @@ def test_report_cnn_without_scope_runs_and_resumes_under_mirrored_hyperband(
     assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
     text = log.read_text()
     assert "MirroredStrategy over 2 logical CPU devices, 2 replica(s)" in text
-    assert "trial 0001 execution 0: restored ckpt-" in text
+    assert "trial 0001 fit 0: restored ckpt-" in text
     res = results(ckpt)
     assert [t["status"] for t in res["trials"]] == ["COMPLETED"] * 5
     assert any(t["continuesTrial"] for t in res["trials"])  # a Hyperband promotion ran

@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_helpers import comparable, kill_when, results, run, write_records, write_spec
+from trainer_helpers import (
+    comparable,
+    fit_final,
+    kill_when,
+    results,
+    run,
+    spec_fit,
+    write_records,
+    write_spec,
+)
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 
 pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
@@ -75,7 +84,7 @@ def test_killed_search_over_tfrecords_resumes_exactly(
         assert code == -signal.SIGKILL
     assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
     text = log.read_text()
-    assert text.count("execution 0: restored ckpt-") == 2, text[-3000:]
+    assert text.count("fit 0: restored ckpt-") == 2, text[-3000:]
     assert "replaying" in text  # trial 1 resumed in a new process: trial 0's iterations
     got = results(ckpt)
     assert comparable(got) == comparable(expected)
@@ -97,7 +106,7 @@ def test_killed_while_validating_after_the_last_batch_of_an_epoch_of_unknown_len
     ckpt, log, validating = tmp_path / "ckpt", tmp_path / "log", tmp_path / "validating"
     expected = results(reference)
     first = expected["trials"][0]["trialId"]
-    execution = ckpt / "trials" / first / "exec-0"
+    execution = ckpt / spec_fit(first)
 
     def validating_after_a_checkpoint(_: Any) -> bool:
         return validating.exists() and any(execution.glob("ckpt-*/meta.json"))
@@ -108,14 +117,13 @@ def test_killed_while_validating_after_the_last_batch_of_an_epoch_of_unknown_len
     metas = [json.loads(m.read_text()) for m in execution.glob("ckpt-*/meta.json")]
     assert [(meta["epoch"], meta["step"]) for meta in metas] == [(0, 4)]
     assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
-    assert re.search(r"execution 0: restored ckpt-\d+ at epoch 0 step 4 ", log.read_text())
+    assert re.search(r"fit 0: restored ckpt-\d+ at epoch 0 step 4 ", log.read_text())
     got = results(ckpt)
     assert comparable(got) == comparable(expected)
     assert got["best"]["weightsSha256"] == expected["best"]["weightsSha256"]
     # Every epoch's training metrics too, as the uninterrupted run reported them.
-    done = json.loads((execution / "done.json").read_text())
-    ref_done = json.loads((reference / "trials" / first / "exec-0" / "done.json").read_text())
-    assert done["history"] == ref_done["history"]
+    history = fit_final(ckpt, spec_fit(first))["history"]
+    assert history == fit_final(reference, spec_fit(first))["history"]
 
 
 @pytest.mark.parametrize(
@@ -142,9 +150,9 @@ def test_shapes_and_digest_come_from_the_element_spec(
     records: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import tensorflow as tf
-    from tuneop_trainer.cli import resolve_hypermodel
     from tuneop_trainer.data import StreamData, load
     from tuneop_trainer.spec import DataSpec, SpecError
+    from tuneop_trainer.spec_mode import resolve_hypermodel
 
     monkeypatch.setenv("USER_RECORDS", str(records))
     monkeypatch.syspath_prepend(str(HERE))

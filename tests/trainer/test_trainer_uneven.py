@@ -3,18 +3,19 @@
 Keras 3 averages the first batch of every fit/evaluate across replicas to get shapes for
 its symbolic build, which fails when that batch splits unevenly (tuneop_trainer/uneven.py).
 Here the validation set has a partial batch that splits 7/6 - as the only batch, and as the
-last of two - and the training set leaves a remainder. The search must complete and give
+last of two. The training set is whole batches: a partial training batch split unevenly
+trains with each replica's mean loss weighted equally (Keras's rule, docs/design/trainer.md
+"Uneven batches"), which no 1-device run matches. The search must complete and give
 the same numbers as a 1-device run: the model has no dropout (per-replica dropout masks
 would differ), so the only difference left is float summation order across replicas.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from trainer_helpers import results, start, write_spec
+from trainer_helpers import fit_final, results, spec_fit, spec_trial, start, write_spec
 from tuneop_contract import EXIT_COMPLETED
 
 # User code on the "volume" (spec.pythonPath): a tiny MLP without dropout.
@@ -65,8 +66,8 @@ def _search(tmp: Path, name: str, samples: int, split: float, devices: int) -> P
 
 def _histories(ckpt: Path) -> dict[str, dict[str, list[float]]]:
     return {
-        p.parent.parent.name: json.loads(p.read_text())["history"]
-        for p in sorted((ckpt / "trials").glob("*/exec-0/done.json"))
+        p.name: fit_final(ckpt, spec_fit(p.name))["history"]
+        for p in sorted((ckpt / spec_trial("")).iterdir())
     }
 
 
@@ -74,17 +75,18 @@ def _histories(ckpt: Path) -> dict[str, dict[str, list[float]]]:
 @pytest.mark.parametrize(
     ("samples", "split", "n_val"),
     [
-        # train 51 = 3x16 + 3; validation 13: one batch, split 7/6 (crashed before the fix)
-        (64, 0.2, 13),
-        # train 71 = 4x16 + 7; validation 29 = 16 + 13: the partial batch comes last, so
+        # train 48 = 3x16; validation 13: one batch, split 7/6 (crashed before the fix)
+        (61, 0.213, 13),
+        # train 64 = 4x16; validation 29 = 16 + 13: the partial batch comes last, so
         # keras' first-batch build never saw it; its 7/6 split must still count exactly
-        (100, 0.29, 29),
+        (93, 0.312, 29),
     ],
 )
 def test_uneven_batches_match_one_device(
     tmp_path: Path, samples: int, split: float, n_val: int
 ) -> None:
     assert round(samples * split) == n_val and n_val % 16 % 2 == 1
+    assert (samples - n_val) % 16 == 0
     (tmp_path / "uneven_model.py").write_text(MODEL)
     two = _search(tmp_path, "two", samples, split, devices=2)
     one = _search(tmp_path, "one", samples, split, devices=1)

@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_helpers import comparable, results, run, start, tiny_spec, wait_for, write_spec
+from trainer_helpers import (
+    comparable,
+    results,
+    run,
+    spec_fit,
+    start,
+    tiny_spec,
+    wait_for,
+    write_spec,
+)
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, read_progress
 
 
@@ -70,12 +79,11 @@ def _run(tmp_path: Path, volume: Path) -> None:
     assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
     assert comparable(results(ckpt)) == comparable(results(ref))
     assert results(ckpt)["best"]["weightsSha256"] == results(ref)["best"]["weightsSha256"]
-    # finished executions keep no checkpoints of their own, only the best state
+    # a finished trial keeps its fit's final state and keras-tuner's best epoch only
     for trial in results(ckpt)["trials"]:
-        tdir = ckpt / "trials" / trial["trialId"]
-        assert (tdir / "exec-0" / "done.json").exists()
-        assert not list((tdir / "exec-0").glob("ckpt-*"))
-        assert list((tdir / "best").glob("ckpt-*"))
+        assert len(list((ckpt / spec_fit(trial["trialId"])).glob("ckpt-*"))) == 1
+        best_epoch = ckpt / "tuner" / "search" / f"trial_{trial['trialId']}"
+        assert (best_epoch / "checkpoint.weights.h5").exists()
     progress = read_progress(ckpt)
     assert progress is not None and progress.checkpoint_bytes and progress.volume_free_bytes
     assert progress.volume_free_bytes < 32 * 1024 * 1024

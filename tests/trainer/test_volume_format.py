@@ -2,7 +2,8 @@
 image resumes only the format it writes and refuses another with one line (exit 2),
 before it reads or writes anything; a checkpoint of another format met later stops the
 trainer the same way, never as a failed trial; and a volume written before the version
-was recorded (format 1's layout) resumes exactly."""
+was recorded (format 1's layout) resumes exactly in script mode; spec mode, whose layout
+format 2 changed, refuses a format-1 volume."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ from trainer_helpers import (
     fit_weights,
     kill_exec_when,
     results,
+    start,
     start_exec,
+    tiny_spec,
     trial_fit,
+    write_spec,
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 from tuneop_trainer.checkpoint import MANIFEST_FILE, META_FILE
@@ -85,4 +89,26 @@ def test_an_unversioned_volume_resumes_exactly_and_another_checkpoint_format_sto
     assert "trial 1 fit 0: restored" in log.read_text()
     assert comparable(results(ckpt)) == comparable(results(ref))
     assert fit_weights(ckpt, trial_fit("1")) == fit_weights(ref, trial_fit("1"))
-    assert json.loads((ckpt / FORMAT_FILE).read_text()) == {META_KEY: FORMAT}
+    # recorded as what it is: format 1's layout, which script mode reads (and an image
+    # of format 1 still does, up to a checkpoint written since, which says 2)
+    assert json.loads((ckpt / FORMAT_FILE).read_text()) == {META_KEY: 1}
+
+
+def test_spec_mode_refuses_a_volume_of_format_1(tmp_path: Path) -> None:
+    """Format 2 moved spec mode onto script mode's engine and layout: a spec-mode volume
+    of format 1, recorded or from before formats were recorded, is refused."""
+    spec = write_spec(tmp_path, tiny_spec())
+    for recorded in (True, False):
+        ckpt, log = tmp_path / f"ckpt-{recorded}", tmp_path / f"log-{recorded}"
+        (ckpt / "trials" / "0000" / "exec-0").mkdir(parents=True)
+        if recorded:
+            (ckpt / FORMAT_FILE).write_text(json.dumps({META_KEY: 1}))
+        assert start(spec, ckpt, log).wait(timeout=120) == EXIT_INVALID_SPEC
+        text = log.read_text()
+        assert (
+            "error: spec.checkpoint: the checkpoint volume is in checkpoint format version 1, "
+            f"this trainer image reads version {FORMAT}: run an image of that version, or "
+            "start afresh on a new claim"
+        ) in text
+        assert "Traceback" not in text
+        assert not (ckpt / "tuner").exists()

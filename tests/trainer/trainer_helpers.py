@@ -155,10 +155,23 @@ def fit_weights(ckpt: Path, fit_dir: str) -> str:
     return digest.hexdigest()
 
 
+SPEC_PROJECT = "search"  # spec mode's keras-tuner project (spec_mode.PROJECT)
+
+
+def spec_trial(trial_id: str) -> str:
+    """A spec-mode trial's directory: `trials/search/<trial>` (its fits in `fit-<n>`)."""
+    return f"trials/{SPEC_PROJECT}/{trial_id}"
+
+
+def spec_fit(trial_id: str, execution: int = 0) -> str:
+    """A spec-mode trial execution's fit directory."""
+    return trial_fit(trial_id, execution, SPEC_PROJECT)
+
+
 def checkpointed(ckpt: Path, trial_id: str, execution: int = 0) -> bool:
     """A spec-mode trial's execution has a checkpoint on the volume (a kill point past
     `step >= n` alone can come before the save of step n is written)."""
-    return any((ckpt / "trials" / trial_id / f"exec-{execution}").glob("ckpt-*"))
+    return any((ckpt / spec_fit(trial_id, execution)).glob("ckpt-*"))
 
 
 def run(spec: Path, ckpt: Path, log: Path, timeout: float = 240) -> int:

@@ -271,8 +271,10 @@ class VolumeError(BaseException):
 
     def __init__(self, path: str | os.PathLike[str], exc: OSError) -> None:
         code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        # the system's words for the errno: libraries (h5py) put pages of detail in strerror
+        reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
         self.message = (
-            f"checkpoint volume error: {exc.strerror or exc} ({code}) writing "
+            f"checkpoint volume error: {reason} ({code}) writing "
             f"{exc.filename or path}{_free_space(path)}; nothing was lost, the search "
             "resumes from its previous checkpoint once the volume has room"
         )

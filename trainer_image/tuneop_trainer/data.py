@@ -1,10 +1,11 @@
 """Training data: the built-in synthetic EMG-like set, .npz/.npy files, or a loader.
 
-Everything ends up as four arrays (x, y, x_val, y_val) indexed by sample: batches are
-then a pure function of (seed, execution, epoch, step) — see `epoch_order` — so the
-data-pipeline position in a checkpoint is just (epoch, step). The synthetic set, a
-.npz and a loader's arrays are held in memory; a directory of .npy files is opened
-memory-mapped (`npy.py`), so a set larger than memory trains with the same batches.
+Everything ends up as four arrays (x, y, x_val, y_val) indexed by sample, which the
+engine trains like a script's arrays (script/fit.py: each epoch's order a pure
+function of the fit and the epoch, so the position in a checkpoint is (epoch, step)).
+The synthetic set, a .npz and a loader's arrays are held in memory; a directory of
+.npy files is opened memory-mapped (`npy.py`), so a set larger than memory trains
+with the same batches.
 
 A loader may instead return two batched `tf.data.Dataset`s, (train, validation), each
 of (x, y) elements: `StreamData`. The trainer then iterates them as a Keras fit does
@@ -169,11 +170,6 @@ def _channel(x: Any) -> Any:
     if x.ndim != 3:
         return x
     return Sharded([s[..., None] for s in x.shards]) if isinstance(x, Sharded) else x[..., None]
-
-
-def epoch_order(n: int, seed: int, execution: int, epoch: int) -> np.ndarray:
-    """The sample order of one epoch: a pure function, so resuming needs only (epoch, step)."""
-    return np.random.default_rng([seed, execution, epoch]).permutation(n)
 
 
 def _load_path(path: str) -> tuple[Any, Any, Any, tuple[Path, ...]]:

@@ -77,10 +77,13 @@ def apply(oracle: Any, environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def _known_to_display(oracle: Any, trial_id: str) -> None:
-    """keras-tuner's Display prints a trial's end from the start it recorded; a trial
-    begun before a state it lost would be a KeyError."""
+    """keras-tuner's Display prints a trial's end from the starts it recorded; a trial
+    begun before a state it lost would be a KeyError, and a search run with
+    `verbose=0` recorded no search start (a TypeError once this process prints)."""
     display = getattr(oracle, "_display", None)
     if display is None:
         return
+    if getattr(display, "search_start", "") is None:
+        display.search_start = dt.datetime.now()
     display.trial_start.setdefault(trial_id, dt.datetime.now())
     display.trial_number.setdefault(trial_id, len(display.trial_number) + 1)

@@ -55,7 +55,7 @@ def collect(tuner: Any) -> dict[str, Any]:
     }
 
 
-def export(tuner: Any, checkpoint_dir: Path, write: bool) -> dict[str, Any]:
+def export(tuner: Any, checkpoint_dir: Path, write: bool, strategy: Any) -> dict[str, Any]:
     """Write results.json and best_model.keras (built/restored inside the strategy scope)."""
     results = collect(tuner)
     if results["best"] is not None:
@@ -67,7 +67,7 @@ def export(tuner: Any, checkpoint_dir: Path, write: bool) -> dict[str, Any]:
         # pattern: every worker runs the same ops, only the chief's file is kept).
         scratch = None if write else Path(tempfile.mkdtemp(prefix="tuneop-scratch-"))
         tmp = (scratch or path.parent) / f".{path.name}.tmp.keras"
-        with tuner.ctx.strategy.scope():
+        with strategy.scope():
             model.save(tmp)
         if scratch is None:
             tmp.replace(path)

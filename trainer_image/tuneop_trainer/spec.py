@@ -10,6 +10,7 @@ tolerations, ...) belong to the operator and are ignored.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,19 @@ class EarlyStoppingSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class CallbackSpec:
+    """`spec.tuner.callbacks[i]`: a Keras callback class by reference and its arguments,
+    given to every trial's fit (its state restored after a kill, as a script's)."""
+
+    ref: str  # "pkg.module.Name" or "pkg.module:Name"
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+CALLBACK_REF = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*([.:][A-Za-z_]\w*(\.[A-Za-z_]\w*)*)")
+"""A class reference: `keras.callbacks.ReduceLROnPlateau` or `pkg.module:Name`."""
+
+
+@dataclasses.dataclass(frozen=True)
 class TunerSpec:
     algorithm: str = "Hyperband"
     objective: str = "val_accuracy"
@@ -63,7 +77,8 @@ class TunerSpec:
     deterministic: bool = False
     early_stopping: EarlyStoppingSpec | None = None
     dtype_policy: str | None = None  # Keras dtype policy, e.g. "mixed_bfloat16"
-    tensorboard: bool = False  # per-trial TensorBoard logs with HParams (trial_board.py)
+    tensorboard: bool = False  # per-trial TensorBoard logs with HParams (keras-tuner's layout)
+    callbacks: tuple[CallbackSpec, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,6 +284,7 @@ def _parse_tuner(t: dict[str, Any]) -> TunerSpec:
         early_stopping=_parse_early_stopping(t),
         dtype_policy=_parse_dtype_policy(t),
         tensorboard=tensorboard,
+        callbacks=_parse_callbacks(t),
     )
 
 
@@ -310,6 +326,34 @@ def _parse_early_stopping(t: dict[str, Any]) -> EarlyStoppingSpec | None:
         min_delta=float(min_delta),
         mode=mode,
     )
+
+
+def _parse_callbacks(t: dict[str, Any]) -> tuple[CallbackSpec, ...]:
+    raw = t.get("callbacks")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise SpecError("spec.tuner.callbacks", "must be a list of {class, args}")
+    callbacks = []
+    for i, item in enumerate(raw):
+        field = f"spec.tuner.callbacks[{i}]"
+        if not isinstance(item, dict):
+            raise SpecError(field, "must be a mapping {class, args}")
+        unknown = sorted(set(item) - {"class", "args"})
+        if unknown:
+            raise SpecError(f"{field}.{unknown[0]}", "is not a field of a callback (class, args)")
+        ref = _str(item, "class", f"{field}.class", "")
+        if not CALLBACK_REF.fullmatch(ref):
+            raise SpecError(
+                f"{field}.class",
+                f'{_q(ref)} is not a class reference such as "keras.callbacks.ReduceLROnPlateau" '
+                'or "pkg.module:Name"',
+            )
+        args = item.get("args") or {}
+        if not isinstance(args, dict):
+            raise SpecError(f"{field}.args", "must be a mapping of argument names to values")
+        callbacks.append(CallbackSpec(ref, dict(args)))
+    return tuple(callbacks)
 
 
 def infer_direction(name: str) -> str:

@@ -36,6 +36,7 @@ generators and the other PyDatasets are resumed at the start of the interrupted 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import json
 import logging
@@ -57,6 +58,7 @@ from ..checkpoint import (
     volume_errors,
 )
 from ..fingerprint import digest_arrays
+from ..shards import Sharded
 from . import callback_state, pydataset, runtime, tensorboard
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,11 @@ class ResumeMismatch(keras_tuner.errors.FatalError):  # type: ignore[misc]
 
 class UnsupportedFit(keras_tuner.errors.FatalError):  # type: ignore[misc]
     """A fit argument combination script mode cannot resume exactly."""
+
+
+class InvalidSearch(keras_tuner.errors.FatalError):  # type: ignore[misc]
+    """A spec or hypermodel problem found while training (exit 2); the message names
+    the field."""
 
 
 class WorkersDisagree(keras_tuner.errors.FatalError):  # type: ignore[misc]
@@ -122,15 +129,23 @@ def _arrays(structure: Any) -> bool:
 
 
 def _to_numpy(structure: Any) -> Any:
+    """Arrays as numpy arrays; an ndarray (a memory-mapped one too) and spec mode's
+    shards stay as they are (np.asarray would read shards into one copy)."""
     if structure is None:
         return None
-    return keras.tree.map_structure(np.asarray, structure)
+    return keras.tree.map_structure(
+        lambda v: v if isinstance(v, np.ndarray | Sharded) else np.asarray(v), structure
+    )
 
 
-def _digest(structure: Any) -> str | None:
+def _digest(structure: Any, known: dict[int, tuple[Any, str]]) -> str | None:
     if structure is None:
         return None
-    return digest_arrays(*keras.tree.flatten(structure))[:16]
+    leaves = keras.tree.flatten(structure)
+    if leaves and all(id(leaf) in known for leaf in leaves):
+        text = " ".join(known[id(leaf)][1] for leaf in leaves)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return digest_arrays(*leaves)[:16]
 
 
 # The kinds whose iterations (tf.data) or epochs (PyDataset) are counted (iterations.py).
@@ -258,13 +273,16 @@ class ResumableFit:
     def _fingerprint(self) -> dict[str, Any]:
         a = self.args
         val = self.validation_data
-        if val is not None and _arrays(val):
-            val_id: Any = _digest(_to_numpy(val))
+        known = self.rt.known_digests
+        if id(val) in known:  # a front end's own digest (spec mode's tf.data loader)
+            val_id: Any = known[id(val)][1][:16]
+        elif val is not None and _arrays(val):
+            val_id = _digest(_to_numpy(val), known)
         else:
             val_id = None if val is None else type(val).__name__
         data: Any
         if self.array_input:
-            data = [_digest(self.x), _digest(self.y), _digest(self.sample_weight)]
+            data = [_digest(p, known) for p in (self.x, self.y, self.sample_weight)]
         else:
             spec = getattr(self.x, "element_spec", None)
             data = [type(self.x).__name__, str(spec) if spec is not None else None]
@@ -524,13 +542,15 @@ class ResumableFit:
             iterations.catch_up(self.x, made, lambda: pydataset.replay(self.x, 1))
         self._prebuild()
         if found is not None:
+            t0 = time.monotonic()
             self._restore(arrays, ("model", "optimizer"))
             log.info(
-                "%s: restored %s at epoch %d step %d%s",
+                "%s: restored %s at epoch %d step %d in %.3fs%s",
                 self.label,
                 path.name,
                 start_epoch,
                 start_step,
+                time.monotonic() - t0,
                 " (done)" if meta.get("done") else "",
             )
             self.rt.reporter.metrics.restores.inc()
@@ -550,7 +570,11 @@ class ResumableFit:
             self.logs.resume(meta.get("tensorboard"))
         else:
             self.logs.start()
-        self._train(epochs, start_epoch, start_step, stopped=bool(meta.get("stopped")))
+        t0 = time.monotonic()
+        try:
+            self._train(epochs, start_epoch, start_step, stopped=bool(meta.get("stopped")))
+        finally:
+            self.rt.train_seconds += time.monotonic() - t0
         return self._history_object()
 
     def _check_fingerprint(self, meta: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ file and line, the error). Both one-liners also go to the termination-message pa
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -15,8 +16,9 @@ import os
 import runpy
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuneop_contract import (
     EXIT_COMPLETED,
@@ -32,12 +34,29 @@ from tuneop_contract import (
 )
 
 from .. import exits, fingerprint, ktpatch, parallel, preemption
-from ..checkpoint import VOLUME_ERRNOS, VolumeError
+from ..checkpoint import VOLUME_ERRNOS, VolumeError, volume_errors
 from ..exits import fail, summary
 from ..spec import CheckpointSpec, SpecError
 from ..volume_format import FormatMismatch
 
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """What the trainer runs under the runtime: a user's script, or a TuningJob spec's
+    search made into the same thing (spec_mode.py). Both go through the same patched
+    keras-tuner and Keras (one engine); only how they start differs."""
+
+    name: str  # named in messages: the script's file name, or "spec.hypermodel"
+    execute: Callable[[Runtime], tuple[int, str]]  # (exit code, one-line message)
+    check: Callable[[Path, bool, float], None] | None = None  # the search's fingerprint
+    seed: int = 0  # Python, NumPy and TensorFlow seeded with it before `execute`
+    export_model: bool = False  # best_model.keras and its weights' digest in results.json
+    keep_optimizer: bool = False  # Hyperband promotions continue the optimizer state
 
 
 def run_script(
@@ -56,6 +75,23 @@ def run_script(
         source = _read_script(script, field)
     except SpecError as exc:
         return fail(EXIT_INVALID_SPEC, str(exc))
+    program = Program(
+        name=script.name,
+        execute=lambda rt: _execute(script, source, args, python_path),
+        check=lambda root, write, wait: _check_record(root, script, source, args, write, wait),
+    )
+    return run_program(program, checkpoint_dir, checkpoint, deterministic, strategy_name)
+
+
+def run_program(
+    program: Program,
+    checkpoint_dir: Path,
+    checkpoint: CheckpointSpec,
+    deterministic: bool,
+    strategy_name: str,
+) -> int:
+    """Create the strategy, the progress reporter and the runtime, install the engine's
+    patches, run `program` and turn its outcome into the contract's exit code."""
     from .. import strategy as strategy_mod
 
     role = parallel.current()
@@ -71,95 +107,123 @@ def run_script(
         tf.config.experimental.enable_op_determinism()
 
     from ..progress import Reporter
-    from . import fit, runtime, strategy_patches, tensorboard, tuner_patches
+    from . import runtime
 
     reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
     previous = reporter.previous() if write else None
     reporter.update(force=False, restores=previous.restores if previous else 0)
     reporter.serve()
-    from .projects import RECORD as PROJECTS_RECORD
-    from .projects import Projects
-
     rt = runtime.Runtime(
         root=checkpoint_dir,
         checkpoint=checkpoint,
         strategy=strategy,
         reporter=reporter,
         write=write,
-        script=script.name,
+        script=program.name,
+        keep_optimizer=program.keep_optimizer,
     )
     try:
         try:
-            # with parallel trials the oracle records it, the trial groups compare
-            wait = role.oracle_wait_seconds if role.is_group else 0.0
-            _check_record(checkpoint_dir, script, source, args, write and not role.is_group, wait)
-            rt.projects = Projects(
-                checkpoint_dir,
-                role.own_file(PROJECTS_RECORD),
-                write=write,
-                parallel=role.parallel,
-            )
+            _start(program, rt, role)
         except SpecError as exc:
             reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
             return fail(EXIT_INVALID_SPEC, str(exc))
-        runtime.install(rt)
-        ktpatch.install()
-        ktpatch.set_writer(write)
-        fit.install()
-        tensorboard.install()
-        tuner_patches.install()
-        from ..results import search_progress
-
-        parallel.install(role, lambda o: reporter.update(force=True, **search_progress(o)))
-        strategy_patches.install(strategy, str(script))
         reporter.update(force=True, phase=PHASE_RUNNING, message="")
-        # Python, NumPy and TensorFlow seeded before the script's first line: unseeded
+        # Python, NumPy and TensorFlow seeded before the program's first line: unseeded
         # random data or an unseeded tf.data shuffle is the same in every process (the
         # script's own seeding, if any, takes over).
         import keras
 
-        keras.utils.set_random_seed(0)
-        code, message = _execute(script, source, args, python_path)
-        if code != EXIT_PREEMPTED:
-            try:
-                rt.flush_checkpoints()
-            except VolumeError as exc:
-                code, message = EXIT_PREEMPTED, exc.message
-        if code == EXIT_PREEMPTED:
-            reporter.update(
-                force=True, phase=PHASE_PREEMPTED, message=message or "preempted; resume me"
-            )
-            if message:  # the volume failed: say so in the termination message
-                return fail(code, message)
-            log.warning("exiting %d (preempted); checkpoint written", EXIT_PREEMPTED)
-            return code
-        results = None
-        # with parallel trials the post-search code and the results are tuner0's
-        if rt.tuners and role.runs_post_search:
-            try:
-                tuner_patches.report_search(rt.tuners[-1])
-                results = _write_results(rt)
-            except FormatMismatch as exc:
-                code, message = EXIT_INVALID_SPEC, exc.message
-        if code != EXIT_COMPLETED:
-            reporter.update(force=True, phase=PHASE_FAILED, message=message)
-            return fail(code, message)
-        log.info(
-            "script completed; %d checkpoints written in %.3fs (%d steps in this process)",
-            rt.checkpoints,
-            rt.checkpoint_seconds,
-            rt.steps,
-        )
-        reporter.update(force=True, phase=PHASE_COMPLETED, message="")
-        if results is not None:
-            from ..results import write_final_summary
-
-            trials_total = reporter.progress.trials_total
-            write_final_summary(results, trials_total, exits.TERMINATION_MESSAGE_PATH)
-        return EXIT_COMPLETED
+        keras.utils.set_random_seed(program.seed)
+        code, message = program.execute(rt)
+        return _finish(program, rt, role, code, message)
     finally:
         runtime.install(None)
         reporter.close()
+
+
+def _start(program: Program, rt: Runtime, role: Any) -> None:
+    """The search's record (with parallel trials the oracle records it, the trial
+    groups compare), the tuners' placements, and the engine's patches."""
+    from . import fit, runtime, strategy_patches, tensorboard, tuner_patches
+    from .projects import RECORD as PROJECTS_RECORD
+    from .projects import Projects
+
+    write = rt.write
+    if program.check is not None:
+        wait = role.oracle_wait_seconds if role.is_group else 0.0
+        program.check(rt.root, write and not role.is_group, wait)
+    rt.projects = Projects(
+        rt.root, role.own_file(PROJECTS_RECORD), write=write, parallel=role.parallel
+    )
+    runtime.install(rt)
+    ktpatch.install()
+    ktpatch.set_writer(write)
+    fit.install()
+    tensorboard.install()
+    tuner_patches.install()
+    from ..results import search_progress
+
+    parallel.install(role, lambda o: rt.reporter.update(force=True, **search_progress(o)))
+    strategy_patches.install(rt.strategy, program.name)
+
+
+def _finish(program: Program, rt: Runtime, role: Any, code: int, message: str) -> int:
+    """Durable checkpoints, results.json and the final progress for how it ended."""
+    from . import tuner_patches
+
+    reporter = rt.reporter
+    if code != EXIT_PREEMPTED:
+        try:
+            rt.flush_checkpoints()
+        except VolumeError as exc:
+            code, message = EXIT_PREEMPTED, exc.message
+    if code == EXIT_PREEMPTED:
+        reporter.update(
+            force=True, phase=PHASE_PREEMPTED, message=message or "preempted; resume me"
+        )
+        if message:  # the volume failed: say so in the termination message
+            return fail(code, message)
+        log.warning("exiting %d (preempted); checkpoint written", EXIT_PREEMPTED)
+        return code
+    results = None
+    # with parallel trials the post-search code and the results are tuner0's
+    if rt.tuners and role.runs_post_search:
+        try:
+            tuner_patches.report_search(rt.tuners[-1])
+            results = _write_results(rt, program.export_model)
+        except FormatMismatch as exc:
+            code, message = EXIT_INVALID_SPEC, exc.message
+        except VolumeError as exc:
+            code, message = EXIT_PREEMPTED, exc.message
+    if code != EXIT_COMPLETED:
+        phase = PHASE_PREEMPTED if code == EXIT_PREEMPTED else PHASE_FAILED
+        reporter.update(force=True, phase=phase, message=message)
+        return fail(code, message)
+    _log_overhead(rt)
+    reporter.update(force=True, phase=PHASE_COMPLETED, message="")
+    if results is not None:
+        log.info("search completed; best: %s", results["best"])
+        from ..results import write_final_summary
+
+        trials_total = reporter.progress.trials_total
+        write_final_summary(results, trials_total, exits.TERMINATION_MESSAGE_PATH)
+    return EXIT_COMPLETED
+
+
+def _log_overhead(rt: Runtime) -> None:
+    pure = rt.train_seconds - rt.checkpoint_seconds
+    if pure <= 0:
+        return
+    log.info(
+        "checkpoints: %d written in %.3fs = %.2f%% overhead on %.3fs of training "
+        "(%d steps in this process)",
+        rt.checkpoints,
+        rt.checkpoint_seconds,
+        100 * rt.checkpoint_seconds / pure,
+        pure,
+        rt.steps,
+    )
 
 
 def _read_script(script: Path, field: str) -> str:
@@ -189,11 +253,6 @@ def _execute(
     script: Path, source: str, args: list[str], python_path: tuple[str, ...]
 ) -> tuple[int, str]:
     """(exit code, one-line message) of running the script as __main__."""
-    import keras_tuner
-
-    from .. import multiworker
-    from . import fit, tuner_patches
-
     try:
         compile(source, str(script), "exec")
     except SyntaxError as exc:
@@ -202,7 +261,28 @@ def _execute(
     sys.argv = [str(script), *args]
     sys.path[:0] = [str(script.parent), *python_path]
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        return outcome(
+            lambda: runpy.run_path(str(script), run_name="__main__"),
+            script.name,
+            lambda exc: _summary(script, exc),
+        )
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def outcome(
+    body: Callable[[], Any], name: str, describe: Callable[[BaseException], str]
+) -> tuple[int, str]:
+    """(exit code, one-line message) of running `body`, the program `name`: how a
+    program under the engine ended, in the contract's terms; `describe` says where an
+    error came from."""
+    import keras_tuner
+
+    from .. import multiworker
+    from . import fit, tuner_patches
+
+    try:
+        body()
     except preemption.Preempted:
         return EXIT_PREEMPTED, ""
     except VolumeError as exc:  # retryable: the previous checkpoint is intact
@@ -215,11 +295,12 @@ def _execute(
         if exc.code is None or exc.code == 0:
             return EXIT_COMPLETED, ""
         if isinstance(exc.code, int):
-            return exc.code, f"{script.name} exited with status {exc.code}"
-        return EXIT_FAILED, f"{script.name}: {exc.code}"
+            return exc.code, f"{name} exited with status {exc.code}"
+        return EXIT_FAILED, f"{name}: {exc.code}"
     except (
         fit.ResumeMismatch,
         fit.UnsupportedFit,
+        fit.InvalidSearch,
         tuner_patches.ScriptScopeError,
         SpecError,
     ) as exc:
@@ -229,15 +310,13 @@ def _execute(
     except OSError as exc:
         if exc.errno in VOLUME_ERRNOS:  # e.g. keras-tuner's own files on a full volume
             return EXIT_PREEMPTED, VolumeError(exc.filename or "/", exc).message
-        log.error("the script raised:\n%s", "".join(traceback.format_exception(exc)))
-        return EXIT_FAILED, _summary(script, exc)
+        log.error("the search raised:\n%s", "".join(traceback.format_exception(exc)))
+        return EXIT_FAILED, describe(exc)
     except keras_tuner.errors.FatalError as exc:
-        return EXIT_FAILED, _summary(script, exc)
+        return EXIT_FAILED, describe(exc)
     except Exception as exc:
-        log.error("the script raised:\n%s", "".join(traceback.format_exception(exc)))
-        return EXIT_FAILED, _summary(script, exc)
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
+        log.error("the search raised:\n%s", "".join(traceback.format_exception(exc)))
+        return EXIT_FAILED, describe(exc)
     return EXIT_COMPLETED, ""
 
 
@@ -253,14 +332,20 @@ def _summary(script: Path, exc: BaseException) -> str:
     return f"{where}: {summary(exc)}"[:1000]
 
 
-def _write_results(rt: Any) -> dict[str, Any] | None:
-    """results.json (chief only); the results written, for the final summary."""
-    from ..results import collect
+def _write_results(rt: Any, export_model: bool) -> dict[str, Any] | None:
+    """results.json (chief only; with `export_model` also best_model.keras, which every
+    worker saves as the multi-worker pattern asks); the results written, for the final
+    summary."""
+    from ..results import collect, export
 
+    tuner = rt.tuners[-1]
+    if export_model:
+        with volume_errors(rt.root):
+            return export(tuner, rt.root, rt.write, rt.strategy)
     if not rt.write:
         return None
     try:
-        results = collect(rt.tuners[-1])
+        results = collect(tuner)
     except Exception as exc:  # the results file must not turn a finished search red
         log.warning("cannot collect results: %s", exc)
         return None

@@ -35,6 +35,7 @@ class Runtime:
     reporter: Reporter
     write: bool = True  # False on non-chief workers
     script: str = ""  # the script's file name, for messages
+    keep_optimizer: bool = False  # Hyperband promotions continue the optimizer state too
     tuners: list[Any] = dataclasses.field(default_factory=list)
     projects: Any = None  # projects.Projects: where each constructed tuner works
     trial_id: str | None = None  # the trial keras-tuner is running, if any
@@ -44,8 +45,12 @@ class Runtime:
     trial_builds: int = 0  # models built in the current trial
     outer_fits: int = 0  # fits started outside trials
     outer_builds: int = 0
+    known_digests: dict[int, tuple[Any, str]] = dataclasses.field(default_factory=dict)
+    """id(array) → (array, digest): arrays whose fingerprint the front end knows (spec
+    mode's data, sampled when memory-mapped), not hashed again at every fit."""
     checkpoints: int = 0
     checkpoint_seconds: float = 0.0  # training-thread time spent on checkpoints
+    train_seconds: float = 0.0  # time in fits (incl. validation and checkpoints)
     steps: int = 0
     writer: BackgroundWriter = dataclasses.field(init=False)
     cadence: Cadence = dataclasses.field(init=False)

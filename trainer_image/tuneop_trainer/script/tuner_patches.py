@@ -27,20 +27,23 @@ runs, for every tuner class: the four built-in ones and user subclasses).
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import keras
 import keras_tuner
+import numpy as np
 from keras_tuner.src.engine import base_tuner, tuner_utils
 from keras_tuner.src.engine import tuner as tuner_module
 from keras_tuner.src.engine.trial import TrialStatus
-from tuneop_contract import TUNER_DIR
+from tuneop_contract import ENV_TUNER_ID, TUNER_DIR
 
 from .. import failed_trials, iterations, parallel, preemption, scope, seeds
-from ..checkpoint import CheckpointStore, replace_synced
+from ..checkpoint import CheckpointStore, replace_synced, volume_errors
 from ..results import planned_trials, search_progress
 from . import loops, runtime
 from .projects import Placement
@@ -72,6 +75,7 @@ def install() -> None:
     _patch_trial_run()
     _patch_trial_end()
     _patch_save_best_epoch()
+    _patch_hyperband_build()
 
 
 def _patch_base_init() -> None:
@@ -100,8 +104,6 @@ def _patch_base_init() -> None:
         placement = _place(rt, project_name, bool(overwrite))
         self._tuneop_key = placement.key
         project_dir = rt.projects.project_dir(placement)
-        from ..tuners import tuner_file
-
         fresh = not (project_dir / tuner_file()).exists()
         # A fresh tuner builds the model to see its space, a reloaded one does not:
         # neither draws from the script's random streams.
@@ -129,6 +131,12 @@ def _patch_base_init() -> None:
         multiworker.barrier(rt.strategy)
 
     base_tuner.BaseTuner.__init__ = __init__
+
+
+def tuner_file() -> str:
+    """keras-tuner's tuner file name in the project: `<tuner id>.json` (it reloads a
+    project only if that file exists; the oracle's is `chief.json`)."""
+    return f"{os.environ.get(ENV_TUNER_ID) or 'tuner0'}.json"
 
 
 def _place(rt: runtime.Runtime, project_name: str, overwrite: bool) -> Placement:
@@ -249,6 +257,10 @@ def _patch_trial_run() -> None:
             step=0,
             trials_total=planned_trials(parallel.config_oracle(self.oracle)),
         )
+        # The operator learns which trial runs before its model is built: a model whose
+        # hyperparameters run the trainer out of memory is then named as this trial
+        # (status.oomTrials), not the one before.
+        rt.reporter.flush()
         try:
             with seeds.isolated():  # the trial's seeding is not the script's
                 keras.utils.set_random_seed(_trial_seed(self, str(trial.trial_id)))
@@ -302,8 +314,57 @@ def _patch_save_best_epoch() -> None:
         if not rt.write:
             return
         path = Path(self.filepath)
+        for stale in path.parent.glob(f".tmp-*-{path.name}"):  # left by a killed process
+            stale.unlink(missing_ok=True)
         tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")  # keeps the .weights.h5 suffix
-        self.model.save_weights(str(tmp))
-        replace_synced(tmp, path)
+        # A full volume is the infrastructure's failure, not the trial's: VolumeError
+        # passes keras-tuner (exit 75, the previous best epoch intact).
+        with volume_errors(tmp):
+            try:
+                self.model.save_weights(str(tmp))
+                replace_synced(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # give the space back
+                raise
 
     tuner_utils.SaveBestEpoch._save_model = _save_model
+
+
+def _patch_hyperband_build() -> None:
+    """With Runtime.keep_optimizer a promoted Hyperband trial continues the previous
+    round's best epoch with its optimizer state too (slots, iteration count: a
+    learning-rate schedule goes on). Keras 3 keeps the optimizer's variables in the
+    best epoch's `.weights.h5` already, but keras-tuner loads it into a model whose
+    optimizer is not built yet, so Keras skips them (warning "Skipping variable loading
+    for optimizer"); here the optimizer is built in the strategy scope and the file
+    loaded again."""
+    from keras_tuner.src.tuners import hyperband
+
+    original = hyperband.Hyperband._build_hypermodel
+
+    @functools.wraps(original)
+    def _build_hypermodel(self: Any, hp: Any) -> Any:
+        rt = _rt()
+        previous = hp.values.get("tuner/trial_id")
+        if not rt.keep_optimizer or previous is None:
+            return original(self, hp)
+        with warnings.catch_warnings():  # the skip is undone just below
+            warnings.filterwarnings("ignore", "Skipping variable loading for optimizer")
+            model = original(self, hp)
+        with rt.strategy.scope():
+            if not model.optimizer.built:
+                model.optimizer.build(model.trainable_variables)
+            model.load_weights(self._get_checkpoint_fname(previous))
+        state = hashlib.sha256()
+        for variable in model.optimizer.variables:
+            state.update(np.asarray(variable.numpy()).tobytes())
+        log.info(
+            "continuing trial %s's best epoch: weights and optimizer state "
+            "(iteration %d, optimizer sha256 %s)",
+            previous,
+            int(model.optimizer.iterations.numpy()),
+            state.hexdigest(),
+        )
+        return model
+
+    hyperband.Hyperband._build_hypermodel = _build_hypermodel
