@@ -35,7 +35,7 @@ def main() -> None:
     import keras_tuner
     import tensorflow as tf
     from tuneop_trainer.data import load
-    from tuneop_trainer.spec_mode import resolve_hypermodel
+    from tuneop_trainer.modes.spec import resolve_hypermodel
 
     if spec.tuner.deterministic:
         tf.config.experimental.enable_op_determinism()

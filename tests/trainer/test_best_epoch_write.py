@@ -13,7 +13,7 @@ import keras_tuner
 import numpy as np
 import pytest
 from keras_tuner.src.engine import tuner_utils
-from tuneop_trainer.script import runtime, tuner_patches
+from tuneop_trainer.engine import runtime, tuner_patches
 
 
 def _model(value: float) -> keras.Model:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tuneop_trainer import batches, seeds
-from tuneop_trainer.script import loops
+from tuneop_trainer.engine import loops
 
 
 def _draws() -> tuple[float, float, float, float]:

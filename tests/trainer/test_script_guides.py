@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from trainer_helpers import SCRIPTS, env, signal_when, start_exec
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, TUNER_DIR, Progress
-from tuneop_trainer.script.projects import RECORD
+from tuneop_trainer.engine.projects import RECORD
 
 from tests.forkserver import TrainerProcess, launch
 
@@ -28,7 +28,7 @@ GUIDES = SCRIPTS / "guides"
 
 
 def _tuners(ckpt: Path) -> int:
-    """Tuner constructions the search has reached (script/projects.py's record)."""
+    """Tuner constructions the search has reached (engine/projects.py's record)."""
     try:
         return len(json.loads((ckpt / TUNER_DIR / RECORD).read_text())["tuners"])
     except (OSError, ValueError):

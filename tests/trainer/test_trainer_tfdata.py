@@ -151,8 +151,8 @@ def test_shapes_and_digest_come_from_the_element_spec(
 ) -> None:
     import tensorflow as tf
     from tuneop_trainer.data import StreamData, load
+    from tuneop_trainer.modes.spec import resolve_hypermodel
     from tuneop_trainer.spec import DataSpec, SpecError
-    from tuneop_trainer.spec_mode import resolve_hypermodel
 
     monkeypatch.setenv("USER_RECORDS", str(records))
     monkeypatch.syspath_prepend(str(HERE))

@@ -155,7 +155,7 @@ def fit_weights(ckpt: Path, fit_dir: str) -> str:
     return digest.hexdigest()
 
 
-SPEC_PROJECT = "search"  # spec mode's keras-tuner project (spec_mode.PROJECT)
+SPEC_PROJECT = "search"  # spec mode's keras-tuner project (modes/spec.py PROJECT)
 
 
 def spec_trial(trial_id: str) -> str:

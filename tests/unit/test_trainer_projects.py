@@ -1,4 +1,4 @@
-"""Where each tuner a script constructs keeps its project (script/projects.py): several
+"""Where each tuner a script constructs keeps its project (engine/projects.py): several
 tuners, overwrite=True, and a resumed process reaching the same constructions again."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from tuneop_contract import TUNER_DIR
-from tuneop_trainer.script.projects import RECORD, Projects
+from tuneop_trainer.engine.projects import RECORD, Projects
 from tuneop_trainer.spec import SpecError
 
 

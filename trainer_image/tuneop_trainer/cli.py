@@ -3,8 +3,8 @@
   `python -m tuneop_trainer exec [--dir DIR] [--spec FILE] [--deterministic] SCRIPT [ARGS...]`
 
 FILE is a TuningJob manifest or just its spec; DIR is the checkpoint directory (the
-PersistentVolume mount in a pod). `run` runs the spec's search (spec_mode.py) or, with a
-`spec.script`, that script as `exec` does (script/runner.py): both under one engine.
+PersistentVolume mount in a pod). `run` runs the spec's search (modes/spec.py) or, with a
+`spec.script`, that script as `exec` does (modes/script.py): both under one engine.
 Exit codes come from tuneop_contract: 0 completed, 1 failed, 2 invalid spec (one-line
 message naming the field, also written to the termination-message path), 75 preempted
 (SIGTERM; a checkpoint was written: resume me).
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         return fail(EXIT_FAILED, f"cannot use the checkpoint volume {args.dir}: {exc}")
     if spec.script is not None:
-        from .script.runner import run_script
+        from .modes.script import run_script
 
         return run_script(
             Path(spec.script.path),
@@ -89,13 +89,13 @@ def main(argv: list[str] | None = None) -> int:
             field=spec.script.field,
             python_path=spec.python_path,
         )
-    from . import spec_mode
+    from .modes import spec as spec_mode
 
     return spec_mode.run(spec, Path(args.dir))
 
 
 def _exec(args: argparse.Namespace) -> int:
-    from .script.runner import run_script
+    from .modes.script import run_script
 
     try:
         spec = load_spec_file(args.spec) if args.spec else TrainerSpec()

@@ -1,20 +1,18 @@
-"""Run a user's keras-tuner script as `__main__` under the trainer, and map how it ends
-to the contract's exit codes: 0 it finished (or called `sys.exit(0)`), 75 preempted
-(SIGTERM: checkpoint written), 2 something tuneop cannot run or resume (a missing or
-unparsable script, a changed script or data, a model built outside the strategy: one
-line naming the file and line or what changed), 1 the script raised (one line: its
-file and line, the error). Both one-liners also go to the termination-message path.
+"""The engine's process: run a Program (a user's script, modes/script.py, or a TuningJob
+spec's search, modes/spec.py) under the runtime and the patched Keras and keras-tuner, and
+map how it ends to the contract's exit codes: 0 it finished (or called `sys.exit(0)`),
+75 preempted (SIGTERM: checkpoint written; a volume error; a lost peer), 2 something
+tuneop cannot run or resume (a changed script or data, a model built outside the
+strategy, a spec error found while running: one line naming what), 1 the program raised
+(one line: where, the error). Both one-liners also go to the termination-message path.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
-import runpy
-import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -33,9 +31,9 @@ from tuneop_contract import (
     write_atomic,
 )
 
-from .. import exits, fingerprint, ktpatch, parallel, preemption
+from .. import exits, ktpatch, parallel, preemption
 from ..checkpoint import VOLUME_ERRNOS, VolumeError, volume_errors
-from ..exits import fail, summary
+from ..exits import fail
 from ..spec import CheckpointSpec, SpecError
 from ..volume_format import FormatMismatch
 
@@ -47,9 +45,9 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Program:
-    """What the trainer runs under the runtime: a user's script, or a TuningJob spec's
-    search made into the same thing (spec_mode.py). Both go through the same patched
-    keras-tuner and Keras (one engine); only how they start differs."""
+    """What the trainer runs under the runtime: a user's script (modes/script.py), or a
+    TuningJob spec's search made into the same thing (modes/spec.py). Both go through
+    the same patched keras-tuner and Keras (one engine); only how they start differs."""
 
     name: str  # named in messages: the script's file name, or "spec.hypermodel"
     execute: Callable[[Runtime], tuple[int, str]]  # (exit code, one-line message)
@@ -57,30 +55,6 @@ class Program:
     seed: int = 0  # Python, NumPy and TensorFlow seeded with it before `execute`
     export_model: bool = False  # best_model.keras and its weights' digest in results.json
     keep_optimizer: bool = False  # Hyperband promotions continue the optimizer state
-
-
-def run_script(
-    script: Path,
-    args: list[str],
-    checkpoint_dir: Path,
-    checkpoint: CheckpointSpec,
-    deterministic: bool = False,
-    strategy_name: str = "Auto",
-    field: str = "SCRIPT",
-    python_path: tuple[str, ...] = (),
-) -> int:
-    """Run `script` with `args` (its sys.argv[1:]); returns the exit code. The script's
-    directory and `python_path` come first on sys.path, as for `python SCRIPT`."""
-    try:
-        source = _read_script(script, field)
-    except SpecError as exc:
-        return fail(EXIT_INVALID_SPEC, str(exc))
-    program = Program(
-        name=script.name,
-        execute=lambda rt: _execute(script, source, args, python_path),
-        check=lambda root, write, wait: _check_record(root, script, source, args, write, wait),
-    )
-    return run_program(program, checkpoint_dir, checkpoint, deterministic, strategy_name)
 
 
 def run_program(
@@ -226,50 +200,6 @@ def _log_overhead(rt: Runtime) -> None:
     )
 
 
-def _read_script(script: Path, field: str) -> str:
-    if script.suffix != ".py":
-        raise SpecError(field, f'"{script}" is not a Python file (*.py)')
-    try:
-        return script.read_text()
-    except FileNotFoundError:
-        raise SpecError(field, f'"{script}" does not exist') from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(field, f'cannot read "{script}": {exc}') from exc
-
-
-def _check_record(
-    root: Path, script: Path, source: str, args: list[str], write: bool, wait: float = 0.0
-) -> None:
-    """The search in `root` belongs to this script and these arguments."""
-    record = {
-        "script": hashlib.sha256(source.encode()).hexdigest(),
-        "arguments": list(args),
-    }
-    fields = {"script": str(script), "arguments": "ARGS"}
-    fingerprint.check_or_record(root, record, fields, write, wait)
-
-
-def _execute(
-    script: Path, source: str, args: list[str], python_path: tuple[str, ...]
-) -> tuple[int, str]:
-    """(exit code, one-line message) of running the script as __main__."""
-    try:
-        compile(source, str(script), "exec")
-    except SyntaxError as exc:
-        return EXIT_INVALID_SPEC, f"{script.name}:{exc.lineno}: SyntaxError: {exc.msg}"
-    saved_argv, saved_path = sys.argv, list(sys.path)
-    sys.argv = [str(script), *args]
-    sys.path[:0] = [str(script.parent), *python_path]
-    try:
-        return outcome(
-            lambda: runpy.run_path(str(script), run_name="__main__"),
-            script.name,
-            lambda exc: _summary(script, exc),
-        )
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-
-
 def outcome(
     body: Callable[[], Any], name: str, describe: Callable[[BaseException], str]
 ) -> tuple[int, str]:
@@ -318,18 +248,6 @@ def outcome(
         log.error("the search raised:\n%s", "".join(traceback.format_exception(exc)))
         return EXIT_FAILED, describe(exc)
     return EXIT_COMPLETED, ""
-
-
-def _summary(script: Path, exc: BaseException) -> str:
-    """`search.py:42: ValueError: ...`: the script's innermost frame, the error's first
-    line and, when keras-tuner wrapped a trial's traceback into it, that traceback's
-    last line (the user's error)."""
-    where = script.name
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if Path(frame.filename).resolve() == script.resolve():
-            where = f"{script.name}:{frame.lineno}"
-            break
-    return f"{where}: {summary(exc)}"[:1000]
 
 
 def _write_results(rt: Any, export_model: bool) -> dict[str, Any] | None:

@@ -1,8 +1,8 @@
 """Spec mode (`python -m tuneop_trainer run --spec FILE`): a TuningJob's `hypermodel`,
 `data` and `tuner` made into what a user's script is - the named keras-tuner tuner over
 the HyperModel, and `tuner.search(...)` with the data and the spec's arguments - and run
-by the same engine as script mode (script/runner.py, script/fit.py, script/tuner_patches.py):
-every guarantee of exact resume lives there once.
+by the same engine as script mode (tuneop_trainer/engine/: runner.py, fit.py,
+tuner_patches.py): every guarantee of exact resume lives there once.
 
 What the spec adds to a plain search:
 - the data (data.py): arrays (in memory, memory-mapped, shards) trained in batches of
@@ -29,8 +29,8 @@ from typing import Any
 
 from tuneop_contract import TENSORBOARD_DIR, TUNER_DIR
 
-from .exits import summary
-from .spec import SpecError, TrainerSpec
+from ..exits import summary
+from ..spec import SpecError, TrainerSpec
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ PROJECT = "search"  # the keras-tuner project under DIR/tuner
 
 def run(spec: TrainerSpec, checkpoint_dir: Path) -> int:
     """Run (or resume) the spec's search; returns the exit code."""
-    from .script.runner import Program, outcome, run_program
+    from ..engine.runner import Program, outcome, run_program
 
     for path in spec.python_path:
         if path not in sys.path:
@@ -60,8 +60,8 @@ def run(spec: TrainerSpec, checkpoint_dir: Path) -> int:
 def _search(spec: TrainerSpec, rt: Any) -> None:
     import keras
 
-    from . import data as data_mod
-    from . import iterations, parallel
+    from .. import data as data_mod
+    from .. import iterations, parallel
 
     rt.reporter.update(force=True, objective=spec.tuner.objective, direction=spec.tuner.direction)
     if spec.tuner.dtype_policy:  # kept across clear_session by ktpatch
@@ -79,7 +79,7 @@ def _search(spec: TrainerSpec, rt: Any) -> None:
 def _check_fingerprint(spec: TrainerSpec, dataset: Any, root: Path, write: bool, role: Any) -> None:
     """A resume must see the same data, hypermodel and search as the first run. With
     parallel trials the oracle records it and the trial groups compare with it."""
-    from . import fingerprint
+    from .. import fingerprint
 
     record = {
         "data": dataset.digest(),
@@ -121,7 +121,7 @@ def _search_arguments(spec: TrainerSpec, dataset: Any, rt: Any) -> dict[str, Any
     """`tuner.search(...)`'s arguments: the data, the epochs and the callbacks."""
     import keras
 
-    from .data import Dataset
+    from ..data import Dataset
 
     t = spec.tuner
     callbacks: list[Any] = [_reported_metrics(t.objective, t.early_stopping)]
@@ -170,7 +170,7 @@ def _callback(spec: Any, i: int) -> Any:
     """`spec.tuner.callbacks[i]` constructed; SpecError naming the field if it cannot be."""
     import keras
 
-    from .data import import_ref
+    from ..data import import_ref
 
     field = f"spec.tuner.callbacks[{i}]"
     ref = spec.ref if ":" in spec.ref else ":".join(spec.ref.rsplit(".", 1))
@@ -196,7 +196,7 @@ def _reported_metrics(objective: str, early_stopping: Any) -> Any:
     trial (keras-tuner would fail every trial)."""
     import keras
 
-    from .script.fit import InvalidSearch
+    from ..engine.fit import InvalidSearch
 
     class _ReportedMetrics(keras.callbacks.Callback):  # type: ignore[misc]
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
@@ -222,7 +222,7 @@ def resolve_hypermodel(ref: str, dataset: Any) -> Any:
     when its constructor takes them (the data's shapes), else without arguments."""
     import keras_tuner
 
-    from .data import import_ref
+    from ..data import import_ref
 
     try:
         obj = import_ref(ref, "spec.hypermodel")

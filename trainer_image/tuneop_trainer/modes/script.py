@@ -1,0 +1,102 @@
+"""Script mode (`python -m tuneop_trainer exec SCRIPT [ARGS...]`, or `run` with a
+`spec.script`): a user's keras-tuner script, unchanged, run as `__main__` by the engine
+(engine/runner.py) - its tuners, fits and callbacks resumed exactly after a kill. Here:
+reading the script (a missing or non-.py file, a SyntaxError: exit 2 with file:line),
+its fingerprint (the script's sha256 and arguments: a resume against another script
+exits 2), and the one line an error ends with (the script's innermost frame).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+from tuneop_contract import EXIT_INVALID_SPEC
+
+from .. import fingerprint
+from ..engine.runner import Program, outcome, run_program
+from ..exits import fail, summary
+from ..spec import CheckpointSpec, SpecError
+
+
+def run_script(
+    script: Path,
+    args: list[str],
+    checkpoint_dir: Path,
+    checkpoint: CheckpointSpec,
+    deterministic: bool = False,
+    strategy_name: str = "Auto",
+    field: str = "SCRIPT",
+    python_path: tuple[str, ...] = (),
+) -> int:
+    """Run `script` with `args` (its sys.argv[1:]); returns the exit code. The script's
+    directory and `python_path` come first on sys.path, as for `python SCRIPT`."""
+    try:
+        source = _read_script(script, field)
+    except SpecError as exc:
+        return fail(EXIT_INVALID_SPEC, str(exc))
+    program = Program(
+        name=script.name,
+        execute=lambda rt: _execute(script, source, args, python_path),
+        check=lambda root, write, wait: _check_record(root, script, source, args, write, wait),
+    )
+    return run_program(program, checkpoint_dir, checkpoint, deterministic, strategy_name)
+
+
+def _read_script(script: Path, field: str) -> str:
+    if script.suffix != ".py":
+        raise SpecError(field, f'"{script}" is not a Python file (*.py)')
+    try:
+        return script.read_text()
+    except FileNotFoundError:
+        raise SpecError(field, f'"{script}" does not exist') from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(field, f'cannot read "{script}": {exc}') from exc
+
+
+def _check_record(
+    root: Path, script: Path, source: str, args: list[str], write: bool, wait: float = 0.0
+) -> None:
+    """The search in `root` belongs to this script and these arguments."""
+    record = {
+        "script": hashlib.sha256(source.encode()).hexdigest(),
+        "arguments": list(args),
+    }
+    fields = {"script": str(script), "arguments": "ARGS"}
+    fingerprint.check_or_record(root, record, fields, write, wait)
+
+
+def _execute(
+    script: Path, source: str, args: list[str], python_path: tuple[str, ...]
+) -> tuple[int, str]:
+    """(exit code, one-line message) of running the script as __main__."""
+    try:
+        compile(source, str(script), "exec")
+    except SyntaxError as exc:
+        return EXIT_INVALID_SPEC, f"{script.name}:{exc.lineno}: SyntaxError: {exc.msg}"
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(script), *args]
+    sys.path[:0] = [str(script.parent), *python_path]
+    try:
+        return outcome(
+            lambda: runpy.run_path(str(script), run_name="__main__"),
+            script.name,
+            lambda exc: _summary(script, exc),
+        )
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+def _summary(script: Path, exc: BaseException) -> str:
+    """`search.py:42: ValueError: ...`: the script's innermost frame, the error's first
+    line and, when keras-tuner wrapped a trial's traceback into it, that traceback's
+    last line (the user's error)."""
+    where = script.name
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if Path(frame.filename).resolve() == script.resolve():
+            where = f"{script.name}:{frame.lineno}"
+            break
+    return f"{where}: {summary(exc)}"[:1000]
