@@ -146,27 +146,37 @@ def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, An
 
 
 def progress_at(
-    kubectl: Kubectl, namespace: str, job: str, pod: str, ip: str, tuner_id: str | None = None
+    kubectl: Kubectl,
+    namespace: str,
+    job: str,
+    pod: str,
+    ip: str,
+    tuner_id: str | None = None,
+    claim: Path | None = None,
 ) -> dict[str, Any] | None:
     """`pod`'s trainer record from its endpoint at `ip`; while another process answers
     there (local pods share the host's network: any process may hold the port), the
-    record on the job's claim."""
+    record on the job's claim (`claim`: its directory, when the caller looked it up)."""
     url = f"http://{ip}:{contract.DEFAULT_METRICS_PORT}/progress"
     progress, other = fetch_progress(url, pod)
     if other:
-        return claim_progress(kubectl, namespace, job, tuner_id)
+        return claim_progress(kubectl, namespace, job, tuner_id, claim)
     return progress
 
 
 def claim_progress(
-    kubectl: Kubectl, namespace: str, job: str, tuner_id: str | None = None
+    kubectl: Kubectl,
+    namespace: str,
+    job: str,
+    tuner_id: str | None = None,
+    claim: Path | None = None,
 ) -> dict[str, Any] | None:
     """The progress record the job's trainer wrote on its claim (the local volume's host
     directory), in the endpoint's form: what the endpoint would have said, for when
     another process holds the trainer's port (status.progress is a few seconds old,
     too coarse to find a step in the middle of an epoch of a short search)."""
     try:
-        path = claim_dir(kubectl, namespace, job) / contract.progress_key(tuner_id)
+        path = (claim or claim_dir(kubectl, namespace, job)) / contract.progress_key(tuner_id)
         progress = contract.Progress.from_json(path.read_text())
     except (OSError, ValueError, KeyError, RuntimeError):  # no claim or record yet
         return None
@@ -223,13 +233,21 @@ def wait_mid_epoch(
     high = max(min_step + 2, steps_per_epoch // 2)
     deadline = time.monotonic() + timeout
     ip, ended, read_at = None, False, 0.0
+    claim: Path | None = None  # looked up once: two kubectl calls are longer than the window
     while time.monotonic() < deadline:
         if time.monotonic() - read_at > 2:
             ip, ended = _pod_ip_and_ended(kubectl, namespace, pod)
             read_at = time.monotonic()
+            if claim is None:
+                try:
+                    claim = claim_dir(kubectl, namespace, job)
+                except (RuntimeError, KeyError, TypeError):  # not bound yet
+                    claim = None
         if ended:
             raise AssertionError(f"{pod} finished before it could be disrupted")
-        progress = None if ip is None else progress_at(kubectl, namespace, job, pod, ip, tuner_id)
+        progress = (
+            None if ip is None else progress_at(kubectl, namespace, job, pod, ip, tuner_id, claim)
+        )
         if progress is not None and _mid_epoch(progress, min_step, high, any_trial):
             return progress
         time.sleep(0.02)
