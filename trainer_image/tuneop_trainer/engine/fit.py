@@ -16,7 +16,7 @@ split (the tail, before shuffling). `steps_per_epoch` reads the epochs as a stre
 passes through the data, as Keras does. So a resumed fit sees the same batches in the
 same order as an uninterrupted one.
 
-A checkpoint (checkpoint.py format) holds the model, optimizer and metric-accumulator
+A checkpoint (the checkpoint/ store's format) holds the model, optimizer and metric-accumulator
 variables, every callback's state (callback_state.py), the position, the history so
 far and the fit's fingerprint. It is written every `intervalSteps` steps and/or
 `intervalSeconds`, at every epoch end, on SIGTERM (then `Preempted`, exit 75), and
@@ -490,6 +490,28 @@ class ResumableFit:
             self.history = {k: list(v) for k, v in meta["history"].items()}
             self.epochs_done = list(meta["epochsDone"])
             self.last_logs = meta.get("lastLogs")
+        self._count_input(meta)
+        self._position_input(meta)
+        self._prebuild()
+        if found is not None:
+            self._restore_found(arrays, meta, path.name)
+            if meta.get("done"):
+                return self._history_object()
+        self.logs = tensorboard.FitLogs(self.rt, self.dir, self.user_callbacks)
+        if found is not None:
+            self.logs.resume(meta.get("tensorboard"))
+        else:
+            self.logs.start()
+        t0 = time.monotonic()
+        try:
+            self._train(epochs, start_epoch, start_step, stopped=bool(meta.get("stopped")))
+        finally:
+            self.rt.train_seconds += time.monotonic() - t0
+        return self._history_object()
+
+    def _count_input(self, meta: dict[str, Any]) -> None:
+        """How often the input was iterated before this fit (tf.data, PyDataset: the
+        count a resume replays, iterations.py); other kinds resume at an epoch start."""
         kind = self._kind()
         self.ds_key = (
             f"pydataset:{type(self.x).__module__}.{type(self.x).__qualname__}:{len(self.x)}"
@@ -514,68 +536,67 @@ class ResumableFit:
                 self.label,
                 type(self.x).__name__,
             )
+
+    def _position_input(self, meta: dict[str, Any]) -> None:
+        """A tf.data input's stream at the checkpoint's position (or, for a fit that was
+        done, the iterations it made, for the fits after it); a done PyDataset's epochs."""
+        kind = self._kind()
         made = int(meta.get("datasetIterations", self.ds_base))  # by the fit, when done
-        if kind == "tf.data":
-            self.stream = tfdata.Stream(self.x, self.args["steps_per_epoch"])
-            if meta.get("done"):  # what the finished fit had made, for the fits after it
-                iterations.catch_up(self.x, made, lambda: iter(self.x))
-            elif "datasetStream" in meta:
-                try:
-                    self.stream.restore(meta["datasetStream"])
-                except tfdata.ShorterThanCheckpoint as exc:
-                    raise ResumeMismatch(
-                        f"{self.rt.script}: {self.label}: its tf.data input changed since "
-                        f"its checkpoint in {self.dir}: {exc}"
-                    ) from exc
-            else:
-                self.stream.start(self.ds_base)
-            if self.ds_base and self.stream.repeats and iterations.shared(self.x):
-                log.warning(
-                    "%s: a repeated tf.data pipeline made before this trial was iterated by "
-                    "an earlier fit: how far TensorFlow read ahead into its next pass "
-                    "changes its next orders, so this fit's order is not reproducible, "
-                    "not even without interruptions; make the pipeline inside the trial "
-                    "(e.g. in HyperModel.fit) for exact results",
-                    self.label,
-                )
-        elif kind == "pydataset" and meta.get("done"):
+        if kind == "pydataset" and meta.get("done"):
             iterations.catch_up(self.x, made, lambda: pydataset.replay(self.x, 1))
-        self._prebuild()
-        if found is not None:
-            t0 = time.monotonic()
-            self._restore(arrays, ("model", "optimizer"))
-            log.info(
-                "%s: restored %s at epoch %d step %d in %.3fs%s",
-                self.label,
-                path.name,
-                start_epoch,
-                start_step,
-                time.monotonic() - t0,
-                " (done)" if meta.get("done") else "",
-            )
-            self.rt.reporter.metrics.restores.inc()
-            self.rt.reporter.update(
-                force=True,
-                resumed_from_step=start_step,
-                resumed_from_epoch=start_epoch,
-                restores=self.rt.reporter.progress.restores + 1,
-            )
-            if meta.get("done"):
-                return self._history_object()
-            self.saved_callbacks = (meta["callbacks"], arrays)
-            if start_step:
-                self.pending_metrics = arrays
-        self.logs = tensorboard.FitLogs(self.rt, self.dir, self.user_callbacks)
-        if found is not None:
-            self.logs.resume(meta.get("tensorboard"))
+        if kind != "tf.data":
+            return
+        self.stream = tfdata.Stream(self.x, self.args["steps_per_epoch"])
+        if meta.get("done"):
+            iterations.catch_up(self.x, made, lambda: iter(self.x))
+        elif "datasetStream" in meta:
+            try:
+                self.stream.restore(meta["datasetStream"])
+            except tfdata.ShorterThanCheckpoint as exc:
+                raise ResumeMismatch(
+                    f"{self.rt.script}: {self.label}: its tf.data input changed since "
+                    f"its checkpoint in {self.dir}: {exc}"
+                ) from exc
         else:
-            self.logs.start()
+            self.stream.start(self.ds_base)
+        if self.ds_base and self.stream.repeats and iterations.shared(self.x):
+            log.warning(
+                "%s: a repeated tf.data pipeline made before this trial was iterated by "
+                "an earlier fit: how far TensorFlow read ahead into its next pass "
+                "changes its next orders, so this fit's order is not reproducible, "
+                "not even without interruptions; make the pipeline inside the trial "
+                "(e.g. in HyperModel.fit) for exact results",
+                self.label,
+            )
+
+    def _restore_found(
+        self, arrays: dict[str, np.ndarray], meta: dict[str, Any], name: str
+    ) -> None:
+        """Model and optimizer from the checkpoint now; callbacks' state and a mid-epoch
+        checkpoint's metric accumulators once Keras has reset them."""
         t0 = time.monotonic()
-        try:
-            self._train(epochs, start_epoch, start_step, stopped=bool(meta.get("stopped")))
-        finally:
-            self.rt.train_seconds += time.monotonic() - t0
-        return self._history_object()
+        self._restore(arrays, ("model", "optimizer"))
+        epoch, step = int(meta["epoch"]), int(meta["step"])
+        log.info(
+            "%s: restored %s at epoch %d step %d in %.3fs%s",
+            self.label,
+            name,
+            epoch,
+            step,
+            time.monotonic() - t0,
+            " (done)" if meta.get("done") else "",
+        )
+        self.rt.reporter.metrics.restores.inc()
+        self.rt.reporter.update(
+            force=True,
+            resumed_from_step=step,
+            resumed_from_epoch=epoch,
+            restores=self.rt.reporter.progress.restores + 1,
+        )
+        if not meta.get("done"):
+            self.saved_callbacks = (meta["callbacks"], arrays)
+            if step:
+                self.pending_metrics = arrays
 
     def _check_fingerprint(self, meta: dict[str, Any]) -> None:
         saved = meta.get("fingerprint") or {}
@@ -633,37 +654,7 @@ class ResumableFit:
             for epoch in range(start_epoch, epochs):
                 if stopped:
                     break
-                start = start_step if epoch == start_epoch else 0
-                self.callbacks.offset = start
-                self.epoch_steps = start
-                inputs = self._epoch_inputs(epoch, start)
-                self.in_epoch = True
-                if self._kind() in _COUNTED:
-                    # Built already; Keras's first-batch peek would eat an owned batch
-                    # (tf.data) or start an epoch (PyDataset).
-                    model._maybe_symbolic_build = lambda *_, **__: None
-                _original_fit(
-                    model,
-                    **inputs,
-                    epochs=epoch + 1,
-                    initial_epoch=epoch,
-                    verbose=a["verbose"],
-                    callbacks=self.callbacks,
-                    validation_data=self.validation_input,
-                    # Arrays and PyDatasets: the trainer orders the batches itself.
-                    shuffle=a["shuffle"] if self._kind() not in ("arrays", "pydataset") else False,
-                    class_weight=a["class_weight"],
-                    validation_steps=a["validation_steps"],
-                    validation_batch_size=None
-                    if self.validation_input is not self.validation_data
-                    else a["validation_batch_size"],
-                    validation_freq=a["validation_freq"],
-                )
-                self.in_epoch = False
-                if self.stream is not None:
-                    self.stream.end_epoch(self.epoch_steps)
-                if self._kind() == "pydataset":
-                    self.x.on_epoch_end()
+                self._fit_epoch(epoch, start_step if epoch == start_epoch else 0)
                 if model.stop_training:
                     break
         finally:
@@ -675,6 +666,40 @@ class ResumableFit:
             finalize(model.trainable_weights)
         self.callbacks.finish(self.last_logs)
         self.save(self.epoch_position(), 0, done=True)
+
+    def _fit_epoch(self, epoch: int, start: int) -> None:
+        """One Keras fit over the epoch's batches from `start` on, with validation."""
+        a, model = self.args, self.model
+        self.callbacks.offset = start
+        self.epoch_steps = start
+        inputs = self._epoch_inputs(epoch, start)
+        self.in_epoch = True
+        if self._kind() in _COUNTED:
+            # Built already; Keras's first-batch peek would eat an owned batch
+            # (tf.data) or start an epoch (PyDataset).
+            model._maybe_symbolic_build = lambda *_, **__: None
+        _original_fit(
+            model,
+            **inputs,
+            epochs=epoch + 1,
+            initial_epoch=epoch,
+            verbose=a["verbose"],
+            callbacks=self.callbacks,
+            validation_data=self.validation_input,
+            # Arrays and PyDatasets: the trainer orders the batches itself.
+            shuffle=a["shuffle"] if self._kind() not in ("arrays", "pydataset") else False,
+            class_weight=a["class_weight"],
+            validation_steps=a["validation_steps"],
+            validation_batch_size=None
+            if self.validation_input is not self.validation_data
+            else a["validation_batch_size"],
+            validation_freq=a["validation_freq"],
+        )
+        self.in_epoch = False
+        if self.stream is not None:
+            self.stream.end_epoch(self.epoch_steps)
+        if self._kind() == "pydataset":
+            self.x.on_epoch_end()
 
     def epoch_position(self) -> int:
         return (self.epochs_done[-1] + 1) if self.epochs_done else int(self.args["initial_epoch"])
