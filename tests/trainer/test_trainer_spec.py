@@ -103,6 +103,10 @@ def test_runtime_spec_errors(tmp_path: Path) -> None:
             "it reports loss, val_loss",
         ),
         (
+            {"hypermodel": "user_models:build_uncompiled", "pythonPath": [str(HERE)]},
+            "error: spec.hypermodel: build(hp) returned a model that is not compiled",
+        ),
+        (
             {"hypermodel": "user_models:BuiltOutsideScope", "pythonPath": [str(HERE)]},
             "error: spec.hypermodel: build(hp) returned a model or optimizer created outside the "
             "trainer's strategy scope",

@@ -31,6 +31,12 @@ class BuiltOutsideScope(keras_tuner.HyperModel):  # type: ignore[misc]
         return self.model
 
 
+def build_uncompiled(hp: Any) -> Any:
+    """Forgets model.compile: spec mode has no loss or optimizer to train it with."""
+    hp.Int("unused", 1, 2)
+    return keras.Sequential([keras.Input(shape=(16, 8, 1)), keras.layers.Flatten()])
+
+
 def build_without_accuracy(hp: Any) -> Any:
     """Reports only loss: an objective of val_accuracy is not produced."""
     hp.Int("unused", 1, 2)

@@ -18,26 +18,6 @@ class ScopeError(Exception):
     """The built model/optimizer does not belong to the strategy; message says why."""
 
 
-def build_in_scope(hypermodel: Any, hp: Any, strategy: Any) -> Any:
-    """hypermodel.build(hp) inside strategy.scope(), then `check_model`."""
-    import keras
-
-    with strategy.scope():
-        model = hypermodel.build(hp)
-    if not isinstance(model, keras.Model):
-        raise ScopeError(
-            f"spec.hypermodel: build(hp) returned {type(model).__name__}, expected a compiled "
-            "keras.Model"
-        )
-    if getattr(model, "optimizer", None) is None:
-        raise ScopeError(
-            "spec.hypermodel: build(hp) returned a model that is not compiled; call "
-            "model.compile(optimizer=..., loss=..., metrics=...) inside build"
-        )
-    check_model(model, strategy)
-    return model
-
-
 def foreign_variables(variables: list[Any], strategy: Any) -> list[str]:
     """Names of variables not created in `strategy`'s scope."""
     out = []

@@ -71,7 +71,7 @@ def _search(spec: TrainerSpec, rt: Any) -> None:
     # whole run's (tfdata.json), as for a script's top-level pipeline.
     iterations.boundary()
     _check_fingerprint(spec, dataset, rt.root, rt.write, parallel.current())
-    hypermodel = resolve_hypermodel(spec.hypermodel, dataset)
+    hypermodel = _compiled_models(resolve_hypermodel(spec.hypermodel, dataset))
     tuner = _tuner(spec, hypermodel, rt.root)
     tuner.search(**_search_arguments(spec, dataset, rt))
 
@@ -214,6 +214,37 @@ def _reported_metrics(objective: str, early_stopping: Any) -> Any:
                 )
 
     return _ReportedMetrics()
+
+
+def _compiled_models(hypermodel: Any) -> Any:
+    """`hypermodel` whose build(hp) must return a compiled keras.Model: the spec names
+    no loss or optimizer of its own, so anything else stops the search (exit 2) instead
+    of failing every trial."""
+    import keras
+    import keras_tuner
+
+    from ..engine.fit import InvalidSearch
+
+    build = hypermodel.build if isinstance(hypermodel, keras_tuner.HyperModel) else hypermodel
+
+    def checked(hp: Any, *args: Any, **kwargs: Any) -> Any:
+        model = build(hp, *args, **kwargs)
+        if not isinstance(model, keras.Model):
+            raise InvalidSearch(
+                f"spec.hypermodel: build(hp) returned {type(model).__name__}, expected a "
+                "compiled keras.Model"
+            )
+        if getattr(model, "optimizer", None) is None:
+            raise InvalidSearch(
+                "spec.hypermodel: build(hp) returned a model that is not compiled; call "
+                "model.compile(optimizer=..., loss=..., metrics=...) inside build"
+            )
+        return model
+
+    if isinstance(hypermodel, keras_tuner.HyperModel):
+        hypermodel.build = checked
+        return hypermodel
+    return checked
 
 
 def resolve_hypermodel(ref: str, dataset: Any) -> Any:
