@@ -94,7 +94,7 @@ def timed(fn: Any, repeats: int = 3) -> float:
 
 def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import tensorflow as tf
-    from tuneop_trainer import iterations, tfdata
+    from tuneop_trainer.engine.inputs import iterations, tfdata
 
     data_bytes = write_records(work / "records", args.records)
     dataset = pipeline(work / "records", args.shuffle)

@@ -10,8 +10,9 @@ import keras_tuner
 import numpy as np
 import pytest
 import tensorflow as tf
-from tuneop_trainer import batches, seeds
+from tuneop_trainer import seeds
 from tuneop_trainer.engine import loops
+from tuneop_trainer.engine.inputs import batches
 
 
 def _draws() -> tuple[float, float, float, float]:

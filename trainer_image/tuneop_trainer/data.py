@@ -1,7 +1,7 @@
 """Training data: the built-in synthetic EMG-like set, .npz/.npy files, or a loader.
 
 Everything ends up as four arrays (x, y, x_val, y_val) indexed by sample, which the
-engine trains like a script's arrays (script/fit.py: each epoch's order a pure
+engine trains like a script's arrays (engine/inputs/arrays.py: each epoch's order a pure
 function of the fit and the epoch, so the position in a checkpoint is (epoch, step)).
 The synthetic set, a .npz and a loader's arrays are held in memory; a directory of
 .npy files is opened memory-mapped (`npy.py`), so a set larger than memory trains
@@ -9,7 +9,7 @@ with the same batches.
 
 A loader may instead return two batched `tf.data.Dataset`s, (train, validation), each
 of (x, y) elements: `StreamData`. The trainer then iterates them as a Keras fit does
-(tfdata.py), and the position in a checkpoint is the dataset's iteration state.
+(engine/inputs/tfdata.py), and the position in a checkpoint is the dataset's iteration state.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ process only:
   seed kept apart from the program's own random streams (tuner_patches.py, seeds.py),
   unless it trains with a loop of its own (loops.py); its best epoch written atomically;
 - every `Model.fit` checkpointed and resumed at the exact step with its callbacks'
-  state, in a trial or after the search (fit.py, callback_state.py, pydataset.py,
-  tensorboard.py);
+  state, in a trial or after the search (fit.py, callback_state.py, tensorboard.py),
+  its input behind one interface with one module per kind (inputs/);
 - one process runtime (runtime.py: the background writer, the cadence, the progress
   reporter) and one way to end (runner.py: the contract's exit codes).
 """

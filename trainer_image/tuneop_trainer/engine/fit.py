@@ -5,16 +5,10 @@ In exec mode every `fit` (in a trial or after the search) gets a directory of it
 share one `CallbackList`: the script's callbacks see one `on_train_begin`, every epoch
 and batch with its true index, and one `on_train_end`, exactly as in a single `fit`.
 
-Why per epoch: the data position must be a pure function of (epoch, step). For numpy
-inputs (arrays, or lists/tuples/dicts of arrays: several inputs and outputs) the
-trainer orders each epoch itself - `shuffle=True` is a permutation seeded by the fit's
-identity and the epoch, `"batch"` permutes whole batches, `False` keeps the order - and
-hands Keras the epoch's remaining batches, gathered one at a time from the arrays
-(batches.py: no per-epoch copy of the training set); batches are the ones Keras makes
-(`batch_size`, default 32, the last one partial). `validation_split` is Keras's own
-split (the tail, before shuffling). `steps_per_epoch` reads the epochs as a stream over
-passes through the data, as Keras does. So a resumed fit sees the same batches in the
-same order as an uninterrupted one.
+Why per epoch: the data position must be a pure function of (epoch, step). Each input
+kind (inputs/: arrays, tf.data, PyDataset, generators) says which batches train from
+(epoch, step) on and puts itself back where a checkpoint left it, so a resumed fit sees
+the same batches in the same order as an uninterrupted one.
 
 A checkpoint (the checkpoint/ store's format) holds the model, optimizer and metric-accumulator
 variables, every callback's state (callback_state.py), the position, the history so
@@ -25,22 +19,14 @@ weights there). A resumed fit restores the model and optimizer before training, 
 callbacks' state after their `on_train_begin`, the metric accumulators of a mid-epoch
 checkpoint after Keras resets them, and skips the batches already trained. A fit that
 was done returns its saved history and final weights without training.
-
-Other inputs: a `tf.data.Dataset` is iterated by the trainer as Keras would and
-resumed mid-epoch, replaying the iterations made before (tfdata.py, iterations.py); a
-`PyDataset` of known length is resumed at the checkpointed batch (pydataset.py);
-generators and the other PyDatasets are resumed at the start of the interrupted epoch
-(checkpoints only at epoch ends), with a warning saying so.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import json
 import logging
-import math
 import time
 from typing import Any
 
@@ -48,7 +34,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from .. import batches, end_of_data, iterations, multiworker, preemption, seeds, tfdata
+from .. import multiworker, preemption, seeds
 from ..checkpoint import (
     CheckpointMismatch,
     CheckpointStore,
@@ -57,24 +43,16 @@ from ..checkpoint import (
     restore_state,
     volume_errors,
 )
-from ..fingerprint import digest_arrays
-from ..shards import Sharded
-from . import callback_state, pydataset, runtime, tensorboard
+from . import callback_state, inputs, runtime, tensorboard
+from .inputs import FitInput
+from .inputs.arrays import digest, is_arrays, to_numpy
+from .inputs.base import ResumeMismatch
+from .inputs.iterations import install as install_counting
+from .inputs.validation import validation_input
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 32  # Keras's, for array inputs without batch_size
-
 _original_fit: Any = None
-
-
-class ResumeMismatch(keras_tuner.errors.FatalError):  # type: ignore[misc]
-    """The script, its data or its model differ from the checkpoint being resumed.
-    A FatalError, so keras-tuner re-raises it instead of recording a failed trial."""
-
-
-class UnsupportedFit(keras_tuner.errors.FatalError):  # type: ignore[misc]
-    """A fit argument combination script mode cannot resume exactly."""
 
 
 class InvalidSearch(keras_tuner.errors.FatalError):  # type: ignore[misc]
@@ -91,7 +69,7 @@ def install() -> None:
     global _original_fit
     if _original_fit is not None:
         return
-    iterations.install()
+    install_counting()
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
     original = TensorFlowTrainer.fit
@@ -112,44 +90,6 @@ def install() -> None:
 
     _original_fit = original
     TensorFlowTrainer.fit = fit
-
-
-def _is_array(value: Any) -> bool:
-    return isinstance(value, np.ndarray) or (
-        hasattr(value, "__array__") and hasattr(value, "shape") and hasattr(value, "dtype")
-    )
-
-
-def _arrays(structure: Any) -> bool:
-    """True for None, an array, or a list/tuple/dict of arrays (Keras's structures)."""
-    if structure is None:
-        return True
-    leaves = keras.tree.flatten(structure)
-    return bool(leaves) and all(_is_array(leaf) for leaf in leaves)
-
-
-def _to_numpy(structure: Any) -> Any:
-    """Arrays as numpy arrays; an ndarray (a memory-mapped one too) and spec mode's
-    shards stay as they are (np.asarray would read shards into one copy)."""
-    if structure is None:
-        return None
-    return keras.tree.map_structure(
-        lambda v: v if isinstance(v, np.ndarray | Sharded) else np.asarray(v), structure
-    )
-
-
-def _digest(structure: Any, known: dict[int, tuple[Any, str]]) -> str | None:
-    if structure is None:
-        return None
-    leaves = keras.tree.flatten(structure)
-    if leaves and all(id(leaf) in known for leaf in leaves):
-        text = " ".join(known[id(leaf)][1] for leaf in leaves)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-    return digest_arrays(*leaves)[:16]
-
-
-# The kinds whose iterations (tf.data) or epochs (PyDataset) are counted (iterations.py).
-_COUNTED = ("tf.data", "pydataset")
 
 
 class ResumableFit:
@@ -173,102 +113,28 @@ class ResumableFit:
                 "seed differs between them); stopped rather than train their replicas on "
                 "different batches"
             )
-        self.training: batches.Gathered | None = None  # array inputs: one pipeline per fit
-        self.stream: tfdata.Stream | None = None  # tf.data inputs (tfdata.py)
-        self.skipped = end_of_data.SkippedStep()  # with `stream`: Keras's last step
-        self.end_stop = False  # the trainer stopped Keras at the data's end (not the user)
         self.epoch_steps = 0  # batches of the current epoch trained so far
         self.resumed_logs: dict[str, Any] | None = None  # see _Checkpointer.on_epoch_begin
         self.in_epoch = False
 
     # -- inputs -----------------------------------------------------------------------
     def _prepare_inputs(self) -> None:
-        a = self.args
-        x, y, sw = a["x"], a["y"], a["sample_weight"]
-        self.array_input = _arrays(x) and x is not None and _arrays(y) and _arrays(sw)
-        self.validation_data = a["validation_data"]
-        if self.array_input:
-            x, y, sw = _to_numpy(x), _to_numpy(y), _to_numpy(sw)
-            if a["validation_split"] and self.validation_data is None:
-                from keras.src.trainers.data_adapters import array_slicing
-
-                (x, y, sw), self.validation_data = array_slicing.train_validation_split(
-                    (x, y, sw), validation_split=a["validation_split"]
-                )
-                x, y, sw = _to_numpy(x), _to_numpy(y), _to_numpy(sw)
-            sizes = {len(leaf) for leaf in keras.tree.flatten([x, y, sw]) if leaf is not None}
-            if len(sizes) != 1:
-                raise UnsupportedFit(
-                    f"{self.rt.script}: fit(): x, y and sample_weight have different "
-                    f"numbers of samples ({sorted(sizes)})"
-                )
-            self.samples = sizes.pop()
-            self.batch_size = int(a["batch_size"] or DEFAULT_BATCH_SIZE)
-            self.batches_per_pass = math.ceil(self.samples / self.batch_size)
-            self.steps = int(a["steps_per_epoch"] or self.batches_per_pass)
-            if self.steps != self.batches_per_pass and self.samples % self.batch_size:
-                raise UnsupportedFit(
-                    f"{self.rt.script}: fit(steps_per_epoch={self.steps}) over "
-                    f"{self.samples} samples in batches of {self.batch_size} would put a "
-                    "partial batch inside an epoch; script mode resumes such a fit only "
-                    "when the sample count is a multiple of batch_size (or without "
-                    "steps_per_epoch)"
-                )
-        else:
-            if a["validation_split"] and self.validation_data is None:
-                raise UnsupportedFit(
-                    f"{self.rt.script}: fit(validation_split=...) needs array inputs "
-                    "(as in Keras); pass validation_data"
-                )
-            self.steps = self._dataset_steps(x)
-        self.x, self.y, self.sample_weight = x, y, sw
-        self.validation_input = self._validation_input()
-
-    def _validation_input(self) -> Any:
-        """Array validation data as gathered batches (batches.py), which Keras would
-        otherwise convert again at every epoch's fit; other kinds as they are."""
-        val = self.validation_data
-        given = [part for part in val if part is not None] if isinstance(val, tuple | list) else []
-        if not given or not _arrays(given):  # (x, y, None): validation_split's, arrays too
-            return tfdata.data_sharded(val, self.model.distribute_strategy)
-        a = self.args
-        parts = [_to_numpy(p) for p in keras.utils.unpack_x_y_sample_weight(tuple(val))]
-        size = len(keras.tree.flatten(parts[0])[0])
-        bs = a["validation_batch_size"] or (
-            self.batch_size if self.array_input else a["batch_size"]
+        self.input: FitInput = inputs.of(
+            inputs.FitContext(
+                args=self.args,
+                script=self.rt.script,
+                label=self.label,
+                dir=self.dir,
+                root=self.rt.root,
+                seed=self.seed,
+                known_digests=self.rt.known_digests,
+            )
         )
-        return batches.gathered(
-            batches.parts(*parts), np.arange(size), int(bs or DEFAULT_BATCH_SIZE)
+        self.steps = self.input.steps
+        self.validation_data = self.input.validation_data
+        self.validation_input = validation_input(
+            self.validation_data, self.args, self.input.batch_size, self.model
         )
-
-    def _dataset_steps(self, x: Any) -> int:
-        if self.args["steps_per_epoch"]:
-            return int(self.args["steps_per_epoch"])
-        if isinstance(x, keras.utils.PyDataset):
-            return len(x)
-        try:
-            import tensorflow as tf
-
-            if isinstance(x, tf.data.Dataset):
-                n = int(x.cardinality())
-                if n > 0:
-                    return n
-        except (TypeError, ValueError):
-            pass
-        return 0  # unknown: the epoch ends when the input does
-
-    def _kind(self) -> str:
-        """arrays | tf.data (iterated by the trainer, exact) | pydataset (a finite
-        PyDataset whose batches the trainer picks, exact) | other (generators, infinite
-        PyDatasets, steps_per_epoch over a PyDataset)."""
-        if self.array_input:
-            return "arrays"
-        import tensorflow as tf
-
-        if pydataset.indexable(self.x):
-            spe = self.args["steps_per_epoch"]
-            return "pydataset" if not spe or spe == self.x.num_batches else "other"
-        return "tf.data" if isinstance(self.x, tf.data.Dataset) else "other"
 
     def _fingerprint(self) -> dict[str, Any]:
         a = self.args
@@ -276,18 +142,12 @@ class ResumableFit:
         known = self.rt.known_digests
         if id(val) in known:  # a front end's own digest (spec mode's tf.data loader)
             val_id: Any = known[id(val)][1][:16]
-        elif val is not None and _arrays(val):
-            val_id = _digest(_to_numpy(val), known)
+        elif val is not None and is_arrays(val):
+            val_id = digest(to_numpy(val), known)
         else:
             val_id = None if val is None else type(val).__name__
-        data: Any
-        if self.array_input:
-            data = [_digest(p, known) for p in (self.x, self.y, self.sample_weight)]
-        else:
-            spec = getattr(self.x, "element_spec", None)
-            data = [type(self.x).__name__, str(spec) if spec is not None else None]
         return {
-            "data": data,
+            "data": self.input.fingerprint(),
             "validation": val_id,
             "arguments": {
                 "batch_size": a["batch_size"],
@@ -304,109 +164,15 @@ class ResumableFit:
             "callbacks": [type(cb).__name__ for cb in self.user_callbacks],
         }
 
-    def _pass_order(self, p: int) -> np.ndarray:
-        shuffle, n, bs = self.args["shuffle"], self.samples, self.batch_size
-        rng = np.random.default_rng([self.seed, p])
-        if shuffle == "batch":
-            blocks = rng.permutation(self.batches_per_pass)
-            return np.concatenate([np.arange(b * bs, min((b + 1) * bs, n)) for b in blocks])
-        if shuffle:
-            return rng.permutation(n)
-        return np.arange(n)
-
-    def _epoch_indices(self, epoch: int, start: int) -> np.ndarray:
-        """Sample indices of the batches [start, steps) of `epoch`, in order."""
-        bs, per_pass = self.batch_size, self.batches_per_pass
-        parts = []
-        orders: dict[int, np.ndarray] = {}
-        for g in range(epoch * self.steps + start, (epoch + 1) * self.steps):
-            p, b = divmod(g, per_pass)
-            if p not in orders:
-                orders[p] = self._pass_order(p)
-            parts.append(orders[p][b * bs : (b + 1) * bs])
-        return np.concatenate(parts) if parts else np.arange(0)
-
-    def _epoch_inputs(self, epoch: int, start: int) -> dict[str, Any]:
-        kind = self._kind()
-        if kind == "arrays":
-            if self.training is None:
-                element = batches.parts(self.x, self.y, self.sample_weight)
-                self.training = batches.Gathered(element, self.batch_size)
-            dataset, count = self.training.epoch(self._epoch_indices(epoch, start))
-            return {
-                "x": dataset,
-                "y": None,
-                "sample_weight": None,
-                "batch_size": None,
-                "steps_per_epoch": count,
-            }
-        if kind == "tf.data":
-            assert self.stream is not None
-            return {
-                "x": self.stream.pipeline,
-                "y": None,
-                "sample_weight": None,
-                "batch_size": None,
-                "steps_per_epoch": self.stream.begin_epoch(start),
-            }
-        if kind == "pydataset":
-            return self._pydataset_epoch(epoch, start)
-        return {
-            "x": self.x,
-            "y": self.y,
-            "sample_weight": self.sample_weight,
-            "batch_size": self.args["batch_size"],
-            "steps_per_epoch": self.args["steps_per_epoch"],
-        }
-
-    def _catch_up(self, epoch: int, one: Any) -> None:
-        """Before `epoch`: call `one()` for every epoch an uninterrupted process had
-        trained on `self.x` by now and this one has not, then count `epoch`."""
-        target = self.ds_base + (epoch - int(self.args["initial_epoch"]))
-        iterations.catch_up(self.x, target, one)
-        count = iterations.counter(self.x)
-        count[0] += 1
-        self.ds_iterations = count[0]
-
-    def _pydataset_epoch(self, epoch: int, start: int) -> dict[str, Any]:
-        """Batches [start, steps) of `epoch` of a PyDataset (pydataset.py), after
-        replaying the epoch hooks of the epochs an uninterrupted process had trained."""
-        self._catch_up(epoch, lambda: pydataset.replay(self.x, 1))
-        indices = pydataset.order(self.steps, self.args["shuffle"], self.seed, epoch)
-        self.x.on_epoch_begin()  # on_epoch_end: after the epoch's fit (_train)
-        return {
-            "x": pydataset.EpochBatches(self.x, indices[start:]),
-            "y": None,
-            "sample_weight": None,
-            "batch_size": None,
-            "steps_per_epoch": None,
-        }
-
     # -- state ------------------------------------------------------------------------
     def _prebuild(self) -> None:
         """Create every model, optimizer and metric variable now (Keras creates them at
         the first step) so a checkpoint can be restored before training."""
         model = self.model
         with model.distribute_strategy.scope():
-            if self.array_input:
-                bs = self.batch_size
-
-                def head(s: Any) -> Any:
-                    if s is None:
-                        return None
-                    return keras.tree.map_structure(lambda v: batches.as_keras(v[:bs]), s)
-
-                model._symbolic_build(
-                    data_batch=(head(self.x), head(self.y), head(self.sample_weight))
-                )
-            elif self._kind() == "pydataset":
-                batch = self.x[0]  # a function of the index: reading it changes nothing
-                batch = tuple(batch) if isinstance(batch, list | tuple) else (batch,)
+            batch = self.input.build_batch()
+            if batch is not None:
                 model._symbolic_build(data_batch=batch)
-            elif self._kind() == "tf.data":
-                # From the element spec: iterating the dataset here would advance its
-                # reshuffling and change every epoch's order.
-                model._symbolic_build(data_batch=tfdata.spec_batch(self.x.element_spec))
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
 
@@ -438,15 +204,12 @@ class ResumableFit:
             "lastLogs": self.last_logs,
             "callbacks": described,
             "fingerprint": self.fingerprint,
-            "datasetIterationsBefore": self.ds_base,
-            "datasetIterations": self._iterations(),
             "tensorboard": self.logs.sizes(),
+            # epoch_end: the epoch-end save, before the input's end_epoch
+            **self.input.state(
+                self.epoch_steps if self.in_epoch else 0, self.in_epoch and step == 0
+            ),
         }
-        if self.stream is not None:
-            at_end = self.in_epoch and step == 0  # the epoch-end save, before end_epoch
-            meta["datasetStream"] = self.stream.state(
-                self.epoch_steps if self.in_epoch else 0, epoch_end=at_end
-            )
         with volume_errors(self.rt.root):
             self.rt.writer.submit(self.store, arrays, meta)
             self.rt.checkpoints += 1
@@ -455,12 +218,7 @@ class ResumableFit:
             self.rt.cadence.blocked(blocked)
             if done:  # the fit's result is durable before the script goes on
                 self.rt.flush_checkpoints()
-                if self._kind() in _COUNTED:
-                    iterations.record(self.rt.root, self.x, self.ds_key, self._iterations())
-
-    def _iterations(self) -> int:
-        """Iterators (tf.data) or epochs (PyDataset) made on the input so far."""
-        return self.stream.iterations if self.stream is not None else self.ds_iterations
+                self.input.done()
 
     def _history_object(self) -> Any:
         history = self.callbacks._history if hasattr(self, "callbacks") else None
@@ -490,8 +248,7 @@ class ResumableFit:
             self.history = {k: list(v) for k, v in meta["history"].items()}
             self.epochs_done = list(meta["epochsDone"])
             self.last_logs = meta.get("lastLogs")
-        self._count_input(meta)
-        self._position_input(meta)
+        self.input.resume(meta)
         self._prebuild()
         if found is not None:
             self._restore_found(arrays, meta, path.name)
@@ -508,66 +265,6 @@ class ResumableFit:
         finally:
             self.rt.train_seconds += time.monotonic() - t0
         return self._history_object()
-
-    def _count_input(self, meta: dict[str, Any]) -> None:
-        """How often the input was iterated before this fit (tf.data, PyDataset: the
-        count a resume replays, iterations.py); other kinds resume at an epoch start."""
-        kind = self._kind()
-        self.ds_key = (
-            f"pydataset:{type(self.x).__module__}.{type(self.x).__qualname__}:{len(self.x)}"
-            if kind == "pydataset"
-            else f"x:{getattr(self.x, 'element_spec', None)}"
-        )
-        self.ds_base = 0
-        self.ds_iterations = 0
-        if kind in _COUNTED:
-            recorded = meta.get("datasetIterationsBefore")
-            self.ds_base = (
-                int(recorded)
-                if recorded is not None
-                else iterations.before_fit(self.x, self.rt.root, self.ds_key)
-            )
-            self.ds_iterations = self.ds_base
-        elif kind != "arrays":
-            log.warning(
-                "%s: input is %s: resumes at the epoch start; exact only if its order does "
-                "not depend on how often it was iterated before "
-                "(docs/design/trainer.md, input kinds)",
-                self.label,
-                type(self.x).__name__,
-            )
-
-    def _position_input(self, meta: dict[str, Any]) -> None:
-        """A tf.data input's stream at the checkpoint's position (or, for a fit that was
-        done, the iterations it made, for the fits after it); a done PyDataset's epochs."""
-        kind = self._kind()
-        made = int(meta.get("datasetIterations", self.ds_base))  # by the fit, when done
-        if kind == "pydataset" and meta.get("done"):
-            iterations.catch_up(self.x, made, lambda: pydataset.replay(self.x, 1))
-        if kind != "tf.data":
-            return
-        self.stream = tfdata.Stream(self.x, self.args["steps_per_epoch"])
-        if meta.get("done"):
-            iterations.catch_up(self.x, made, lambda: iter(self.x))
-        elif "datasetStream" in meta:
-            try:
-                self.stream.restore(meta["datasetStream"])
-            except tfdata.ShorterThanCheckpoint as exc:
-                raise ResumeMismatch(
-                    f"{self.rt.script}: {self.label}: its tf.data input changed since "
-                    f"its checkpoint in {self.dir}: {exc}"
-                ) from exc
-        else:
-            self.stream.start(self.ds_base)
-        if self.ds_base and self.stream.repeats and iterations.shared(self.x):
-            log.warning(
-                "%s: a repeated tf.data pipeline made before this trial was iterated by "
-                "an earlier fit: how far TensorFlow read ahead into its next pass "
-                "changes its next orders, so this fit's order is not reproducible, "
-                "not even without interruptions; make the pipeline inside the trial "
-                "(e.g. in HyperModel.fit) for exact results",
-                self.label,
-            )
 
     def _restore_found(
         self, arrays: dict[str, np.ndarray], meta: dict[str, Any], name: str
@@ -626,7 +323,7 @@ class ResumableFit:
     def _train(self, epochs: int, start_epoch: int, start_step: int, stopped: bool) -> None:
         a = self.args
         model = self.model
-        self.mid_epoch = self._kind() != "other"
+        self.mid_epoch = self.input.mid_epoch
         checkpointer = _Checkpointer(self)
         self.callbacks = _FitCallbacks(
             [*self.user_callbacks, checkpointer],
@@ -672,22 +369,19 @@ class ResumableFit:
         a, model = self.args, self.model
         self.callbacks.offset = start
         self.epoch_steps = start
-        inputs = self._epoch_inputs(epoch, start)
+        given = {"y": None, "sample_weight": None, "batch_size": None}
+        given.update(self.input.epoch(epoch, start))
         self.in_epoch = True
-        if self._kind() in _COUNTED:
-            # Built already; Keras's first-batch peek would eat an owned batch
-            # (tf.data) or start an epoch (PyDataset).
+        if self.input.no_peek:  # built already (_prebuild)
             model._maybe_symbolic_build = lambda *_, **__: None
         _original_fit(
             model,
-            **inputs,
+            **given,
             epochs=epoch + 1,
             initial_epoch=epoch,
             verbose=a["verbose"],
             callbacks=self.callbacks,
             validation_data=self.validation_input,
-            # Arrays and PyDatasets: the trainer orders the batches itself.
-            shuffle=a["shuffle"] if self._kind() not in ("arrays", "pydataset") else False,
             class_weight=a["class_weight"],
             validation_steps=a["validation_steps"],
             validation_batch_size=None
@@ -696,10 +390,7 @@ class ResumableFit:
             validation_freq=a["validation_freq"],
         )
         self.in_epoch = False
-        if self.stream is not None:
-            self.stream.end_epoch(self.epoch_steps)
-        if self._kind() == "pydataset":
-            self.x.on_epoch_end()
+        self.input.end_epoch(self.epoch_steps)
 
     def epoch_position(self) -> int:
         return (self.epochs_done[-1] + 1) if self.epochs_done else int(self.args["initial_epoch"])
@@ -751,10 +442,7 @@ class _FitCallbacks(keras.callbacks.CallbackList):  # type: ignore[misc]
     def _unstop(self) -> None:
         """The trainer's stop at the data's end is not the user's: from validation on,
         `model.stop_training` is what the script's callbacks set."""
-        fit = self.fit
-        if fit.end_stop and fit.stream is not None:
-            fit.end_stop = False
-            fit.model.stop_training = fit.stream.stopped
+        self.fit.input.unstop(self.fit.model)
 
     def on_test_begin(self, logs: Any = None) -> None:
         self._unstop()
@@ -781,8 +469,7 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         fit = self.fit
         fit.epoch = epoch
-        if fit.stream is not None:
-            fit.skipped.begin(self.model)
+        fit.input.on_epoch_begin(self.model)
         if fit.pending_metrics is not None:
             with self.model.distribute_strategy.scope():
                 restore_metrics(self.model, fit.pending_metrics)
@@ -795,21 +482,12 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
         fit, rt = self.fit, self.fit.rt
         step = batch + 1
         fit.epoch_steps = step
-        if fit.stream is not None:  # Keras leaves the epoch at once: no next iterator
-            fit.stream.stopped = bool(self.model.stop_training)
+        ended = fit.input.ends_at(step, fit.callbacks.offset, self.model)
         rt.steps += 1
         rt.reporter.step(fit.epoch, step)
         self.since_steps += 1
-        if fit.steps and step >= fit.steps:
+        if ended or (fit.steps and step >= fit.steps):
             return  # validation and the epoch-end checkpoint follow at once
-        if fit.stream is not None and fit.stream.ends_at(step):
-            # The data's last batch: stop here rather than let Keras run its failing
-            # end-of-data step, and apply that step's updates (end_of_data.py).
-            # Validation and the epoch-end checkpoint follow at once.
-            if not self.model.stop_training:
-                fit.skipped.stop(step - fit.callbacks.offset)
-                fit.end_stop = True
-            return
         if preemption.requested():
             if fit.mid_epoch:
                 fit.save(fit.epoch, step)

@@ -210,6 +210,7 @@ def outcome(
 
     from .. import multiworker
     from . import fit, tuner_patches
+    from .inputs.base import ResumeMismatch, UnsupportedFit
 
     try:
         body()
@@ -228,8 +229,8 @@ def outcome(
             return exc.code, f"{name} exited with status {exc.code}"
         return EXIT_FAILED, f"{name}: {exc.code}"
     except (
-        fit.ResumeMismatch,
-        fit.UnsupportedFit,
+        ResumeMismatch,
+        UnsupportedFit,
         fit.InvalidSearch,
         tuner_patches.ScriptScopeError,
         SpecError,

@@ -42,10 +42,11 @@ from keras_tuner.src.engine import tuner as tuner_module
 from keras_tuner.src.engine.trial import TrialStatus
 from tuneop_contract import ENV_TUNER_ID, TUNER_DIR
 
-from .. import failed_trials, iterations, parallel, preemption, scope, seeds
+from .. import failed_trials, parallel, preemption, scope, seeds
 from ..checkpoint import CheckpointStore, replace_synced, volume_errors
 from ..results import planned_trials, search_progress
 from . import loops, runtime
+from .inputs import iterations
 from .projects import Placement
 
 log = logging.getLogger(__name__)

@@ -61,7 +61,8 @@ def _search(spec: TrainerSpec, rt: Any) -> None:
     import keras
 
     from .. import data as data_mod
-    from .. import iterations, parallel
+    from .. import parallel
+    from ..engine.inputs import iterations
 
     rt.reporter.update(force=True, objective=spec.tuner.objective, direction=spec.tuner.direction)
     if spec.tuner.dtype_policy:  # kept across clear_session by ktpatch

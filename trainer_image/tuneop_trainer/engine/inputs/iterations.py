@@ -118,7 +118,7 @@ def before_fit(obj: Any, root: Path, key: str) -> int:
 def _path(root: Path) -> Path:
     """With parallel trials one file per trial group (`tfdata.<tuner id>.json`): the
     count is of this process lineage's iterations, and each file has one writer."""
-    from .parallel import current
+    from ...parallel import current
 
     return root / current().own_file(RECORD)
 

@@ -25,6 +25,10 @@ from typing import Any
 import keras
 import numpy as np
 
+from . import iterations
+from .base import FitContext
+from .counted import CountedInput
+
 # The hooks the trainer calls on the script's PyDataset for every epoch, in order.
 EPOCH_HOOKS = ("on_epoch_begin", "on_epoch_end")
 
@@ -72,3 +76,39 @@ class EpochBatches(keras.utils.PyDataset):  # type: ignore[misc]
 
     def on_epoch_end(self) -> None:
         pass
+
+
+class PyDatasetInput(CountedInput):
+    kind = "pydataset"
+
+    def __init__(self, ctx: FitContext) -> None:
+        super().__init__(ctx)
+        self.steps = int(ctx.args["steps_per_epoch"] or len(self.x))
+
+    def key(self) -> str:
+        cls = type(self.x)
+        return f"pydataset:{cls.__module__}.{cls.__qualname__}:{len(self.x)}"
+
+    def resume(self, meta: dict[str, Any]) -> None:
+        super().resume(meta)
+        if meta.get("done"):  # for the fits after it
+            iterations.catch_up(self.x, self.made_by_done_fit(meta), lambda: replay(self.x, 1))
+
+    def build_batch(self) -> Any:
+        batch = self.x[0]  # a function of the index: reading it changes nothing
+        return tuple(batch) if isinstance(batch, list | tuple) else (batch,)
+
+    def epoch(self, epoch: int, start: int) -> dict[str, Any]:
+        """Batches [start, steps) of `epoch`, after replaying the epoch hooks of the
+        epochs an uninterrupted process had trained on the object by now."""
+        target = self.base + (epoch - int(self.ctx.args["initial_epoch"]))
+        iterations.catch_up(self.x, target, lambda: replay(self.x, 1))
+        count = iterations.counter(self.x)
+        count[0] += 1
+        self.made = count[0]
+        indices = order(self.steps, self.ctx.args["shuffle"], self.ctx.seed, epoch)
+        self.x.on_epoch_begin()  # on_epoch_end: after the epoch's fit (end_epoch)
+        return {"x": EpochBatches(self.x, indices[start:]), "shuffle": False}
+
+    def end_epoch(self, trained: int) -> None:
+        self.x.on_epoch_end()

@@ -213,7 +213,7 @@ def data_sharded(dataset: Any, strategy: Any) -> Any:
     validation file is common); DATA evaluates the same batches in every case."""
     import tensorflow as tf
 
-    from .multiworker import is_multiworker
+    from ...multiworker import is_multiworker
 
     if not isinstance(dataset, tf.data.Dataset) or not is_multiworker(strategy):
         return dataset
