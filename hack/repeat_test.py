@@ -1,6 +1,6 @@
 """Run one test (or a few) N times, each in a fresh pytest process, and report passes/N.
 
-    make repeat TEST=tests/trainer/test_script_tfrecord.py::test_x N=20
+    make repeat TEST=tests/trainer/script/test_script_tfrecord.py::test_x N=20
 
 What a flaky exactness test looks like only shows over many runs; one green run proves
 little. Every failing run's last lines are kept in the report, so the first difference

@@ -6,13 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_helpers import env, tiny_spec, write_spec
+from trainer_helpers import REPO, SCRIPTS, env, tiny_spec, write_spec
 from tuneop_contract import EXIT_INVALID_SPEC
 from tuneop_trainer.spec import SpecError, load_spec_file, parse
 
 from tests.forkserver import launch
-
-HERE = Path(__file__).parent
 
 
 def run_cli(tmp: Path, manifest: dict[str, Any]) -> tuple[int, str]:
@@ -98,16 +96,16 @@ def test_runtime_spec_errors(tmp_path: Path) -> None:
             f'error: spec.data.path: "{tmp_path / "missing.npz"}" does not exist',
         ),
         (
-            {"hypermodel": "user_models:build_without_accuracy", "pythonPath": [str(HERE)]},
+            {"hypermodel": "user_models:build_without_accuracy", "pythonPath": [str(SCRIPTS)]},
             'error: spec.tuner.objective.name: "val_accuracy" is not produced by the model; '
             "it reports loss, val_loss",
         ),
         (
-            {"hypermodel": "user_models:build_uncompiled", "pythonPath": [str(HERE)]},
+            {"hypermodel": "user_models:build_uncompiled", "pythonPath": [str(SCRIPTS)]},
             "error: spec.hypermodel: build(hp) returned a model that is not compiled",
         ),
         (
-            {"hypermodel": "user_models:BuiltOutsideScope", "pythonPath": [str(HERE)]},
+            {"hypermodel": "user_models:BuiltOutsideScope", "pythonPath": [str(SCRIPTS)]},
             "error: spec.hypermodel: build(hp) returned a model or optimizer created outside the "
             "trainer's strategy scope",
         ),
@@ -124,7 +122,7 @@ def test_runtime_spec_errors(tmp_path: Path) -> None:
 
 def test_sample_manifests_parse() -> None:
     """What users apply (manifests/samples) is what the trainer accepts."""
-    samples = sorted((HERE.parents[1] / "manifests" / "samples").glob("*.yaml"))
+    samples = sorted((REPO / "manifests" / "samples").glob("*.yaml"))
     assert samples
     modes = set()
     for path in samples:

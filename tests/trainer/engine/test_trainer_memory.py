@@ -13,7 +13,6 @@ import pytest
 from trainer_helpers import SCRIPTS, start, start_exec, status_mb, write_spec
 from tuneop_contract import EXIT_COMPLETED, read_progress
 
-HERE = Path(__file__).parent
 DATA_MB = 320
 MARGIN_MB = DATA_MB / 4  # TF's own growth stays far below; a copy is 4x this
 
@@ -47,7 +46,7 @@ def test_script_mode_fit_does_not_copy_the_set(tmp_path: Path, out: Path) -> Non
 def test_spec_mode_trial_does_not_copy_the_set(tmp_path: Path, out: Path) -> None:
     manifest = {
         "hypermodel": "user_models:build_linear",
-        "pythonPath": [str(HERE)],
+        "pythonPath": [str(SCRIPTS)],
         "data": {"loader": "user_models:load_large"},
         "tuner": {
             "algorithm": "RandomSearch",

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from trainer_helpers import (
+    SCRIPTS,
     comparable,
     kill_and_resume,
     results,
@@ -22,8 +23,6 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED
 from tuneop_trainer.data import synthetic_emg
-
-HERE = Path(__file__).parent
 
 pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
@@ -90,7 +89,7 @@ def _peak_memory(tmp: Path, data: Path) -> tuple[float, float]:
     """Peak (RssAnon, RssFile) of a 2-epoch spec-mode search over `data`."""
     manifest = {
         "hypermodel": "user_models:build_linear",
-        "pythonPath": [str(HERE)],
+        "pythonPath": [str(SCRIPTS)],
         "data": {"path": str(data), "validationSplit": 0.05},
         "tuner": {
             "algorithm": "RandomSearch",

@@ -6,12 +6,10 @@ import signal
 from pathlib import Path
 
 import pytest
-from trainer_helpers import env, kill_when, results, run, tiny_spec, write_spec
+from trainer_helpers import SCRIPTS, env, kill_when, results, run, tiny_spec, write_spec
 from tuneop_contract import EXIT_COMPLETED
 
 from tests.forkserver import launch
-
-HERE = Path(__file__).parent
 
 
 @pytest.mark.slow
@@ -21,7 +19,9 @@ def test_plain_keras_tuner_building_outside_scope_raises_strategy_error(tmp_path
     the Keras 3 strategy error. tuneop's trainer runs the same CNN fine (see the resume
     tests, which use it under MirroredStrategy with Hyperband and kills)."""
     log = tmp_path / "log"
-    code = launch([str(HERE / "plain_keras_tuner_outside_scope.py")], env(), log).wait(timeout=300)
+    code = launch([str(SCRIPTS / "plain_keras_tuner_outside_scope.py")], env(), log).wait(
+        timeout=300
+    )
     out = log.read_text()
     assert code == 1, out[-3000:]
     assert "Mixing different tf.distribute.Strategy objects" in out or (

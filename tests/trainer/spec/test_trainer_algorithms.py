@@ -5,17 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trainer_helpers import results, run, write_spec
+from trainer_helpers import SCRIPTS, results, run, write_spec
 from tuneop_contract import BEST_MODEL_FILE, EXIT_COMPLETED, read_progress
-
-HERE = Path(__file__).parent
 
 
 @pytest.mark.slow
 def test_gridsearch_with_build_function_and_loader(tmp_path: Path) -> None:
     manifest = {
         "hypermodel": "tuneop_trainer.examples.emg:build_tiny_dense",
-        "pythonPath": [str(HERE)],
+        "pythonPath": [str(SCRIPTS)],
         "data": {"loader": "user_models:load_data"},
         "tuner": {
             "algorithm": "GridSearch",

@@ -209,7 +209,7 @@ def test_script_mode_group_sigkilled_mid_trial_resumes_exactly(tmp_path: Path) -
     """exec under MultiWorkerMirroredStrategy: the script's fits run in lockstep on both
     workers, only the chief checkpoints, and a group SIGKILLed mid-epoch resumes from
     the chief's checkpoint with the same results as an uninterrupted group."""
-    script = Path(__file__).parent / "scripts" / "features_search.py"
+    script = SCRIPTS / "features_search.py"
     spec = write_spec(tmp_path, {"checkpoint": {"intervalSteps": 3, "intervalSeconds": 0}})
     ref, ref_logs = tmp_path / "ref" / "ckpt", [tmp_path / "ref0", tmp_path / "ref1"]
     ref.parent.mkdir()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from trainer_helpers import (
+    SCRIPTS,
     comparable,
     fit_final,
     kill_when,
@@ -25,13 +26,12 @@ from trainer_helpers import (
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 
 pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
-HERE = Path(__file__).parent
 
 
 def manifest(loader: str = "load") -> dict[str, Any]:
     return {
         "hypermodel": "user_data_tfrecord:build",
-        "pythonPath": [str(HERE)],
+        "pythonPath": [str(SCRIPTS)],
         "data": {"loader": f"user_data_tfrecord:{loader}"},
         "tuner": {
             "algorithm": "RandomSearch",
@@ -155,7 +155,7 @@ def test_shapes_and_digest_come_from_the_element_spec(
     from tuneop_trainer.spec import DataSpec, SpecError
 
     monkeypatch.setenv("USER_RECORDS", str(records))
-    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(SCRIPTS))
     spec = DataSpec(synthetic_samples=None, loader="user_data_tfrecord:load")
     data = load(spec)
     assert isinstance(data, StreamData) and data.input_shape == [6]
