@@ -76,6 +76,10 @@ SCRIPT = {"configMap": {"name": "my-search"}}
         ({"script": {"configMap": {"name": "s", "key": ".."}}}, "not a valid ConfigMap key"),
         ({"script": {**SCRIPT, "args": ["x"] * 65}}, "spec.script.args"),
         ({"script": {**SCRIPT, "args": [3]}}, "spec.script.args[0]"),
+        (
+            {"script": {**SCRIPT, "continueOptimizerState": "yes"}},
+            "spec.script.continueOptimizerState",
+        ),
     ],
 )
 def test_invalid_script_specs_are_rejected_with_a_clear_message(kubectl, change, message):
@@ -97,6 +101,7 @@ def test_script_jobs_are_accepted_and_their_mode_is_immutable(kubectl):
     spec = json.loads(out)["spec"]
     assert "data" not in spec and "tuner" not in spec  # no object defaults any more
     assert spec["script"]["deterministic"] is False
+    assert spec["script"]["continueOptimizerState"] is False  # keras-tuner's promotions
     # a spec-mode job without data and tuner is valid; no objective direction default
     minimal = sample("minimal", "default")
     del minimal["spec"]["data"]

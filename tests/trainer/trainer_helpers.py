@@ -9,8 +9,10 @@ for its fixtures and body. Two replicas double each trial's tracing on this mach
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -106,23 +108,31 @@ def start_exec(
     devices: int | None = None,
     cwd: Path | None = None,
     fresh: bool = False,
+    options: tuple[str, ...] = (),
 ) -> TrainerProcess:
-    """`python -m tuneop_trainer exec --deterministic` on a user script (script mode)."""
+    """`python -m tuneop_trainer exec --deterministic [options]` on a user script (script
+    mode), `args` its arguments."""
     settings = ckpt.parent / "exec-spec.yaml"
     if not settings.exists():  # checkpoints every 3 steps: kill points land mid-epoch
         settings.write_text(
             yaml.safe_dump({"checkpoint": {"intervalSteps": 3, "intervalSeconds": 0}})
         )
     command = ["-m", "tuneop_trainer", "exec", "--dir", str(ckpt)]
-    command += ["--spec", str(settings), "--deterministic", str(script), *args]
+    command += ["--spec", str(settings), "--deterministic", *options, str(script), *args]
     return launch(command, env(devices), log, cwd=cwd or ckpt.parent, fresh=fresh)
 
 
 def kill_exec_when(
-    script: Path, ckpt: Path, log: Path, pred: Any, *args: str, sig: int = signal.SIGKILL
+    script: Path,
+    ckpt: Path,
+    log: Path,
+    pred: Any,
+    *args: str,
+    sig: int = signal.SIGKILL,
+    options: tuple[str, ...] = (),
 ) -> int:
     """Start `exec` on the script, send `sig` once pred(progress) holds, return its exit."""
-    return signal_when(start_exec(script, ckpt, log, *args), ckpt, pred, sig)
+    return signal_when(start_exec(script, ckpt, log, *args, options=options), ckpt, pred, sig)
 
 
 def trial_fit(trial: str, n: int = 0, project: str = "untitled_project") -> str:
@@ -339,3 +349,35 @@ def once_each(runs: dict[str, list[tuple[str, int, Any]]]) -> dict[str, list[tup
     counts = {run: Counter((tag, step) for tag, step, _ in items) for run, items in runs.items()}
     twice = {run: [key for key, n in c.items() if n > 1] for run, c in counts.items()}
     return {run: keys for run, keys in twice.items() if keys}
+
+
+def optimizer_in_weights_file(path: Path) -> tuple[int, str]:
+    """(iteration, sha256 of every optimizer variable in order) of a Keras weights file
+    (keras-tuner's best epoch of a trial)."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(path, "r") as f:
+        group = f["optimizer/vars"]
+        values = [np.asarray(group[str(i)]) for i in range(len(group))]
+    digest = hashlib.sha256()
+    for value in values:
+        digest.update(value.tobytes())
+    return int(values[0]), digest.hexdigest()
+
+
+def final_iteration(ckpt: Path, fit_dir: str) -> int:
+    """The optimizer's iteration count in a fit's latest checkpoint."""
+    import numpy as np
+
+    latest = sorted((ckpt / fit_dir).glob("ckpt-*"))[-1]
+    with np.load(latest / "state.npz") as state:
+        (key,) = [k for k in state.files if k.startswith("optimizer/") and "iteration" in k]
+        return int(state[key])
+
+
+CONTINUING = re.compile(
+    r"continuing trial (\w+)'s best epoch: weights and optimizer state "
+    r"\(iteration (\d+), optimizer sha256 (\w+)\)"
+)
+"""The trainer's log line when a promoted Hyperband trial continues the optimizer."""

@@ -128,7 +128,11 @@ def test_crd_defaults_match_the_operator_spec_defaults():
     assert with_tuner["tuner"]["objective"] == {"name": "val_accuracy"}
     script = {"image": "x", "script": {"configMap": {"name": "s"}}}
     defaulted = apply_defaults(script, spec_node())
-    assert defaulted["script"] == {"configMap": {"name": "s"}, "deterministic": False}
+    assert defaulted["script"] == {
+        "configMap": {"name": "s"},
+        "deterministic": False,
+        "continueOptimizerState": False,
+    }
     assert JobSpec.from_dict(defaulted).script == JobSpec.from_dict(script).script
 
 
@@ -146,7 +150,13 @@ def test_script_mode_shape_and_rules():
     node = spec_node()
     assert "required" not in node  # spec.image may come from the operator's default
     script = node["properties"]["script"]
-    assert set(script["properties"]) == {"configMap", "path", "args", "deterministic"}
+    assert set(script["properties"]) == {
+        "configMap",
+        "path",
+        "args",
+        "deterministic",
+        "continueOptimizerState",
+    }
     assert set(script["properties"]["configMap"]["properties"]) == {"name", "key"}
     assert script["properties"]["configMap"]["required"] == ["name"]
     assert script["properties"]["args"]["maxItems"] == 64

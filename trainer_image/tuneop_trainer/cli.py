@@ -1,6 +1,7 @@
 """The trainer's command line:
   `python -m tuneop_trainer run --spec FILE [--dir DIR]`
-  `python -m tuneop_trainer exec [--dir DIR] [--spec FILE] [--deterministic] SCRIPT [ARGS...]`
+  `python -m tuneop_trainer exec [--dir DIR] [--spec FILE] [--deterministic]
+  [--continue-optimizer-state] SCRIPT [ARGS...]`
 
 FILE is a TuningJob manifest or just its spec; DIR is the checkpoint directory (the
 PersistentVolume mount in a pod). `run` runs the spec's search (modes/spec.py) or, with a
@@ -55,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     exe.add_argument(
         "--deterministic", action="store_true", help="TF op determinism (bit-identical resumes)"
     )
+    exe.add_argument(
+        "--continue-optimizer-state",
+        action="store_true",
+        help="Hyperband: a promoted trial continues its previous round's optimizer state "
+        "(plain keras-tuner restarts the optimizer)",
+    )
     exe.add_argument("script", help="the keras-tuner script (*.py)")
     exe.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     args = parser.parse_args(argv)
@@ -85,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.dir),
             spec.checkpoint,
             deterministic=spec.script.deterministic,
+            continue_optimizer=spec.script.continue_optimizer,
             strategy_name=spec.strategy,
             field=spec.script.field,
             python_path=spec.python_path,
@@ -113,6 +121,7 @@ def _exec(args: argparse.Namespace) -> int:
         Path(args.dir),
         spec.checkpoint,
         deterministic=args.deterministic,
+        continue_optimizer=args.continue_optimizer_state,
         strategy_name=spec.strategy,
     )
 

@@ -104,6 +104,7 @@ class ScriptSpec:
     args: tuple[str, ...] = ()
     deterministic: bool = False
     field: str = "spec.script.path"  # named in errors about the file
+    continue_optimizer: bool = False  # spec.script.continueOptimizerState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,11 +197,14 @@ def _parse_script(doc: dict[str, Any]) -> ScriptSpec | None:
     deterministic = s.get("deterministic", False)
     if not isinstance(deterministic, bool):
         raise SpecError("spec.script.deterministic", f"{_q(deterministic)} must be true or false")
+    keep = s.get("continueOptimizerState", False)
+    if not isinstance(keep, bool):
+        raise SpecError("spec.script.continueOptimizerState", f"{_q(keep)} must be true or false")
     if "path" in s:
         path = _str(s, "path", "spec.script.path", "")
         if not path.startswith("/"):
             raise SpecError("spec.script.path", f"{_q(path)} must be an absolute path")
-        return ScriptSpec(path, tuple(args), deterministic, "spec.script.path")
+        return ScriptSpec(path, tuple(args), deterministic, "spec.script.path", keep)
     cm = _map(s, "configMap", "spec.script.configMap")
     key = cm.get("key")
     if key is None:
@@ -208,7 +212,7 @@ def _parse_script(doc: dict[str, Any]) -> ScriptSpec | None:
     if not isinstance(key, str) or not key or "/" in key:
         raise SpecError("spec.script.configMap.key", f"{_q(key)} must be a ConfigMap key")
     return ScriptSpec(
-        str(Path(SCRIPT_DIR) / key), tuple(args), deterministic, "spec.script.configMap.key"
+        str(Path(SCRIPT_DIR) / key), tuple(args), deterministic, "spec.script.configMap.key", keep
     )
 
 

@@ -97,6 +97,8 @@ class Script:
     path: str = ""
     args: tuple[str, ...] = ()
     deterministic: bool = False
+    continue_optimizer_state: bool = False
+    """Hyperband promotions continue the optimizer state (the trainer's switch)."""
 
     @classmethod
     def from_dict(cls, script: dict[str, Any]) -> Script:
@@ -107,6 +109,7 @@ class Script:
             path=str(script.get("path") or ""),
             args=tuple(str(a) for a in script.get("args") or ()),
             deterministic=bool(script.get("deterministic", False)),
+            continue_optimizer_state=bool(script.get("continueOptimizerState", False)),
         )
 
 

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import signal
 from pathlib import Path
 
-import numpy as np
 import pytest
 from trainer_helpers import (
+    CONTINUING,
     checkpointed,
     comparable,
+    final_iteration,
     fit_final,
     kill_when,
+    optimizer_in_weights_file,
     results,
     run,
     spec_fit,
@@ -92,26 +93,6 @@ def test_sigterm_loses_at_most_the_current_step(reference: dict, tmp_path: Path)
     assert got["best"]["weightsSha256"] == reference["best"]["weightsSha256"]
 
 
-def _optimizer_in_weights_file(path: Path) -> tuple[int, str]:
-    """(iteration, sha256 of every optimizer variable in order) of a Keras weights file."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        group = f["optimizer/vars"]
-        values = [np.asarray(group[str(i)]) for i in range(len(group))]
-    digest = hashlib.sha256()
-    for value in values:
-        digest.update(value.tobytes())
-    return int(values[0]), digest.hexdigest()
-
-
-def _final_iteration(ckpt: Path, fit_dir: str) -> int:
-    latest = sorted((ckpt / fit_dir).glob("ckpt-*"))[-1]
-    with np.load(latest / "state.npz") as state:
-        (key,) = [k for k in state.files if k.startswith("optimizer/") and "iteration" in k]
-        return int(state[key])
-
-
 def test_a_promoted_trial_continues_the_optimizer_state(reference: dict, tmp_path: Path) -> None:
     """Spec mode: a Hyperband promotion, SIGKILLed just after it started, continues the
     previous round's best epoch with its optimizer (iteration count and slots, as in its
@@ -128,15 +109,11 @@ def test_a_promoted_trial_continues_the_optimizer_state(reference: dict, tmp_pat
     assert got["best"]["weightsSha256"] == reference["best"]["weightsSha256"]
 
     weights = ckpt / "tuner" / "search" / f"trial_{previous}" / "checkpoint.weights.h5"
-    iteration, slots = _optimizer_in_weights_file(weights)
+    iteration, slots = optimizer_in_weights_file(weights)
     assert iteration > 0
-    line = re.compile(
-        rf"continuing trial {previous}'s best epoch: weights and optimizer state "
-        r"\(iteration (\d+), optimizer sha256 (\w+)\)"
-    )
-    continued = line.findall(log.read_text())
+    continued = CONTINUING.findall(log.read_text())
     assert len(continued) >= 2, continued  # before the kill and in the resumed process
-    assert set(continued) == {(str(iteration), slots)}
+    assert {c for c in continued if c[0] == previous} == {(previous, str(iteration), slots)}
     meta = fit_final(ckpt, spec_fit(trial))
     steps = 8 * len(meta["epochsDone"])  # 64 training samples in batches of 8
-    assert _final_iteration(ckpt, spec_fit(trial)) == iteration + steps
+    assert final_iteration(ckpt, spec_fit(trial)) == iteration + steps

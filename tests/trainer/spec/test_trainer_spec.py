@@ -170,13 +170,20 @@ def test_script_spec() -> None:
         ("--epochs", "2"),
         True,
     )
-    cm = parse({"script": {"configMap": {"name": "m", "key": "train.py"}}}).script
-    assert cm is not None and cm.path.endswith("/train.py")
+    assert not spec.script.continue_optimizer  # keras-tuner's own promotions by default
+    cm = parse(
+        {"script": {"configMap": {"name": "m", "key": "train.py"}, "continueOptimizerState": True}}
+    ).script
+    assert cm is not None and cm.path.endswith("/train.py") and cm.continue_optimizer
     for bad, message in [
         ({"script": {"path": "s.py"}}, "spec.script.path"),
         ({"script": {"path": "/a.py"}, "hypermodel": "a:B"}, "spec.hypermodel"),
         ({"script": {}}, "spec.script: set exactly one"),
         ({"script": {"path": "/a.py", "args": [1]}}, "spec.script.args"),
+        (
+            {"script": {"path": "/a.py", "continueOptimizerState": "yes"}},
+            'spec.script.continueOptimizerState: "yes" must be true or false',
+        ),
     ]:
         with pytest.raises(SpecError, match=f"^{message}"):
             parse(bad)

@@ -31,9 +31,12 @@ def run_script(
     strategy_name: str = "Auto",
     field: str = "SCRIPT",
     python_path: tuple[str, ...] = (),
+    continue_optimizer: bool = False,
 ) -> int:
     """Run `script` with `args` (its sys.argv[1:]); returns the exit code. The script's
-    directory and `python_path` come first on sys.path, as for `python SCRIPT`."""
+    directory and `python_path` come first on sys.path, as for `python SCRIPT`.
+    `continue_optimizer`: a promoted Hyperband trial continues its previous round's
+    optimizer state (off: as under plain keras-tuner, which starts a fresh optimizer)."""
     try:
         source = _read_script(script, field)
     except SpecError as exc:
@@ -41,7 +44,10 @@ def run_script(
     program = Program(
         name=script.name,
         execute=lambda rt: _execute(script, source, args, python_path),
-        check=lambda root, write, wait: _check_record(root, script, source, args, write, wait),
+        check=lambda root, write, wait: _check_record(
+            root, script, source, args, continue_optimizer, write, wait
+        ),
+        keep_optimizer=continue_optimizer,
     )
     return run_program(program, checkpoint_dir, checkpoint, deterministic, strategy_name)
 
@@ -58,14 +64,28 @@ def _read_script(script: Path, field: str) -> str:
 
 
 def _check_record(
-    root: Path, script: Path, source: str, args: list[str], write: bool, wait: float = 0.0
+    root: Path,
+    script: Path,
+    source: str,
+    args: list[str],
+    continue_optimizer: bool,
+    write: bool,
+    wait: float = 0.0,
 ) -> None:
-    """The search in `root` belongs to this script and these arguments."""
-    record = {
+    """The search in `root` belongs to this script, these arguments and this way of
+    continuing promoted trials (recorded only when it is not keras-tuner's)."""
+    record: dict[str, object] = {
         "script": hashlib.sha256(source.encode()).hexdigest(),
         "arguments": list(args),
     }
-    fields = {"script": str(script), "arguments": "ARGS"}
+    fields = {
+        "script": str(script),
+        "arguments": "ARGS",
+        "continueOptimizerState": "spec.script.continueOptimizerState "
+        "(exec --continue-optimizer-state)",
+    }
+    if continue_optimizer:
+        record["continueOptimizerState"] = True
     fingerprint.check_or_record(root, record, fields, write, wait)
 
 
