@@ -55,6 +55,7 @@ RUNNING = trial_module.TrialStatus.RUNNING
 STOPPED = trial_module.TrialStatus.STOPPED
 
 _state: dict[str, Any] = {"installed": False, "on_change": None}
+_original: dict[str, Callable[..., Any]] = {}  # keras-tuner's Oracle methods, replaced
 _changed = threading.Event()  # a STOPPED handed out or a trial ended: check at once
 
 
@@ -68,79 +69,16 @@ def install(on_change: Callable[[Any], None] | None = None) -> None:
     from keras_tuner.src.distribute import oracle_chief
 
     cls = oracle_module.Oracle
-    original_get_state = cls.get_state
-    original_set_state = cls.set_state
-    original_reload = cls.reload
-    original_create = cls.create_trial
-    original_update = cls.update_trial
-    original_end = cls.end_trial
-
-    def get_state(self: Any) -> dict[str, Any]:
-        state: dict[str, Any] = original_get_state(self)
-        state["tuneop_tuner_ids"] = sorted(self.tuner_ids)
-        state["tuneop_stopped"] = bool(getattr(self, "_tuneop_stopped", False))
-        return state
-
-    def set_state(self: Any, state: dict[str, Any]) -> None:
-        original_set_state(self, state)
-        self.tuner_ids = set(state.get("tuneop_tuner_ids", []))
-        self._tuneop_stopped = bool(state.get("tuneop_stopped", False))
-        # what reload() is about to send to the retry queue
-        self._tuneop_ongoing = dict(self.ongoing_trials)
-
-    def reload(self: Any) -> None:
-        original_reload(self)
-        keep_ongoing(self, getattr(self, "_tuneop_ongoing", {}))
-
-    @_locked
-    def create_trial(self: Any, tuner_id: str) -> Any:
-        if getattr(self, "_tuneop_done", False):
-            return trial_module.Trial(self.get_space(), status=STOPPED)
-        trial = original_create(self, tuner_id)
-        if trial.status == STOPPED:
-            self._tuneop_stopped = True
-            _changed.set()
-        self.save()
-        return trial
-
-    @_locked
-    def update_trial(self: Any, trial_id: str, metrics: dict[str, Any], step: int = 0) -> Any:
-        trial = self.trials[trial_id]
-        if metrics and all(_observed(trial, k, v, step) for k, v in metrics.items()):
-            log.info("trial %s: update at step %s already recorded; ignored", trial_id, step)
-            return trial
-        return original_update(self, trial_id, metrics, step=step)
-
-    @_locked
-    def end_trial(self: Any, trial: Any) -> None:
-        trial_id = trial.trial_id
-        ongoing = [k for k, t in self.ongoing_trials.items() if t.trial_id == trial_id]
-        queued = trial_id in self._retry_queue and not ongoing
-        if trial_id in self.end_order or queued:
-            for key in ongoing:
-                self.ongoing_trials.pop(key)
-            self.save()
-            log.info("trial %s: end already recorded; repeated request ignored", trial_id)
-            return
-        failed_trials._known_to_display(self, trial_id)
-        if trial.status == trial_module.TrialStatus.FAILED and not trial.message:
-            # keras-tuner's proto has no message: a group's FAILED end of a trial the
-            # operator named (TUNEOP_FAILED_TRIALS is on every pod) gets its reason here
-            reason = parse_failed_trials(os.environ.get(ENV_FAILED_TRIALS)).get(trial_id)
-            trial.message = failed_trials.message(reason) if reason else None
-        original_end(self, trial)
-        self.save()  # keras-tuner pops the ongoing entry after its own save
-        _changed.set()
-        on_change = _state["on_change"]
-        if on_change is not None:
-            on_change(self)
-
-    cls.get_state = get_state
-    cls.set_state = set_state
-    cls.reload = reload
-    cls.create_trial = create_trial
-    cls.update_trial = update_trial
-    cls.end_trial = end_trial
+    for name, patched in (
+        ("get_state", _get_state),
+        ("set_state", _set_state),
+        ("reload", _reload),
+        ("create_trial", _create_trial),
+        ("update_trial", _update_trial),
+        ("end_trial", _end_trial),
+    ):
+        _original[name] = getattr(cls, name)
+        setattr(cls, name, patched)
     oracle_chief.start_server = serve
 
 
@@ -162,6 +100,72 @@ def _locked(func: Callable[..., Any]) -> Callable[..., Any]:
                 oracle_module.THREADS[self] = None
 
     return wrapper
+
+
+def _get_state(self: Any) -> dict[str, Any]:
+    state: dict[str, Any] = _original["get_state"](self)
+    state["tuneop_tuner_ids"] = sorted(self.tuner_ids)
+    state["tuneop_stopped"] = bool(getattr(self, "_tuneop_stopped", False))
+    return state
+
+
+def _set_state(self: Any, state: dict[str, Any]) -> None:
+    _original["set_state"](self, state)
+    self.tuner_ids = set(state.get("tuneop_tuner_ids", []))
+    self._tuneop_stopped = bool(state.get("tuneop_stopped", False))
+    # what reload() is about to send to the retry queue
+    self._tuneop_ongoing = dict(self.ongoing_trials)
+
+
+def _reload(self: Any) -> None:
+    _original["reload"](self)
+    keep_ongoing(self, getattr(self, "_tuneop_ongoing", {}))
+
+
+@_locked
+def _create_trial(self: Any, tuner_id: str) -> Any:
+    if getattr(self, "_tuneop_done", False):
+        return trial_module.Trial(self.get_space(), status=STOPPED)
+    trial = _original["create_trial"](self, tuner_id)
+    if trial.status == STOPPED:
+        self._tuneop_stopped = True
+        _changed.set()
+    self.save()
+    return trial
+
+
+@_locked
+def _update_trial(self: Any, trial_id: str, metrics: dict[str, Any], step: int = 0) -> Any:
+    trial = self.trials[trial_id]
+    if metrics and all(_observed(trial, k, v, step) for k, v in metrics.items()):
+        log.info("trial %s: update at step %s already recorded; ignored", trial_id, step)
+        return trial
+    return _original["update_trial"](self, trial_id, metrics, step=step)
+
+
+@_locked
+def _end_trial(self: Any, trial: Any) -> None:
+    trial_id = trial.trial_id
+    ongoing = [k for k, t in self.ongoing_trials.items() if t.trial_id == trial_id]
+    queued = trial_id in self._retry_queue and not ongoing
+    if trial_id in self.end_order or queued:
+        for key in ongoing:
+            self.ongoing_trials.pop(key)
+        self.save()
+        log.info("trial %s: end already recorded; repeated request ignored", trial_id)
+        return
+    failed_trials._known_to_display(self, trial_id)
+    if trial.status == trial_module.TrialStatus.FAILED and not trial.message:
+        # keras-tuner's proto has no message: a group's FAILED end of a trial the
+        # operator named (TUNEOP_FAILED_TRIALS is on every pod) gets its reason here
+        reason = parse_failed_trials(os.environ.get(ENV_FAILED_TRIALS)).get(trial_id)
+        trial.message = failed_trials.message(reason) if reason else None
+    _original["end_trial"](self, trial)
+    self.save()  # keras-tuner pops the ongoing entry after its own save
+    _changed.set()
+    on_change = _state["on_change"]
+    if on_change is not None:
+        on_change(self)
 
 
 def keep_ongoing(oracle: Any, ongoing: dict[str, Any]) -> None:
