@@ -38,7 +38,7 @@ from .spec import SpecError, TrainerSpec, load_spec_file
 log = logging.getLogger("tuneop_trainer")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tuneop_trainer")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run (or resume) the search described by a TuningJob")
@@ -64,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     exe.add_argument("script", help="the keras-tuner script (*.py)")
     exe.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
