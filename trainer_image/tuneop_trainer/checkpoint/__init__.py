@@ -28,6 +28,7 @@ must not record the trial FAILED for it, and the trainer exits 75 to be retried.
 from .state import (
     REPLICA_SEP,
     CheckpointMismatch,
+    Layout,
     model_state,
     restore_metrics,
     restore_state,
@@ -47,6 +48,7 @@ __all__ = [
     "BackgroundWriter",
     "CheckpointMismatch",
     "CheckpointStore",
+    "Layout",
     "SaveDone",
     "VolumeError",
     "model_state",

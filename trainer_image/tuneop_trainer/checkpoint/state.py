@@ -3,6 +3,7 @@ optimizer and metric-accumulator variables (per-replica shares of SUM accumulato
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from typing import Any
@@ -37,13 +38,45 @@ def model_state(model: Any) -> dict[str, np.ndarray]:
     return arrays
 
 
-def restore_state(model: Any, arrays: dict[str, np.ndarray], groups: tuple[str, ...]) -> None:
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How many replicas wrote a checkpoint and what its metric arrays hold: the total
+    (one process: MirroredStrategy or none) or one replica's share (MultiWorkerMirrored,
+    read from the chief's local copy, see `_multiworker`)."""
+
+    replicas: int
+    metric_share: bool
+
+    @classmethod
+    def of(cls, model: Any) -> Layout:
+        return cls(int(model.distribute_strategy.num_replicas_in_sync), _multiworker(model))
+
+    def meta(self) -> dict[str, Any]:
+        return {"replicas": self.replicas, "metricShare": self.metric_share}
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> Layout | None:
+        if "replicas" not in meta:
+            return None  # written before layouts were recorded: the same layout
+        return cls(int(meta["replicas"]), bool(meta.get("metricShare")))
+
+
+def restore_state(
+    model: Any,
+    arrays: dict[str, np.ndarray],
+    groups: tuple[str, ...],
+    written_by: Layout | None = None,
+) -> None:
     """Assign saved arrays to the model's variables (call inside strategy.scope()).
 
     Variables are matched by path and their shapes checked. When the paths differ but
     the count and every shape agree in order (Keras numbers auto-named layers per
     session: `dense_3` in one process is `dense` in another), they are matched in
-    order. Anything else raises `CheckpointMismatch` naming the variable."""
+    order. Anything else raises `CheckpointMismatch` naming the variable.
+    `written_by`: the checkpoint's layout; when it is not the model's, metric
+    accumulators are merged into their total and split over the model's replicas."""
+    if written_by is not None and written_by != Layout.of(model):
+        arrays = _as_totals(arrays, written_by)
     current = _groups(model)
     for group in groups:
         variables = current[group]
@@ -73,7 +106,11 @@ def restore_state(model: Any, arrays: dict[str, np.ndarray], groups: tuple[str, 
                 )
             components = _local_components(var)
             shares = [arrays.get(f"{key}{REPLICA_SEP}{i}") for i in range(len(components))]
-            if local:
+            if local and written_by is not None and written_by != Layout.of(model):
+                share = value / model.distribute_strategy.num_replicas_in_sync
+                for component in components:
+                    component.assign(share.astype(value.dtype))
+            elif local:
                 for component in components:
                     component.assign(value)
             elif (
@@ -85,6 +122,20 @@ def restore_state(model: Any, arrays: dict[str, np.ndarray], groups: tuple[str, 
                     component.assign(share)
             else:
                 var.assign(value)
+
+
+def _as_totals(arrays: dict[str, np.ndarray], written_by: Layout) -> dict[str, np.ndarray]:
+    """Metric accumulators as the totals over the writer's replicas (a share times
+    their number: every replica of a group holds an equal share after a restore, and
+    SUM accumulators of one epoch grow alike on each), without per-replica shares; the
+    assignment below splits a total evenly over the new replicas."""
+    out = {}
+    for key, value in arrays.items():
+        if not key.startswith("metrics/"):
+            out[key] = value
+        elif REPLICA_SEP not in key:
+            out[key] = value * written_by.replicas if written_by.metric_share else value
+    return out
 
 
 def _keys(group: str, variables: list[Any]) -> list[str]:
@@ -111,8 +162,10 @@ def _saved_order(saved: list[str]) -> Any:
     return order
 
 
-def restore_metrics(model: Any, arrays: dict[str, np.ndarray]) -> None:
-    restore_state(model, arrays, ("metrics",))
+def restore_metrics(
+    model: Any, arrays: dict[str, np.ndarray], written_by: Layout | None = None
+) -> None:
+    restore_state(model, arrays, ("metrics",), written_by)
 
 
 def _multiworker(model: Any) -> bool:

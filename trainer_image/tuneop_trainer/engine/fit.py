@@ -38,6 +38,7 @@ from .. import multiworker, preemption, seeds
 from ..checkpoint import (
     CheckpointMismatch,
     CheckpointStore,
+    Layout,
     model_state,
     restore_metrics,
     restore_state,
@@ -46,7 +47,7 @@ from ..checkpoint import (
 from . import callback_state, inputs, runtime, tensorboard
 from .inputs import FitInput
 from .inputs.arrays import digest, is_arrays, to_numpy
-from .inputs.base import ResumeMismatch
+from .inputs.base import ResumeMismatch, UnsupportedFit
 from .inputs.iterations import install as install_counting
 from .inputs.validation import validation_input
 
@@ -113,6 +114,8 @@ class ResumableFit:
                 "seed differs between them); stopped rather than train their replicas on "
                 "different batches"
             )
+        self.layout = Layout.of(model)  # replicas now; a checkpoint's may differ
+        self.written_by: Layout | None = None  # the restored checkpoint's
         self.epoch_steps = 0  # batches of the current epoch trained so far
         self.resumed_logs: dict[str, Any] | None = None  # see _Checkpointer.on_epoch_begin
         self.in_epoch = False
@@ -179,7 +182,7 @@ class ResumableFit:
     def _restore(self, arrays: dict[str, np.ndarray], groups: tuple[str, ...]) -> None:
         try:
             with self.model.distribute_strategy.scope():
-                restore_state(self.model, arrays, groups)
+                restore_state(self.model, arrays, groups, self.written_by)
         except CheckpointMismatch as exc:
             raise ResumeMismatch(
                 f"{self.rt.script}: {self.label}: the model differs from the one in its "
@@ -205,6 +208,7 @@ class ResumableFit:
             "callbacks": described,
             "fingerprint": self.fingerprint,
             "tensorboard": self.logs.sizes(),
+            **self.layout.meta(),
             # epoch_end: the epoch-end save, before the input's end_epoch
             **self.input.state(
                 self.epoch_steps if self.in_epoch else 0, self.in_epoch and step == 0
@@ -244,6 +248,7 @@ class ResumableFit:
         if found is not None:
             arrays, meta, path = found
             self._check_fingerprint(meta)
+            self._check_layout(meta)
             start_epoch, start_step = int(meta["epoch"]), int(meta["step"])
             self.history = {k: list(v) for k, v in meta["history"].items()}
             self.epochs_done = list(meta["epochsDone"])
@@ -294,6 +299,32 @@ class ResumableFit:
             self.saved_callbacks = (meta["callbacks"], arrays)
             if step:
                 self.pending_metrics = arrays
+
+    def _check_layout(self, meta: dict[str, Any]) -> None:
+        """A checkpoint written by another number of replicas resumes with the same
+        global batch (split over the replicas there are now), when they divide it."""
+        self.written_by = Layout.from_meta(meta)
+        then, now = self.written_by, self.layout
+        if then is None or then.replicas == now.replicas or meta.get("done"):
+            return  # a done fit trains no more: its replicas do not matter
+        batch = self.input.global_batch()
+        if batch is not None and batch % now.replicas:
+            divisors = [n for n in range(1, batch + 1) if batch % n == 0]
+            raise UnsupportedFit(
+                f"{self.rt.script}: {self.label}: its checkpoint was written by "
+                f"{then.replicas} replicas and this process has {now.replicas}: the global "
+                f"batch of {batch} does not split evenly over {now.replicas}; resume on a "
+                f"replica count that divides it ({', '.join(map(str, divisors))})"
+            )
+        log.warning(
+            "%s: resuming a checkpoint of %d replicas on %d: the same global batch%s and "
+            "data order; not bit-identical to an uninterrupted run (the reduction order "
+            "changes; docs/design/trainer.md, elastic resume)",
+            self.label,
+            then.replicas,
+            now.replicas,
+            f" ({batch}, {batch // now.replicas} per replica)" if batch else "",
+        )
 
     def _check_fingerprint(self, meta: dict[str, Any]) -> None:
         saved = meta.get("fingerprint") or {}
@@ -472,7 +503,7 @@ class _Checkpointer(keras.callbacks.Callback):  # type: ignore[misc]
         fit.input.on_epoch_begin(self.model)
         if fit.pending_metrics is not None:
             with self.model.distribute_strategy.scope():
-                restore_metrics(self.model, fit.pending_metrics)
+                restore_metrics(self.model, fit.pending_metrics, fit.written_by)
             fit.pending_metrics = None
             # The epoch's training metrics so far: what it reports if no batch is left
             # (resumed after its last batch, its length not known when saved).

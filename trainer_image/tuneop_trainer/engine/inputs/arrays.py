@@ -111,6 +111,9 @@ class ArrayInput(FitInput):
 
         return (head(self.x), head(self.y), head(self.sample_weight))
 
+    def global_batch(self) -> int | None:
+        return self.batch_size
+
     def _pass_order(self, p: int) -> np.ndarray:
         shuffle, n, bs = self.ctx.args["shuffle"], self.samples, self.batch_size
         rng = np.random.default_rng([self.ctx.seed, p])

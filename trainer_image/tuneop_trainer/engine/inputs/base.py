@@ -61,6 +61,15 @@ class FitInput:
         """A batch to build the model from before training, or None."""
         return None
 
+    def global_batch(self) -> int | None:
+        """Samples in a full batch (split over the replicas), when known."""
+        batch = self.build_batch()
+        if batch is None:
+            return None
+        leaves = [leaf for leaf in keras.tree.flatten(batch) if leaf is not None]
+        first = leaves[0].shape[0] if leaves and len(leaves[0].shape) else None
+        return int(first) if first is not None else None
+
     def epoch(self, epoch: int, start: int) -> dict[str, Any]:
         """Keras `fit` arguments training batches [start, steps) of `epoch`."""
         raise NotImplementedError

@@ -71,6 +71,13 @@ class DatasetInput(CountedInput):
         # reshuffling and change every epoch's order.
         return tfdata.spec_batch(self.x.element_spec)
 
+    def global_batch(self) -> int | None:
+        import tensorflow as tf
+
+        leaves = tf.nest.flatten(self.x.element_spec)
+        shape = leaves[0].shape if leaves else None
+        return int(shape[0]) if shape is not None and shape.rank and shape[0] else None
+
     def epoch(self, epoch: int, start: int) -> dict[str, Any]:
         return {
             "x": self.stream.pipeline,
