@@ -80,12 +80,18 @@ def _mid(trial: str, epoch: int, step: int) -> Any:
 def test_killed_on_two_resumed_on_one_then_two(on_two: Path, on_one: Path, tmp_path: Path) -> None:
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     first, second = (t[0] for t in _trials(on_two)[:2])
-    assert signal_when(
-        start_exec(SCRIPT, ckpt, log, devices=2), ckpt, _mid(first, 1, 5), signal.SIGKILL
-    ) == -signal.SIGKILL
-    assert signal_when(
-        start_exec(SCRIPT, ckpt, log, devices=1), ckpt, _mid(second, 0, 7), signal.SIGKILL
-    ) == -signal.SIGKILL
+    assert (
+        signal_when(
+            start_exec(SCRIPT, ckpt, log, devices=2), ckpt, _mid(first, 1, 5), signal.SIGKILL
+        )
+        == -signal.SIGKILL
+    )
+    assert (
+        signal_when(
+            start_exec(SCRIPT, ckpt, log, devices=1), ckpt, _mid(second, 0, 7), signal.SIGKILL
+        )
+        == -signal.SIGKILL
+    )
     proc = start_exec(SCRIPT, ckpt, log, devices=2)
     assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
     text = log.read_text()
@@ -106,9 +112,15 @@ def test_killed_on_two_resumed_on_one_then_two(on_two: Path, on_one: Path, tmp_p
 
 def test_a_global_batch_the_new_replicas_do_not_divide_is_refused(tmp_path: Path) -> None:
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    assert signal_when(
-        start_exec(SCRIPT, ckpt, log, devices=2), ckpt, lambda p: p.trial_id and p.step >= 5, signal.SIGKILL
-    ) == -signal.SIGKILL
+    assert (
+        signal_when(
+            start_exec(SCRIPT, ckpt, log, devices=2),
+            ckpt,
+            lambda p: p.trial_id and p.step >= 5,
+            signal.SIGKILL,
+        )
+        == -signal.SIGKILL
+    )
     proc = start_exec(SCRIPT, ckpt, log, devices=3)
     assert proc.wait(timeout=120) == EXIT_INVALID_SPEC
     last = log.read_text().strip().splitlines()[-1]
