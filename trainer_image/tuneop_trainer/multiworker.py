@@ -65,6 +65,10 @@ def apply(strategy: Any) -> bool:
             return original_reduce(values, strategy, reduction)
 
         def _reduce(v: Any) -> Any:
+            import tensorflow as tf
+
+            if not isinstance(v, tf.distribute.DistributedValues):
+                return v  # one value already (Keras returns those as they are)
             first = strategy.experimental_local_results(v)[0]
             if first.shape.rank == 0:
                 return strategy.reduce("MEAN", v, axis=None)

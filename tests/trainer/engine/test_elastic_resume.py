@@ -1,5 +1,6 @@
 """Elastic resume in the trainer: a search checkpointed on 2 replicas (MirroredStrategy over
-2 logical CPUs) resumes on 1 and back on 2 with the same global batch and data order.
+2 logical CPUs) resumes on 1 and back on 2, and a 2-worker MultiWorkerMirrored group
+resumes in one process and back, with the same global batch and data order.
 Not bit-identical (the gradient reduction differs), so asserted as: the same batch at
 every step (tests/trainer/scripts/elastic_search.py logs a fingerprint of each step's
 global batch), the same trials and best trial, weights within the difference an
@@ -15,7 +16,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from trainer_helpers import SCRIPTS, results, signal_when, start_exec, trial_fit
+from multiworker_helpers import kill_group_when, start_group, wait_all
+from trainer_helpers import (
+    SCRIPTS,
+    results,
+    signal_when,
+    start_exec,
+    trial_fit,
+    write_spec,
+)
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 
 SCRIPT = SCRIPTS / "elastic_search.py"
@@ -127,3 +136,24 @@ def test_a_global_batch_the_new_replicas_do_not_divide_is_refused(tmp_path: Path
     assert "written by 2 replicas and this process has 3" in last
     assert "the global batch of 8 does not split evenly over 3" in last
     assert "(1, 2, 4, 8)" in last
+
+
+def test_a_two_worker_group_resumes_in_one_pod_and_back(on_two: Path, tmp_path: Path) -> None:
+    """2 workers of 1 device (MultiWorkerMirrored: the checkpoint holds the chief's
+    share of each metric accumulator) killed mid-epoch, resumed as one process of 2
+    devices, killed, resumed as the 2-worker group: the same batches and trials."""
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    ckpt.mkdir()
+    spec = write_spec(tmp_path, {"checkpoint": {"intervalSteps": 3, "intervalSeconds": 0}})
+    workers = [tmp_path / "w0", tmp_path / "w1"]
+    first, second = (t[0] for t in _trials(on_two)[:2])
+    kill_group_when(spec, ckpt, workers, _mid(first, 1, 5), SCRIPT)
+    assert signal_when(
+        start_exec(SCRIPT, ckpt, log, devices=2), ckpt, _mid(second, 0, 7), signal.SIGKILL
+    ) == -signal.SIGKILL
+    codes = wait_all(start_group(spec, ckpt, workers, SCRIPT), timeout=300)
+    assert codes == [EXIT_COMPLETED] * 2, workers[0].read_text()[-3000:]
+    assert "resuming a checkpoint of 2 replicas on 2" not in log.read_text()
+    assert _steps(ckpt) == _steps(on_two)
+    assert _trials(ckpt) == _trials(on_two)
+    assert results(ckpt)["best"]["trialId"] == results(on_two)["best"]["trialId"]

@@ -9,16 +9,14 @@ import ast
 import json
 import re
 import signal
-import socket
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from multiworker_helpers import kill_group_when, start_group, wait_all, wait_progress
 from trainer_helpers import (
     SCRIPTS,
     comparable,
-    env,
     fit_weights,
     results,
     tiny_spec,
@@ -27,90 +25,15 @@ from trainer_helpers import (
     write_spec,
 )
 from tuneop_contract import (
-    ENV_TF_CONFIG,
     EXIT_COMPLETED,
     EXIT_PREEMPTED,
     TUNER_DIR,
     read_progress,
 )
 
-from tests.forkserver import TrainerProcess, launch
-
 pytestmark = pytest.mark.slow
 
 SPEC = {"algorithm": "RandomSearch", "maxTrials": 2, "maxEpochs": 2}
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _start_group(
-    spec: Path, ckpt: Path, logs: list[Path], script: Path | None = None
-) -> list[TrainerProcess]:
-    """Start the workers: `run --spec`, or `exec` on `script` (script mode)."""
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(len(logs))]
-    procs = []
-    for index, log in enumerate(logs):
-        e = env(devices=1)
-        e[ENV_TF_CONFIG] = json.dumps(
-            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        )
-        cmd = ["-m", "tuneop_trainer", "run", "--dir", str(ckpt), "--spec", str(spec)]
-        if script is not None:
-            cmd = ["-m", "tuneop_trainer", "exec", "--dir", str(ckpt), "--spec", str(spec)]
-            cmd += ["--deterministic", str(script)]
-        procs.append(launch(cmd, e, log, cwd=ckpt.parent))
-    return procs
-
-
-def _wait_all(procs: list[TrainerProcess], timeout: float = 150) -> list[int]:
-    try:
-        return [p.wait(timeout=timeout) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
-def _wait_progress(procs: list[TrainerProcess], ckpt: Path, pred: Any) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert all(p.poll() is None for p in procs), "a worker exited before the kill point"
-        try:
-            progress = read_progress(ckpt)
-        except (ValueError, OSError):
-            progress = None
-        if progress is not None and pred(progress):
-            return
-        time.sleep(0.05)
-    raise AssertionError("kill point not reached")
-
-
-def _kill_group_when(
-    spec: Path, ckpt: Path, logs: list[Path], pred: Any, script: Path | None = None
-) -> None:
-    """Start a group, SIGKILL every worker once pred(progress) holds (the pod group is
-    lost together)."""
-    procs = _start_group(spec, ckpt, logs, script)
-    try:
-        _wait_progress(procs, ckpt, pred)
-        for proc in procs:
-            proc.send_signal(signal.SIGKILL)
-        assert [proc.wait(timeout=30) for proc in procs] == [-signal.SIGKILL] * 2
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
 
 
 def _best_line(log: Path) -> dict[str, Any]:
@@ -128,7 +51,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("mw-reference")
     spec = write_spec(tmp, tiny_spec(**SPEC))
     ckpt, logs = tmp / "ckpt", [tmp / "log0", tmp / "log1"]
-    codes = _wait_all(_start_group(spec, ckpt, logs))
+    codes = wait_all(start_group(spec, ckpt, logs))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     return {"results": results(ckpt), "logs": logs, "ckpt": ckpt}
 
@@ -159,10 +82,8 @@ def test_group_sigkilled_mid_trial_resumes_from_checkpoint(
     spec = write_spec(tmp_path, tiny_spec(**SPEC))
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
     last = reference["results"]["trials"][-1]["trialId"]
-    _kill_group_when(
-        spec, ckpt, logs, lambda p: p.trial_id == last and p.epoch == 1 and p.step >= 4
-    )
-    codes = _wait_all(_start_group(spec, ckpt, logs))
+    kill_group_when(spec, ckpt, logs, lambda p: p.trial_id == last and p.epoch == 1 and p.step >= 4)
+    codes = wait_all(start_group(spec, ckpt, logs))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     for log in logs:  # both workers restored the chief's mid-epoch checkpoint
         restored = re.findall(r"restored ckpt-\d+ at epoch (\d+) step (\d+)", log.read_text())
@@ -184,9 +105,9 @@ def test_losing_one_worker_is_a_preemption_not_a_failed_trial(
     spec = write_spec(tmp_path, tiny_spec(**SPEC))
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
     first = reference["results"]["trials"][0]["trialId"]
-    procs = _start_group(spec, ckpt, logs)
+    procs = start_group(spec, ckpt, logs)
     try:
-        _wait_progress(procs, ckpt, lambda p: p.trial_id == first and p.step >= 3)
+        wait_progress(procs, ckpt, lambda p: p.trial_id == first and p.step >= 3)
         procs[1].send_signal(signal.SIGKILL)
         assert procs[1].wait(timeout=30) == -signal.SIGKILL
         assert procs[0].wait(timeout=120) == EXIT_PREEMPTED, logs[0].read_text()[-3000:]
@@ -198,7 +119,7 @@ def test_losing_one_worker_is_a_preemption_not_a_failed_trial(
     assert "lost another worker" in logs[0].read_text()
     trial = json.loads((ckpt / TUNER_DIR / "search" / f"trial_{first}" / "trial.json").read_text())
     assert trial["status"] == "RUNNING"
-    codes = _wait_all(_start_group(spec, ckpt, logs))
+    codes = wait_all(start_group(spec, ckpt, logs))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     got = results(ckpt)
     assert comparable(got) == comparable(reference["results"])
@@ -213,15 +134,15 @@ def test_script_mode_group_sigkilled_mid_trial_resumes_exactly(tmp_path: Path) -
     spec = write_spec(tmp_path, {"checkpoint": {"intervalSteps": 3, "intervalSeconds": 0}})
     ref, ref_logs = tmp_path / "ref" / "ckpt", [tmp_path / "ref0", tmp_path / "ref1"]
     ref.parent.mkdir()
-    codes = _wait_all(_start_group(spec, ref, ref_logs, script))
+    codes = wait_all(start_group(spec, ref, ref_logs, script))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in ref_logs)
     assert "MultiWorkerMirroredStrategy, 2 replica(s)" in ref_logs[1].read_text()
 
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
-    _kill_group_when(
+    kill_group_when(
         spec, ckpt, logs, lambda p: p.trial_id == "1" and p.epoch >= 1 and p.step >= 3, script
     )
-    codes = _wait_all(_start_group(spec, ckpt, logs, script))
+    codes = wait_all(start_group(spec, ckpt, logs, script))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     for log in logs:
         assert "trial 1 fit 0: restored" in log.read_text()
@@ -240,19 +161,19 @@ def test_tfrecord_script_group_killed_at_two_points_resumes_exactly(
     script = SCRIPTS / "tfrecord_search.py"
     spec = write_spec(tmp_path, {"checkpoint": {"intervalSteps": 3, "intervalSeconds": 0}})
     ref, ref_logs = tmp_path / "ref", [tmp_path / "ref0", tmp_path / "ref1"]
-    codes = _wait_all(_start_group(spec, ref, ref_logs, script))
+    codes = wait_all(start_group(spec, ref, ref_logs, script))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in ref_logs)
 
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
     for trial, epoch in (("0", 1), ("1", 1)):
-        _kill_group_when(
+        kill_group_when(
             spec,
             ckpt,
             logs,
             lambda p, t=trial, e=epoch: p.trial_id == t and p.epoch >= e and p.step >= 3,
             script,
         )
-    codes = _wait_all(_start_group(spec, ckpt, logs, script))
+    codes = wait_all(start_group(spec, ckpt, logs, script))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     for log in logs:
         text = log.read_text()

@@ -1,7 +1,7 @@
 # A small keras-tuner search whose model also says what it trained on: every sample
 # carries its id through an Identity output, and two metrics report the sum of the ids
-# and of their squares over the global batch of the step (each replica's part, summed
-# into the logs: the same on any number of replicas). A callback appends one line per step -
+# and of their squares over the global batch of the step (all-reduced over the
+# replicas: the same on any number of them). A callback appends one line per step -
 # trial, epoch, step, the two sums - to steps.jsonl in the working directory. Sums
 # of at most 8 ids below 96 are exact in float32.
 import json
@@ -30,11 +30,10 @@ class GlobalBatchSum(keras.metrics.Metric):
         self.total = self.add_variable(shape=(), initializer="zeros", name="total")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        # This replica's part; Keras sums the replicas' values into the step's logs.
         self.total.assign(ops.sum(ops.power(ops.cast(y_true, "float32"), self.power)))
 
     def result(self):
-        return self.total
+        return ops.convert_to_tensor(self.total)
 
 
 def build(hp):
