@@ -148,9 +148,12 @@ def test_a_two_worker_group_resumes_in_one_pod_and_back(on_two: Path, tmp_path: 
     workers = [tmp_path / "w0", tmp_path / "w1"]
     first, second = (t[0] for t in _trials(on_two)[:2])
     kill_group_when(spec, ckpt, workers, _mid(first, 1, 5), SCRIPT)
-    assert signal_when(
-        start_exec(SCRIPT, ckpt, log, devices=2), ckpt, _mid(second, 0, 7), signal.SIGKILL
-    ) == -signal.SIGKILL
+    assert (
+        signal_when(
+            start_exec(SCRIPT, ckpt, log, devices=2), ckpt, _mid(second, 0, 7), signal.SIGKILL
+        )
+        == -signal.SIGKILL
+    )
     codes = wait_all(start_group(spec, ckpt, workers, SCRIPT), timeout=300)
     assert codes == [EXIT_COMPLETED] * 2, workers[0].read_text()[-3000:]
     assert "resuming a checkpoint of 2 replicas on 2" not in log.read_text()
