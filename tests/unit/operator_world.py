@@ -15,7 +15,7 @@ from tuneop.act import executor
 from tuneop.api import names, queue
 from tuneop.api import status as st
 from tuneop.api.events import Event
-from tuneop.api.spec import JobSpec
+from tuneop.api.spec import job_spec
 from tuneop.decide.patch import Decision, Refusal
 from tuneop.decide.reconcile import decide
 from tuneop.render import children
@@ -168,7 +168,7 @@ class World:
             decide_pass,
             metrics_port=CONFIG.trainer_metrics_port,
             uid=CONFIG.trainer_uid,
-            spec=JobSpec.from_dict(self.job["spec"]),
+            spec=job_spec(self.job),
         ).decision
 
     # --- what the cluster and the trainer do -----------------------------------
@@ -225,3 +225,27 @@ def start(world: World) -> None:
     world.run_pods()
     world.step()
     assert world.status["phase"] == st.PHASE_RUNNING
+
+
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+}
+
+
+def unschedulable(w: World) -> None:
+    for pod in w.pods.values():
+        pod["status"] = {"phase": "Pending", "conditions": [UNSCHEDULABLE]}
+
+
+QUEUE = {queue.QUEUE_LABEL: "team-a"}
+
+
+def gate(w: World) -> None:
+    """What Kueue's webhook does to a labelled pod."""
+    for pod in w.pods.values():
+        pod["spec"]["schedulingGates"] = [{"name": queue.ADMISSION_GATE}]
+        pod["metadata"]["finalizers"] = [queue.FINALIZER]
+        pod["status"] = {"phase": "Pending"}

@@ -12,9 +12,7 @@ from tuneop.api.spec import JobSpec
 from tuneop.decide.classify import Outcome, classify
 from tuneop.render import trainer_pods
 
-from tests.unit.operator_world import World, start
-
-QUEUE = {queue.QUEUE_LABEL: "team-a"}
+from tests.unit.operator_world import QUEUE, World, gate, start
 
 
 def queued_world(**spec: Any) -> World:
@@ -22,14 +20,6 @@ def queued_world(**spec: Any) -> World:
     w.job["metadata"]["labels"] = dict(QUEUE)
     w.job["metadata"]["uid"] = "abcdef-123"
     return w
-
-
-def gate(w: World) -> None:
-    """What Kueue's webhook does to a labelled pod."""
-    for pod in w.pods.values():
-        pod["spec"]["schedulingGates"] = [{"name": queue.ADMISSION_GATE}]
-        pod["metadata"]["finalizers"] = [queue.FINALIZER]
-        pod["status"] = {"phase": "Pending"}
 
 
 def admit(w: World) -> None:

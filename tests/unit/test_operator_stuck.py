@@ -14,14 +14,7 @@ from tuneop.decide.patch import Decision
 from tuneop.decide.refusal import CHILD_CONFLICT, POD_REJECTED
 
 from tests.unit.fakes import JOB, QUOTA_REFUSAL, FakeKube, stored_object
-from tests.unit.operator_world import World, start
-
-UNSCHEDULABLE = {
-    "type": "PodScheduled",
-    "status": "False",
-    "reason": "Unschedulable",
-    "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
-}
+from tests.unit.operator_world import UNSCHEDULABLE, World, start, unschedulable
 
 
 def waiting(reason: str, message: str = "", init: bool = False) -> dict[str, Any]:
@@ -54,11 +47,6 @@ def test_a_pod_terminating_on_an_unreachable_node_says_what_to_do():
     assert "node.kubernetes.io/out-of-service" in c.message
     ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     assert classify(pod, node=ready, node_known=True).reason == "DeletedExternally"
-
-
-def unschedulable(w: World) -> None:
-    for pod in w.pods.values():
-        pod["status"] = {"phase": "Pending", "conditions": [UNSCHEDULABLE]}
 
 
 def test_an_unschedulable_group_is_named_then_stalled():

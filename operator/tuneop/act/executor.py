@@ -16,7 +16,7 @@ import tuneop_contract as contract
 from ..api import names
 from ..api.groups import group_named
 from ..api.owners import owned_by, owner_uids
-from ..api.spec import JobSpec
+from ..api.spec import JobSpec, job_spec
 from ..decide.patch import Decision, Refusal
 from ..decide.refusal import CHILD_CONFLICT, POD_REJECTED
 from ..render import children, trainer_pods
@@ -132,7 +132,7 @@ def apply(
     the status patch left it (None: no patch)."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    spec = spec or JobSpec.from_dict(job.get("spec") or {})
+    spec = spec or job_spec(job)
     if decision.ensure_children:
         _ensure_children(kube, job, spec, decision.reset_progress, logger)
     pods = {"metrics_port": metrics_port, "uid": uid, "progress_interval": progress_interval}
@@ -266,7 +266,7 @@ def cleanup(kube: Kube, job: Obj, logger: Logger = log) -> None:
     name, or a user's object that happens to have a child's name, is left alone."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    spec = JobSpec.from_dict(job.get("spec") or {})
+    spec = job_spec(job)
     for pod in kube.list_pods(namespace, name):
         if owned_by({**pod, "kind": "Pod"}, job):
             kube.delete("Pod", namespace, pod["metadata"]["name"], uid=pod["metadata"].get("uid"))

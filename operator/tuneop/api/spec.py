@@ -41,6 +41,34 @@ class SpecError:
 
 
 @dataclasses.dataclass(frozen=True)
+class Shape:
+    """A trial's pods and GPUs: `workers` pods of `gpus_per_worker` GPUs each."""
+
+    workers: int
+    gpus_per_worker: int
+
+    @property
+    def name(self) -> str:
+        """As `kubectl get tj -o wide` shows it: workers x GPUs per worker."""
+        return f"{self.workers}x{self.gpus_per_worker}"
+
+    @property
+    def replicas(self) -> int:
+        """The trainer's replicas (a CPU pod is one)."""
+        return self.workers * max(self.gpus_per_worker, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Elastic:
+    """`spec.distribution.elastic`: the shapes a trial group may also run in, in order
+    of preference after the job's own (`distribution.workers` x `gpusPerWorker`), and how
+    long a group may stay unschedulable (or queued by Kueue) before the next one."""
+
+    shapes: tuple[Shape, ...] = ()
+    wait_seconds: int = 120
+
+
+@dataclasses.dataclass(frozen=True)
 class Distribution:
     strategy: str = "Auto"
     workers: int = 1
@@ -48,6 +76,27 @@ class Distribution:
     shm_size: str = "1Gi"  # in-memory /dev/shm of GPU pods; "0": none
     gpu_resource: str = podtemplate.DEFAULT_GPU_RESOURCE
     """The extended resource GPUs are counted in (limit and toleration key)."""
+    elastic: Elastic | None = None
+    shape_index: int = 0
+    """The shape in use: 0 the job's own, i the i-th of `elastic.shapes` (status.shape)."""
+    own: Shape | None = None
+    """The job's own shape while another is in use (workers and gpus_per_worker are
+    then the other's)."""
+
+    @property
+    def shapes(self) -> tuple[Shape, ...]:
+        """The job's own shape, then the elastic ones."""
+        own = self.own_shape
+        return (own, *(self.elastic.shapes if self.elastic else ()))
+
+    @property
+    def own_shape(self) -> Shape:
+        return self.own or Shape(self.workers, self.gpus_per_worker)
+
+    @property
+    def shape(self) -> Shape:
+        """The shape in use."""
+        return Shape(self.workers, self.gpus_per_worker)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +212,7 @@ class JobSpec:
                 gpus_per_worker=int(dist.get("gpusPerWorker", d_dist.gpus_per_worker)),
                 shm_size=str(dist.get("shmSize") or d_dist.shm_size),
                 gpu_resource=str(dist.get("gpuResource") or d_dist.gpu_resource),
+                elastic=_elastic(dist.get("elastic")),
             ),
             checkpoint=Checkpoint(
                 existing_claim=ckpt.get("existingClaim") or "",
@@ -199,6 +249,25 @@ class JobSpec:
             oracle_resources=dict(oracle.get("resources") or DEFAULT_ORACLE_RESOURCES),
         )
 
+    def at_shape(self, index: int) -> JobSpec:
+        """This spec with the `index`-th of `distribution.shapes` in use (0: its own);
+        an index out of range (the spec changed) is the job's own shape."""
+        dist = self.distribution
+        shapes = dist.shapes
+        if not 0 < index < len(shapes):
+            return self
+        shape = shapes[index]
+        return dataclasses.replace(
+            self,
+            distribution=dataclasses.replace(
+                dist,
+                workers=shape.workers,
+                gpus_per_worker=shape.gpus_per_worker,
+                shape_index=index,
+                own=shapes[0],
+            ),
+        )
+
     @property
     def parallel(self) -> bool:
         """Several trials at once: an oracle pod and `parallel_trials` trial groups."""
@@ -212,6 +281,24 @@ class JobSpec:
     def script_configmap(self) -> str:
         """The ConfigMap the trainer pods mount, or "" (spec mode, or script.path)."""
         return self.script.config_map if self.script is not None else ""
+
+
+def _elastic(value: Any) -> Elastic | None:
+    if not isinstance(value, dict):
+        return None
+    shapes = tuple(
+        Shape(int(s.get("workers", 1)), int(s.get("gpusPerWorker", 1)))
+        for s in value.get("shapes") or ()
+        if isinstance(s, dict)
+    )
+    return Elastic(shapes, int(value.get("waitSeconds", Elastic.wait_seconds)))
+
+
+def job_spec(job: dict[str, Any]) -> JobSpec:
+    """The job's spec with the shape its status says is in use (status.shape)."""
+    spec = JobSpec.from_dict(job.get("spec") or {})
+    shape = ((job.get("status") or {}).get("shape") or {}).get("index")
+    return spec.at_shape(shape) if isinstance(shape, int) else spec
 
 
 def _interval(value: Any) -> int | str:
@@ -290,6 +377,7 @@ def validate(spec: JobSpec) -> list[SpecError]:
     # spec.template (checked on the raw spec: it is laid over the pods as given)
     errors += [SpecError(f, m) for f, m in podtemplate.check(spec.raw.get("template"))]
     errors += _check_access_modes(spec)
+    errors += _check_elastic(spec)
     fp = spec.failure_policy
     if fp.max_backoff_seconds < fp.backoff_seconds:
         errors.append(
@@ -304,6 +392,38 @@ def validate(spec: JobSpec) -> list[SpecError]:
                 "use spec.script.configMap for a script in a ConfigMap",
             )
         )
+    return errors
+
+
+def _check_elastic(spec: JobSpec) -> list[SpecError]:
+    """Elastic shapes: a sequential job only, each a different shape that divides the
+    search's global batch (spec mode; a script's batch the trainer checks)."""
+    dist = spec.distribution
+    if dist.elastic is None:
+        return []
+    field = "spec.distribution.elastic"
+    if spec.parallel:
+        return [SpecError(field, "not with parallelTrials > 1 (each trial group's shape)")]
+    errors = []
+    tuner = spec.raw.get("tuner") if isinstance(spec.raw.get("tuner"), dict) else None
+    batch = int(tuner.get("batchSize", 32)) if tuner is not None and not spec.script else None
+    own = dist.shapes[0]
+    for i, shape in enumerate(dist.shapes[1:]):
+        where = f"{field}.shapes[{i}]"
+        if shape == own or shape in dist.shapes[1 : i + 1]:
+            errors.append(SpecError(where, f"{shape.name} is already a shape of the job"))
+        elif (shape.gpus_per_worker == 0) != (own.gpus_per_worker == 0):
+            errors.append(SpecError(where, "GPUs or none, as distribution.gpusPerWorker"))
+        elif shape.workers > 1 and dist.strategy == "Mirrored":
+            errors.append(SpecError(where, "Mirrored runs in one pod: workers must be 1"))
+        elif batch is not None and batch % shape.replicas:
+            errors.append(
+                SpecError(
+                    where,
+                    f"{shape.name} is {shape.replicas} replicas, which do not divide "
+                    f"spec.tuner.batchSize {batch} (the global batch is kept on every shape)",
+                )
+            )
     return errors
 
 

@@ -54,6 +54,9 @@ START_TIME = "startTime"
 """The job's first pod group (in a status.groups entry: that group's)."""
 COMPLETION_TIME = "completionTime"
 GOODPUT = "goodput"
+SHAPE = "shape"
+"""The shape in use with spec.distribution.elastic: {index, name, workers,
+gpusPerWorker, gpus} (index 0: the job's own)."""
 GROUPS = "groups"
 """A parallel job's pod groups, one entry each (the GROUP_* keys)."""
 

@@ -28,8 +28,9 @@ from ..api import status as st
 from ..api.groups import pod_groups, sequential_group
 from ..api.owners import foreign
 from ..api.queue import QUEUED
-from ..api.spec import JobSpec, SpecError, check_existing_claim, validate
+from ..api.spec import JobSpec, SpecError, check_existing_claim, job_spec, validate
 from .classify import attempt_of, needs_node
+from .elastic import follow_shape
 from .group import (
     backoff_wait,
     classify_group,
@@ -74,7 +75,7 @@ def nodes_to_read(job: Obj, pods: list[Obj], spec: JobSpec | None = None) -> lis
     status = job.get("status") or {}
     if status.get(st.PHASE) in st.TERMINAL_PHASES:
         return []
-    spec = spec or JobSpec.from_dict(job.get("spec") or {})
+    spec = spec or job_spec(job)
     name = job["metadata"]["name"]
     attempts: dict[str, str] = {}  # pod name -> the attempt of its group that runs
     if spec.parallel:
@@ -132,7 +133,7 @@ def decide(
     draft = Draft(job, now)
     draft.workloads = workloads or {}
     draft.refused = refused
-    spec = spec or JobSpec.from_dict(job.get("spec") or {})
+    spec = spec or job_spec(job)
     draft.put(st.OBSERVED_GENERATION, draft.generation)
     for counter in st.COUNTERS:
         if draft.get(counter) is None:
@@ -211,6 +212,7 @@ def _run_groups(
         return
     if _follow_groups(draft, spec, groups, nodes, last_seen, results):
         return
+    follow_shape(draft, spec, groups, results)
     if _judge_stalls(draft, spec, groups, results):
         return
     record_states(groups, results)

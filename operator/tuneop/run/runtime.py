@@ -16,7 +16,7 @@ from typing import Any
 from ..act import executor
 from ..act import kube as kube_mod
 from ..api import names, podtemplate, queue
-from ..api.spec import JobSpec
+from ..api.spec import JobSpec, job_spec
 from ..decide.patch import Decision, Refusal
 from ..decide.reconcile import decide, nodes_to_read
 from . import metrics
@@ -120,7 +120,7 @@ class Runtime:
             return None
         # what the job leaves unset comes from the cluster-wide trainer defaults
         job = podtemplate.with_defaults(view.job, self.config.trainer_defaults)
-        spec = JobSpec.from_dict(job.get("spec") or {})  # once per pass, passed down
+        spec = job_spec(job)  # once per pass, passed down
         pods = view.pods
         nodes = {node: self.node(node) for node in nodes_to_read(job, pods, spec)}
         script = _ScriptConfigMaps(self.kube, namespace, spec.script_configmap)

@@ -1,0 +1,131 @@
+"""Elastic shapes (spec.distribution.elastic): a trainer group that stays unschedulable or
+queued for waitSeconds is recreated in the next shape, status.shape and an Event say so,
+no counter moves, the pods are rendered in the new shape; the last shape waits; a job
+without the field behaves as before; bad shapes are named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuneop.api import status as st
+from tuneop.api.spec import JobSpec, job_spec, validate
+from tuneop.decide.elastic import SHAPE_CHANGED
+
+from tests.unit.operator_world import QUEUE, World, gate, unschedulable
+
+GPU = "nvidia.com/gpu"
+
+
+def elastic_world(workers: int = 1, gpus: int = 4, **spec: Any) -> World:
+    shapes = spec.pop("shapes", [{"gpusPerWorker": 2}, {"gpusPerWorker": 1}])
+    w = World(workers=workers, pendingTimeoutSeconds=600, **spec)
+    w.job["spec"]["distribution"].update(
+        gpusPerWorker=gpus, elastic={"shapes": shapes, "waitSeconds": 30}
+    )
+    return w
+
+
+def gpus_of(pod: dict[str, Any]) -> str:
+    return str(pod["spec"]["containers"][0]["resources"]["limits"][GPU])
+
+
+def shrink(w: World) -> None:
+    """The group waits past waitSeconds; the next passes recreate it."""
+    unschedulable(w)
+    w.step(31)
+    w.gc_deleted()
+    w.step()
+
+
+def test_an_unschedulable_group_is_recreated_in_the_next_shape() -> None:
+    w = elastic_world()
+    w.step()
+    assert w.status[st.SHAPE] == {
+        "index": 0, "name": "1x4", "workers": 1, "gpusPerWorker": 4, "gpus": 4,
+    }  # fmt: skip
+    assert [gpus_of(p) for p in w.pods.values()] == ["4"]
+    unschedulable(w)
+    d = w.step(20)
+    assert w.status[st.SHAPE]["index"] == 0 and d.requeue_after is not None
+    assert d.requeue_after <= 10 + 1e-6  # woken when the wait is over
+    w.step(11)
+    assert w.status[st.SHAPE]["name"] == "1x2" and w.status[st.SHAPE]["index"] == 1
+    assert w.reasons().count(SHAPE_CHANGED) == 1
+    message = next(m for _, r, m in w.events if r == SHAPE_CHANGED)
+    assert "(1x4) Unschedulable for 31s (elastic.waitSeconds=30)" in message
+    assert "as 1x2, elastic shape 1 of 2" in message and "Insufficient nvidia.com/gpu" in message
+    assert all(p["metadata"].get("deletionTimestamp") for p in w.pods.values())
+    for counter in ("restarts", "failures", "preemptions"):
+        assert w.status[counter] == 0
+    assert w.status["attempt"] == 1
+    w.gc_deleted()
+    d = w.step()
+    assert d.create_pods == [0] and d.create_attempt == 1
+    assert [gpus_of(p) for p in w.pods.values()] == ["2"]
+    assert job_spec(w.job).distribution.gpus_per_worker == 2
+    w.run_pods()
+    w.step()
+    assert w.status["phase"] == st.PHASE_RUNNING and w.status[st.SHAPE]["gpus"] == 2
+
+
+def test_the_last_shape_waits_and_stalls_as_any_group() -> None:
+    w = elastic_world(shapes=[{"gpusPerWorker": 2}])
+    w.step()
+    shrink(w)
+    assert w.status[st.SHAPE]["index"] == 1
+    unschedulable(w)
+    w.step(100)
+    assert w.status[st.SHAPE]["index"] == 1 and w.reasons().count(SHAPE_CHANGED) == 1
+    w.step(600)
+    assert w.condition(st.COND_STALLED)["status"] == "True"
+
+
+def test_a_two_worker_group_shrinks_to_one_pod() -> None:
+    w = elastic_world(workers=2, gpus=1, shapes=[{"workers": 1, "gpusPerWorker": 2}])
+    w.step()
+    assert sorted(w.pods) == ["j-worker-0", "j-worker-1"]
+    shrink(w)
+    assert sorted(w.pods) == ["j-worker-0"] and gpus_of(w.pods["j-worker-0"]) == "2"
+    assert w.status[st.SHAPE]["name"] == "1x2"
+
+
+def test_a_group_kueue_keeps_queued_moves_to_the_next_shape() -> None:
+    w = elastic_world()
+    w.job["metadata"]["labels"] = dict(QUEUE)
+    w.step()
+    gate(w)
+    w.step(31)
+    assert w.status[st.SHAPE]["index"] == 1
+    w.gc_deleted()
+    w.step()
+    (pod,) = w.pods.values()
+    assert gpus_of(pod) == "2" and pod["metadata"]["labels"]["tuneop.io/attempt"] == "1"
+
+
+def test_without_elastic_shapes_a_group_waits_for_its_own() -> None:
+    w = World(pendingTimeoutSeconds=600)
+    w.step()
+    unschedulable(w)
+    w.step(500)
+    assert st.SHAPE not in w.status and w.status["attempt"] == 0
+    assert SHAPE_CHANGED not in w.reasons()
+
+
+def test_bad_shapes_are_named() -> None:
+    def errors(**spec: Any) -> list[str]:
+        base: dict[str, Any] = {"image": "i", "hypermodel": "m:H"}
+        dist = {"gpusPerWorker": 4, "elastic": {"shapes": spec.pop("shapes")}}
+        return [str(e) for e in validate(JobSpec.from_dict({**base, "distribution": dist, **spec}))]
+
+    assert errors(shapes=[{"gpusPerWorker": 2}]) == []
+    assert errors(shapes=[{"gpusPerWorker": 4}]) == [
+        "spec.distribution.elastic.shapes[0]: 1x4 is already a shape of the job"
+    ]
+    assert errors(shapes=[{"gpusPerWorker": 3}], tuner={"batchSize": 32}) == [
+        "spec.distribution.elastic.shapes[0]: 1x3 is 3 replicas, which do not divide "
+        "spec.tuner.batchSize 32 (the global batch is kept on every shape)"
+    ]
+    assert errors(shapes=[{"gpusPerWorker": 0}])[0].endswith("as distribution.gpusPerWorker")
+    assert errors(shapes=[{"gpusPerWorker": 2}], parallelTrials=2)[0].startswith(
+        "spec.distribution.elastic: not with parallelTrials > 1"
+    )
