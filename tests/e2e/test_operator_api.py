@@ -43,6 +43,22 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
             'spec.checkpoint.intervalSeconds must be an integer >= 0 (0 = off) or "auto"',
         ),
         ({"checkpoint": {"intervalSeconds": -1}}, "spec.checkpoint.intervalSeconds must be"),
+        (
+            {"distribution": {"gpusPerWorker": 2, "elastic": {"shapes": [{"gpusPerWorker": 4}]}}},
+            "each shape uses at most the job's own GPUs",
+        ),
+        (
+            {"distribution": {"elastic": {"shapes": [{"workers": 1}]}}},
+            "spec.distribution.elastic.shapes[0].gpusPerWorker: Required",
+        ),
+        (
+            {"distribution": {"elastic": {"shapes": [{"gpusPerWorker": 0}], "waitSeconds": 1}}},
+            "spec.distribution.elastic.waitSeconds",
+        ),
+        (
+            {"parallelTrials": 2, "distribution": {"elastic": {"shapes": [{"gpusPerWorker": 0}]}}},
+            "spec.distribution.elastic: not with parallelTrials > 1",
+        ),
     ],
 )
 def test_invalid_specs_are_rejected_with_a_clear_message(kubectl, change, message):

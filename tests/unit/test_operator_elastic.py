@@ -10,6 +10,7 @@ from typing import Any
 from tuneop.api import status as st
 from tuneop.api.spec import JobSpec, job_spec, validate
 from tuneop.decide.elastic import SHAPE_CHANGED
+from tuneop.run import metrics
 
 from tests.unit.operator_world import QUEUE, World, gate, unschedulable
 
@@ -129,3 +130,12 @@ def test_bad_shapes_are_named() -> None:
     assert errors(shapes=[{"gpusPerWorker": 2}], parallelTrials=2)[0].startswith(
         "spec.distribution.elastic: not with parallelTrials > 1"
     )
+
+
+def test_the_shape_in_use_is_exported() -> None:
+    w = elastic_world()
+    w.step()
+    assert metrics.snapshot(w.job["spec"], w.status)["tuneop_tuningjob_shape_gpus"] == 4.0
+    shrink(w)
+    assert metrics.snapshot(w.job["spec"], w.status)["tuneop_tuningjob_shape_gpus"] == 2.0
+    assert metrics.snapshot({}, {})["tuneop_tuningjob_shape_gpus"] is None

@@ -71,6 +71,10 @@ GAUGES = {
     "tuneop_tuningjob_goodput_percent": (
         "Share of the job's GPU time not lost to preemption (status.goodput.percent)."
     ),
+    "tuneop_tuningjob_shape_gpus": (
+        "GPUs of the shape in use with spec.distribution.elastic (status.shape.gpus); "
+        "absent without elastic shapes."
+    ),
     "tuneop_tuningjob_checkpoint_interval_seconds": (
         "Checkpoint interval the trainer chose (intervalSeconds auto; "
         "status.progress.checkpointIntervalSeconds)."
@@ -187,6 +191,7 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         "tuneop_tuningjob_parallel_trials": _parallel_trials(spec),
         "tuneop_tuningjob_running_trials": _running_trials(status),
         "tuneop_tuningjob_goodput_percent": _goodput(status, st.GOODPUT_PERCENT),
+        "tuneop_tuningjob_shape_gpus": _shape_gpus(status),
         "tuneop_tuningjob_checkpoint_interval_seconds": _progress_number(
             status, "checkpointIntervalSeconds"
         ),
@@ -202,6 +207,12 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
         "phase": str(status.get(st.PHASE) or st.PHASE_PENDING),
         STALLED_REASON: stalled_reason,
     }
+
+
+def _shape_gpus(status: Obj) -> float | None:
+    shape = status.get(st.SHAPE)
+    gpus = shape.get("gpus") if isinstance(shape, dict) else None
+    return float(gpus) if isinstance(gpus, int | float) else None
 
 
 class JobMetrics(Collector):

@@ -1,0 +1,52 @@
+"""Elastic shapes on the real control plane: a job running on the node's 4 GPUs is
+preempted by a pod that keeps 2 of them; its 4-GPU group stays unschedulable, so after
+`elastic.waitSeconds` the operator recreates it with 2 GPUs, the trainer resumes from
+its checkpoint on 2 replicas instead of 4 and the search completes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Env
+from tests.localcluster import disruption
+
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
+
+ELASTIC: dict[str, Any] = {
+    "gpusPerWorker": 4,
+    "elastic": {"shapes": [{"gpusPerWorker": 2}], "waitSeconds": 10},
+}
+
+
+def test_a_preempted_job_resumes_on_the_gpus_that_are_free(e2e: Env) -> None:
+    ns = e2e.namespace("elastic")
+    gpus = int(e2e.cluster.core.read_node("gpu-node-0").status.allocatable["nvidia.com/gpu"])
+    assert gpus == 4
+    e2e.submit(ns, distribution=ELASTIC)
+    e2e.wait_mid_trial(ns)
+    assert e2e.status(ns)["shape"]["name"] == "1x4"
+    # Takes 2 of the 4 GPUs, preempting the trainer, and keeps them.
+    disruption.preempt_with_priority(e2e.cluster.api, ns, 2)
+    shrunk = e2e.wait_status(
+        ns, lambda s: (s.get("shape") or {}).get("index") == 1, 180, "the 1x2 shape"
+    )
+    assert shrunk["shape"] == {
+        "index": 1, "name": "1x2", "workers": 1, "gpusPerWorker": 2, "gpus": 2,
+    }  # fmt: skip
+    restored = e2e.wait_status(ns, lambda s: s.get("restores", 0) >= 1, 240, "the restore")
+    resumed = restored["progress"]
+    assert (resumed["resumedFromEpoch"], resumed["resumedFromStep"]) > (0, 0), resumed
+    pod = e2e.cluster.pod(ns, "search-worker-0")
+    assert pod is not None and pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+    final = e2e.wait_phase(ns, "Succeeded", timeout=400)
+    assert final["preemptions"] == 1 and final["failures"] == 0 and final["restarts"] == 1
+    assert final["shape"]["name"] == "1x2"
+    reasons = e2e.reasons(ns)
+    assert reasons.count("ShapeChanged") == 1 and reasons[-1] == "Completed", reasons
+    changed = next(e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged")
+    assert "(1x4) Unschedulable for" in changed["message"], changed
+    assert "as 1x2, elastic shape 1 of 1" in changed["message"], changed
+    wide = e2e.kubectl("get", "tj", "search", "-n", ns, "-o", "wide").stdout
+    assert "SHAPE" in wide.splitlines()[0] and "1x2" in wide.splitlines()[1], wide
