@@ -111,12 +111,16 @@ bench-trainer: venv ## Trainer benchmark: work lost per preemption vs keras-tune
 	$(PY) bench/trainer/bench_checkpoint.py
 	$(PY) bench/trainer/bench_tfdata_resume.py
 
+.PHONY: bench-elastic
+bench-elastic: venv ## Elastic resume: capacity 2 devices -> 1 for a third of a search, waiting vs continuing on 1 → bench/results/elastic.json
+	$(PY) bench/trainer/bench_elastic.py $(BENCH_ELASTIC_ARGS)
+
 .PHONY: bench-parallel
 bench-parallel: venv ## Parallel trials: 1 vs 2 trial groups, cost of losing a group or the oracle → bench/results/parallel.json
 	$(PY) bench/trainer/bench_parallel.py $(BENCH_PARALLEL_ARGS)
 
 .PHONY: bench
-bench: bench-trainer bench-parallel ## All benchmarks (tables on stdout, JSON under bench/results/)
+bench: bench-trainer bench-elastic bench-parallel ## All benchmarks (tables on stdout, JSON under bench/results/)
 
 # --- the operator: kubebuilder-style entry points against $KUBECONFIG -------
 KUBECTL = $(eval KUBECTL := $(or $(shell command -v kubectl),$(shell hack/cluster-tools/build.sh | tail -n1)/kubectl))$(KUBECTL)

@@ -85,10 +85,10 @@ def trainer_env(metrics_port: int) -> dict[str, str]:
 class Proc:
     """A subprocess whose output lines are timestamped as they arrive."""
 
-    def __init__(self, cmd: list[str], log: Path) -> None:
+    def __init__(self, cmd: list[str], log: Path, devices: int = 2) -> None:
         self.port = free_port()
         env = trainer_env(self.port)
-        env["TUNEOP_LOGICAL_CPU_DEVICES"] = "2"
+        env["TUNEOP_LOGICAL_CPU_DEVICES"] = str(devices)
         env["TUNEOP_METRICS_ADDRESS"] = "127.0.0.1"
         self.steps_file = log.with_name(f"{log.stem}.steps")
         self.steps_file.unlink(missing_ok=True)

@@ -1,7 +1,9 @@
 """Elastic shapes on the real control plane: a job running on the node's 4 GPUs is
 preempted by a pod that keeps 2 of them; its 4-GPU group stays unschedulable, so after
-`elastic.waitSeconds` the operator recreates it with 2 GPUs, the trainer resumes from
-its checkpoint on 2 replicas instead of 4 and the search completes."""
+`elastic.waitSeconds` the operator recreates it with 2 GPUs and the trainer resumes
+from its checkpoint on 2 replicas instead of 4. When the pod gives its GPUs back, the
+probe of the 4-GPU shape is scheduled and the job moves back to 4 GPUs (its trainer
+checkpoints on SIGTERM), resumes again and completes."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Env
+from tests.e2e.harness import Env, wait_for
 from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
@@ -28,7 +30,7 @@ def test_a_preempted_job_resumes_on_the_gpus_that_are_free(e2e: Env) -> None:
     e2e.wait_mid_trial(ns)
     assert e2e.status(ns)["shape"]["name"] == "1x4"
     # Takes 2 of the 4 GPUs, preempting the trainer, and keeps them.
-    disruption.preempt_with_priority(e2e.cluster.api, ns, 2)
+    preemptor = disruption.preempt_with_priority(e2e.cluster.api, ns, 2)
     shrunk = e2e.wait_status(
         ns, lambda s: (s.get("shape") or {}).get("index") == 1, 180, "the 1x2 shape"
     )
@@ -40,13 +42,27 @@ def test_a_preempted_job_resumes_on_the_gpus_that_are_free(e2e: Env) -> None:
     assert (resumed["resumedFromEpoch"], resumed["resumedFromStep"]) > (0, 0), resumed
     pod = e2e.cluster.pod(ns, "search-worker-0")
     assert pod is not None and pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
-    final = e2e.wait_phase(ns, "Succeeded", timeout=400)
-    assert final["preemptions"] == 1 and final["failures"] == 0 and final["restarts"] == 1
-    assert final["shape"]["name"] == "1x2"
-    reasons = e2e.reasons(ns)
-    assert reasons.count("ShapeChanged") == 1 and reasons[-1] == "Completed", reasons
-    changed = next(e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged")
-    assert "(1x4) Unschedulable for" in changed["message"], changed
-    assert "as 1x2, elastic shape 1 of 1" in changed["message"], changed
     wide = e2e.kubectl("get", "tj", "search", "-n", ns, "-o", "wide").stdout
     assert "SHAPE" in wide.splitlines()[0] and "1x2" in wide.splitlines()[1], wide
+    # The GPUs come back: the probe of 1x4 is scheduled, the job moves back up.
+    e2e.cluster.core.delete_namespaced_pod(preemptor, ns, grace_period_seconds=0)
+    back = e2e.wait_status(
+        ns, lambda s: (s.get("shape") or {}).get("index") == 0, 180, "back to 1x4"
+    )
+    assert back["preemptions"] == 1  # moving up is no preemption
+    final = e2e.wait_phase(ns, "Succeeded", timeout=400)
+    assert final["preemptions"] == 1 and final["failures"] == 0
+    assert final["shape"]["name"] == "1x4" and final["restores"] >= 2
+    reasons = e2e.reasons(ns)
+    assert reasons.count("ShapeChanged") == 2 and reasons[-1] == "Completed", reasons
+    down, up = (e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged")
+    assert "(1x4) Unschedulable for" in down["message"], down
+    assert "as 1x2, elastic shape 1 of 1" in down["message"], down
+    assert "own shape 1x4 fits again (its probe was scheduled on gpu-node-0)" in up["message"]
+    wait_for(
+        lambda: (
+            not [p for p in e2e.kubectl.pods(ns, "search") if "-probe-" in p["metadata"]["name"]]
+        ),
+        60,
+        "the probe's deletion",
+    )

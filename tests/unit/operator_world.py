@@ -249,3 +249,9 @@ def gate(w: World) -> None:
         pod["spec"]["schedulingGates"] = [{"name": queue.ADMISSION_GATE}]
         pod["metadata"]["finalizers"] = [queue.FINALIZER]
         pod["status"] = {"phase": "Pending"}
+
+
+def admit(w: World) -> None:
+    for pod in w.pods.values():
+        pod["spec"].pop("schedulingGates", None)
+        pod["status"] = {"phase": "Running"}

@@ -12,7 +12,7 @@ from tuneop.api.spec import JobSpec, job_spec, validate
 from tuneop.decide.elastic import SHAPE_CHANGED
 from tuneop.run import metrics
 
-from tests.unit.operator_world import QUEUE, World, gate, unschedulable
+from tests.unit.operator_world import QUEUE, UNSCHEDULABLE, World, admit, gate, unschedulable
 
 GPU = "nvidia.com/gpu"
 
@@ -139,3 +139,71 @@ def test_the_shape_in_use_is_exported() -> None:
     shrink(w)
     assert metrics.snapshot(w.job["spec"], w.status)["tuneop_tuningjob_shape_gpus"] == 2.0
     assert metrics.snapshot({}, {})["tuneop_tuningjob_shape_gpus"] is None
+
+
+def probes(w: World) -> dict[str, dict[str, Any]]:
+    return {n: p for n, p in w.pods.items() if "-probe-" in n}
+
+
+def trainers(w: World) -> dict[str, dict[str, Any]]:
+    return {n: p for n, p in w.pods.items() if "-probe-" not in n}
+
+
+def shrunk_and_running(w: World) -> None:
+    w.step()
+    shrink(w)
+    w.run_pods()
+    w.step()
+    assert w.status[st.SHAPE]["index"] == 1 and w.status["phase"] == st.PHASE_RUNNING
+
+
+def test_back_in_the_own_shape_once_its_probe_is_scheduled() -> None:
+    w = elastic_world()
+    shrunk_and_running(w)
+    assert probes(w) == {}  # not before the smaller shape ran waitSeconds
+    d = w.step(31)
+    assert d.create_probes == [0]
+    (probe,) = probes(w).values()
+    container = probe["spec"]["containers"][0]
+    assert container["command"] == ["sleep", "infinity"] and gpus_of(probe) == "4"
+    assert probe["spec"]["volumes"] == [] and container["volumeMounts"] == []
+    assert probe["metadata"]["labels"]["app.kubernetes.io/component"] == "probe"
+    probe["status"] = {"phase": "Pending", "conditions": [UNSCHEDULABLE]}
+    for _ in range(3):  # the probe waits; the trainer trains on
+        d = w.step(30)
+        assert not d.delete_pods and not d.create_probes
+    assert w.status[st.SHAPE]["index"] == 1
+    probe["spec"]["nodeName"] = "gpu-node-1"
+    probe["status"] = {"phase": "Running"}
+    w.step()
+    assert w.status[st.SHAPE]["name"] == "1x4" and w.status[st.SHAPE]["index"] == 0
+    message = [m for _, r, m in w.events if r == SHAPE_CHANGED][-1]
+    assert "own shape 1x4 fits again (its probe was scheduled on gpu-node-1)" in message
+    assert all(p["metadata"].get("deletionTimestamp") for p in w.pods.values())
+    for counter in ("restarts", "failures", "preemptions"):
+        assert w.status[counter] == 0
+    w.gc_deleted()
+    d = w.step()
+    assert d.create_pods == [0] and d.create_attempt == 2
+    assert [gpus_of(p) for p in trainers(w).values()] == ["4"] and probes(w) == {}
+
+
+def test_a_probe_goes_when_the_job_ends_or_is_queued() -> None:
+    w = elastic_world()
+    shrunk_and_running(w)
+    w.step(31)
+    assert len(probes(w)) == 1
+    w.terminate("j-worker-0", 0)
+    w.step()
+    assert w.status["phase"] == st.PHASE_SUCCEEDED
+    assert all(p["metadata"].get("deletionTimestamp") for p in probes(w).values())
+    queued = elastic_world()
+    queued.job["metadata"]["labels"] = dict(QUEUE)
+    queued.step()
+    gate(queued)
+    queued.step(31)
+    queued.gc_deleted()
+    queued.step()
+    admit(queued)
+    queued.step(100)
+    assert queued.status[st.SHAPE]["index"] == 1 and probes(queued) == {}

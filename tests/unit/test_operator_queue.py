@@ -12,7 +12,7 @@ from tuneop.api.spec import JobSpec
 from tuneop.decide.classify import Outcome, classify
 from tuneop.render import trainer_pods
 
-from tests.unit.operator_world import QUEUE, World, gate, start
+from tests.unit.operator_world import QUEUE, World, admit, gate, start
 
 
 def queued_world(**spec: Any) -> World:
@@ -20,12 +20,6 @@ def queued_world(**spec: Any) -> World:
     w.job["metadata"]["labels"] = dict(QUEUE)
     w.job["metadata"]["uid"] = "abcdef-123"
     return w
-
-
-def admit(w: World) -> None:
-    for pod in w.pods.values():
-        pod["spec"].pop("schedulingGates", None)
-        pod["status"] = {"phase": "Running"}
 
 
 def test_queued_pods_carry_the_queue_and_one_pod_group_per_attempt():

@@ -3,6 +3,8 @@ at any instant finds (and never duplicates) what it created before."""
 
 from __future__ import annotations
 
+from typing import Any
+
 GROUP = "tuneop.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -62,6 +64,20 @@ def service_name(job: str) -> str:
 
 def pod_name(job: str, index: int) -> str:
     return f"{job}-worker-{index}"
+
+
+def probe_pod_name(job: str, index: int) -> str:
+    """Pod `index` of the probe of the job's own shape (decide.elastic)."""
+    return f"{job}-probe-{index}"
+
+
+COMPONENT_PROBE = "probe"
+"""LABEL_COMPONENT of a probe pod: it holds the job's own shape's GPUs, runs nothing."""
+
+
+def is_probe(pod: dict[str, Any]) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_COMPONENT) == COMPONENT_PROBE
 
 
 def trial_group(group: int) -> str:

@@ -254,8 +254,7 @@ class JobSpec:
         an index out of range (the spec changed) is the job's own shape."""
         dist = self.distribution
         shapes = dist.shapes
-        if not 0 < index < len(shapes):
-            return self
+        index = index if 0 <= index < len(shapes) else 0
         shape = shapes[index]
         return dataclasses.replace(
             self,
@@ -264,7 +263,7 @@ class JobSpec:
                 workers=shape.workers,
                 gpus_per_worker=shape.gpus_per_worker,
                 shape_index=index,
-                own=shapes[0],
+                own=shapes[0] if index else None,
             ),
         )
 

@@ -6,6 +6,16 @@ pendingTimeoutSeconds). Nothing is lost: the group never started, and the traine
 resumes the search from the checkpoint volume on any number of replicas with the same
 global batch and data order (docs/design/trainer.md, elastic resume).
 
+Back up: once a smaller shape's trainer has run `waitSeconds`, a probe of the job's own
+shape is created (`<job>-probe-<i>`: placed and sized as the own shape's pods, mounting
+nothing, sleeping; render.trainer_pods.build_probe). It waits in the scheduler's queue
+like any pod; once every probe pod is scheduled the own shape fits, and the probe holds
+those GPUs while the trainer group is deleted - its trainer checkpoints on SIGTERM and
+exits, so the move happens at a checkpoint and loses no step - and the group is
+recreated in the own shape; the probe is deleted at that moment to hand its GPUs over.
+Not for a job queued by Kueue: there quota, not nodes, decides, and a probe outside
+Kueue would not say whether the own shape would be admitted.
+
 status.shape says which shape is in use (the pods are rendered from it: api.spec.job_spec),
 with a `ShapeChanged` Event at every change. Not a restart, a failure or a preemption:
 no counter moves. A new shape is a new pod group (attempt + 1); under Kueue that is a
@@ -15,14 +25,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..api import names
 from ..api import status as st
-from ..api.queue import QUEUED
+from ..api.queue import QUEUED, queue_name
 from ..api.spec import JobSpec
 from .classify import UNSCHEDULABLE
+from .classify import alive as is_alive
 from .job import delete_alive
 from .job_groups import JobGroups
 from .patch import Draft
-from .slot import GroupResult
+from .slot import GroupResult, Slot, gpus_per_pod
 from .stall import idle_seconds
 
 Obj = dict[str, Any]
@@ -78,4 +90,64 @@ def follow_shape(
     draft.put(st.SHAPE, shape_status(smaller))
     draft.event("Warning", SHAPE_CHANGED, message[:1024])
     summary = f"recreating the {slot.label} pod group as {smaller.distribution.shape.name}"
+    results[slot.group.name] = GroupResult("recreate", SHAPE_CHANGED, message, summary)
+
+
+def follow_probe(
+    draft: Draft, spec: JobSpec, groups: JobGroups, results: dict[str, GroupResult]
+) -> None:
+    """In a smaller shape: keep a probe of the own shape; once it is scheduled, recreate
+    the trainer group in the own shape (its result becomes "recreate")."""
+    dist = spec.distribution
+    if dist.elastic is None or groups.parallel or dist.shape_index == 0:
+        return
+    if queue_name(draft.job):
+        return  # Kueue's quota decides; a probe outside Kueue cannot tell
+    slot = groups.slots[0]
+    result = results.get(slot.group.name)
+    ran = idle_seconds(draft, None, slot.get(st.START_TIME)) or 0.0
+    if result is None or result.kind != "running" or ran < dist.elastic.wait_seconds:
+        if result is not None and result.kind == "running":
+            left = dist.elastic.wait_seconds - ran
+            draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
+        return
+    groups.keep_probes = True
+    own = dist.shapes[0]
+    alive = {p["metadata"]["name"]: p for p in groups.probes if is_alive(p)}
+    job = draft.job["metadata"]["name"]
+    wanted = [names.probe_pod_name(job, i) for i in range(own.workers)]
+    missing = [i for i, name in enumerate(wanted) if name not in alive]
+    if missing:
+        draft.decision.create_probes = missing
+        return
+    nodes = sorted({str(alive[n]["spec"].get("nodeName") or "") for n in wanted})
+    if "" in nodes:
+        return  # not every probe pod has a node yet
+    _move_up(draft, spec, slot, groups, results, nodes)
+
+
+def _move_up(
+    draft: Draft,
+    spec: JobSpec,
+    slot: Slot,
+    groups: JobGroups,
+    results: dict[str, GroupResult],
+    nodes: list[str],
+) -> None:
+    dist = spec.distribution
+    own = dist.shapes[0]
+    pods = groups.current[slot.group.name]
+    delete_alive(draft, list(pods.values()))
+    draft.ledger.close(pods.values(), gpus_per_pod(spec, slot))
+    draft.live_pods = [(p, g) for p, g in draft.live_pods if p not in pods.values()]
+    groups.keep_probes = False  # deleted with the group: their GPUs are the new group's
+    message = (
+        f"the job's own shape {own.name} fits again (its probe was scheduled on "
+        f"{', '.join(nodes)}); recreating the {slot.label} pod group {slot.attempt} "
+        f"({dist.shape.name}) as {own.name}: its trainer checkpoints on SIGTERM first"
+    )
+    slot.recreate()
+    draft.put(st.SHAPE, shape_status(spec.at_shape(0)))
+    draft.event("Normal", SHAPE_CHANGED, message)
+    summary = f"recreating the {slot.label} pod group as {own.name}"
     results[slot.group.name] = GroupResult("recreate", SHAPE_CHANGED, message, summary)

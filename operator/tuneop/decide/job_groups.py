@@ -54,6 +54,10 @@ class JobGroups:
     every_current: list[Obj]
     """The pods of every group's current attempt as read (kept when a reopened job's
     groups start afresh)."""
+    probes: list[Obj] = dataclasses.field(default_factory=list)
+    """The probe of the job's own shape (decide.elastic), apart from the groups."""
+    keep_probes: bool = False
+    """Set by decide.elastic when the probe is still wanted; else it is deleted."""
 
     @property
     def parallel(self) -> bool:
@@ -100,6 +104,8 @@ def read_groups(
         apply_progress(draft, record)
         progress = {slots[0].group.name: record}
     job = draft.job
+    probes = [p for p in pods if names.is_probe(p) and not foreign(p, job)]
+    pods = [p for p in pods if not names.is_probe(p)]
     others = [p for p in pods if foreign(p, job)]
     pods = [p for p in pods if not foreign(p, job)]
     current = {s.group.name: current_pods(s, pods) for s in slots}
@@ -109,7 +115,7 @@ def read_groups(
     stopping = draft.get(st.PHASE) in st.TERMINAL_PHASES or spec.suspend
     release_held(draft, pods, alive_names, stopping)
     every_current = [p for group in current.values() for p in group.values()]
-    return JobGroups(slots, progress, pods, others, current, stale, every_current)
+    return JobGroups(slots, progress, pods, others, current, stale, every_current, probes)
 
 
 def _entries(draft: Draft, spec: JobSpec) -> dict[str, Obj]:

@@ -43,6 +43,8 @@ class Decision:
     create_attempt: int = 0
     create_groups: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     """Parallel jobs: (group name, its pod group index) of each group to create whole."""
+    create_probes: list[int] = dataclasses.field(default_factory=list)
+    """Worker indexes of the probe of the job's own shape to create (decide.elastic)."""
     reset_progress: bool = True
     """With ensure_children: empty the progress ConfigMap for the new pod group. Not for
     a parallel job's group, whose siblings keep reporting there under their own keys."""
@@ -68,6 +70,7 @@ class Decision:
             self.ensure_children
             or self.create_pods
             or self.create_groups
+            or self.create_probes
             or self.delete_pods
             or self.release_pods
             or self.delete_job

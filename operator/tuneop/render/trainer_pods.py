@@ -309,6 +309,32 @@ def _add_placement(job: Obj, spec: JobSpec, pod_name: str, pod_spec: Obj) -> Non
         pod_spec["subdomain"] = names.service_name(job["metadata"]["name"])
 
 
+def build_probe(job: Obj, spec: JobSpec, index: int, **settings: Any) -> Obj:
+    """Pod `index` of the probe of the job's own shape (`spec` at shape 0): placed and
+    sized as that shape's trainer pod (GPUs, requests, node selector, affinity,
+    tolerations, priority, spec.template), but it mounts nothing and only sleeps. Once
+    every probe pod is scheduled the own shape fits, and holds, its GPUs
+    (decide.elastic)."""
+    name = job["metadata"]["name"]
+    workers = spec.distribution.workers
+    group = PodGroup("", tuple(names.probe_pod_name(name, i) for i in range(workers)))
+    pod = build_pod(job, spec, index, 0, group=group, **settings)
+    labels = pod["metadata"]["labels"]
+    labels[names.LABEL_COMPONENT] = names.COMPONENT_PROBE
+    labels.pop(names.LABEL_ATTEMPT, None)
+    pod_spec = pod["spec"]
+    pod_spec["terminationGracePeriodSeconds"] = 0
+    pod_spec["volumes"] = []
+    pod_spec.pop("hostname", None)
+    pod_spec.pop("subdomain", None)
+    for container in pod_spec["containers"]:
+        container.update(command=["sleep", "infinity"], args=[], env=[], volumeMounts=[])
+        for key in ("ports", "readinessProbe", "livenessProbe", "startupProbe", "envFrom"):
+            container.pop(key, None)
+    pod_spec.pop("initContainers", None)
+    return pod
+
+
 def _pod_metadata(job: Obj, group: PodGroup, index: int, attempt: int) -> tuple[Obj, Obj]:
     """(labels beyond the job's, annotations) of a pod: its role, worker index, pod
     group attempt and group, and Kueue's pod group when the job is queued."""
