@@ -162,7 +162,7 @@ def test_back_in_the_own_shape_once_its_probe_is_scheduled() -> None:
     shrunk_and_running(w)
     assert probes(w) == {}  # not before the smaller shape ran waitSeconds
     d = w.step(31)
-    assert d.create_probes == [0]
+    assert d.create_probes == [(0, "")]  # the pod has no node: no probe beside it
     (probe,) = probes(w).values()
     container = probe["spec"]["containers"][0]
     assert container["command"] == ["sleep", "infinity"] and gpus_of(probe) == "4"
@@ -207,3 +207,33 @@ def test_a_probe_goes_when_the_job_ends_or_is_queued() -> None:
     admit(queued)
     queued.step(100)
     assert queued.status[st.SHAPE]["index"] == 1 and probes(queued) == {}
+
+
+def test_back_in_place_once_the_rest_of_the_own_shape_fits_beside_the_pod() -> None:
+    """One pod in both shapes: a probe of the GPUs the own shape needs beyond the running
+    pod's, pinned to its node, says the own shape fits there (a node of 4 GPUs)."""
+    w = elastic_world()
+    pool = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}
+    required = {"nodeSelectorTerms": [pool]}
+    w.job["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+    }
+    shrunk_and_running(w)
+    trainers(w)["j-worker-0"]["spec"]["nodeName"] = "gpu-node-0"
+    d = w.step(31)
+    assert sorted(d.create_probes) == [(-1, "gpu-node-0"), (0, "")]
+    here = probes(w)["j-probe-here"]
+    assert gpus_of(here) == "2" and gpus_of(probes(w)["j-probe-0"]) == "4"
+    (term,) = here["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+    assert term["matchFields"] == [
+        {"key": "metadata.name", "operator": "In", "values": ["gpu-node-0"]}
+    ]
+    assert term["matchExpressions"][0]["key"] == "pool"  # the job's own terms kept
+    assert "matchFields" not in str(w.job["spec"]["affinity"])  # the spec is not changed
+    here["spec"]["nodeName"] = "gpu-node-0"
+    w.step()
+    assert w.status[st.SHAPE]["index"] == 0
+    message = [m for _, r, m in w.events if r == SHAPE_CHANGED][-1]
+    assert "its probe was scheduled on gpu-node-0" in message
+    assert all(p["metadata"].get("deletionTimestamp") for p in w.pods.values())

@@ -231,8 +231,8 @@ def _create_pods(kube: Kube, job: Obj, spec: JobSpec, decision: Decision, pods: 
     for index in decision.create_pods:
         pod = trainer_pods.build_pod(updated, spec, index, decision.create_attempt, **pods)
         create_pod(kube, job, pod)
-    for index in decision.create_probes:
-        create_pod(kube, job, trainer_pods.build_probe(job, spec.at_shape(0), index, **pods))
+    for index, node in decision.create_probes:
+        create_pod(kube, job, trainer_pods.build_probe(job, spec, index, node, **pods))
     for group_name, attempt in decision.create_groups:
         group = group_named(job["metadata"]["name"], spec, group_name)
         if group is None:  # the decision was made from this very spec

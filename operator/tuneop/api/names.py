@@ -67,8 +67,12 @@ def pod_name(job: str, index: int) -> str:
 
 
 def probe_pod_name(job: str, index: int) -> str:
-    """Pod `index` of the probe of the job's own shape (decide.elastic)."""
-    return f"{job}-probe-{index}"
+    """Pod `index` of the probe of the job's own shape (decide.elastic); index
+    IN_PLACE: the probe of the GPUs the own shape needs beside the running pod's."""
+    return f"{job}-probe-{'here' if index == IN_PLACE else index}"
+
+
+IN_PLACE = -1
 
 
 COMPONENT_PROBE = "probe"

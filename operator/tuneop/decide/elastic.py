@@ -112,18 +112,36 @@ def follow_probe(
             draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
         return
     groups.keep_probes = True
-    own = dist.shapes[0]
     alive = {p["metadata"]["name"]: p for p in groups.probes if is_alive(p)}
-    job = draft.job["metadata"]["name"]
-    wanted = [names.probe_pod_name(job, i) for i in range(own.workers)]
-    missing = [i for i, name in enumerate(wanted) if name not in alive]
+    wanted = _wanted_probes(draft, spec, groups.current[slot.group.name])
+    missing = [probe for name, probe in wanted.items() if name not in alive]
     if missing:
         draft.decision.create_probes = missing
-        return
-    nodes = sorted({str(alive[n]["spec"].get("nodeName") or "") for n in wanted})
-    if "" in nodes:
-        return  # not every probe pod has a node yet
-    _move_up(draft, spec, slot, groups, results, nodes)
+    bound = {
+        name: str(alive[name]["spec"].get("nodeName") or "") for name in wanted if name in alive
+    }
+    job = draft.job["metadata"]["name"]
+    here = names.probe_pod_name(job, names.IN_PLACE)
+    everywhere = [n for n in wanted if n != here]
+    if bound.get(here):
+        _move_up(draft, spec, slot, groups, results, [bound[here]])
+    elif everywhere and all(bound.get(n) for n in everywhere):
+        _move_up(draft, spec, slot, groups, results, sorted({bound[n] for n in everywhere}))
+
+
+def _wanted_probes(draft: Draft, spec: JobSpec, pods: dict[str, Obj]) -> dict[str, tuple[int, str]]:
+    """The probe pods to keep, by name: the own shape's anywhere, and - when both shapes
+    are one pod - the GPUs it needs beyond the running pod's, on that pod's node (the own
+    shape fits there once the running pod gives its GPUs up)."""
+    dist = spec.distribution
+    own = dist.shapes[0]
+    job = draft.job["metadata"]["name"]
+    wanted = {names.probe_pod_name(job, i): (i, "") for i in range(own.workers)}
+    node = next((str(p["spec"].get("nodeName") or "") for p in pods.values()), "")
+    one_pod = own.workers == 1 and dist.workers == 1
+    if one_pod and own.gpus_per_worker > dist.gpus_per_worker and node:
+        wanted[names.probe_pod_name(job, names.IN_PLACE)] = (names.IN_PLACE, node)
+    return wanted
 
 
 def _move_up(

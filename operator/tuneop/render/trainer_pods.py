@@ -6,6 +6,8 @@ laid over it (render.overlay). Unit-tested in tests/unit/test_operator_builders.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime as dt
 import json
 from typing import Any
@@ -309,16 +311,27 @@ def _add_placement(job: Obj, spec: JobSpec, pod_name: str, pod_spec: Obj) -> Non
         pod_spec["subdomain"] = names.service_name(job["metadata"]["name"])
 
 
-def build_probe(job: Obj, spec: JobSpec, index: int, **settings: Any) -> Obj:
-    """Pod `index` of the probe of the job's own shape (`spec` at shape 0): placed and
-    sized as that shape's trainer pod (GPUs, requests, node selector, affinity,
-    tolerations, priority, spec.template), but it mounts nothing and only sleeps. Once
-    every probe pod is scheduled the own shape fits, and holds, its GPUs
-    (decide.elastic)."""
+def build_probe(job: Obj, spec: JobSpec, index: int, node: str = "", **settings: Any) -> Obj:
+    """Probe pod `index` of the job's own shape (`spec`: the job's, in any shape): placed
+    and sized as that shape's trainer pod (GPUs, requests, node selector, affinity,
+    tolerations, priority, spec.template), but it mounts nothing and only sleeps. With
+    `index` IN_PLACE, on `node` (the running pod's) with the GPUs the own shape needs
+    beyond the running pod's. Once scheduled, it holds them (decide.elastic)."""
     name = job["metadata"]["name"]
-    workers = spec.distribution.workers
-    group = PodGroup("", tuple(names.probe_pod_name(name, i) for i in range(workers)))
-    pod = build_pod(job, spec, index, 0, group=group, **settings)
+    own = spec.at_shape(0)
+    if index == names.IN_PLACE:
+        extra = own.distribution.gpus_per_worker - spec.distribution.gpus_per_worker
+        own = dataclasses.replace(
+            own, distribution=dataclasses.replace(own.distribution, gpus_per_worker=extra)
+        )
+    workers = own.distribution.workers
+    probes = [names.probe_pod_name(name, i) for i in range(workers)]
+    group = PodGroup("", (names.probe_pod_name(name, names.IN_PLACE), *probes))
+    pod = build_pod(
+        job, own, 0 if index == names.IN_PLACE else index + 1, 0, group=group, **settings
+    )
+    if node:
+        _pin(pod["spec"], node)
     labels = pod["metadata"]["labels"]
     labels[names.LABEL_COMPONENT] = names.COMPONENT_PROBE
     labels.pop(names.LABEL_ATTEMPT, None)
@@ -333,6 +346,20 @@ def build_probe(job: Obj, spec: JobSpec, index: int, **settings: Any) -> Obj:
             container.pop(key, None)
     pod_spec.pop("initContainers", None)
     return pod
+
+
+def _pin(pod_spec: Obj, node: str) -> None:
+    """Only `node`: a metadata.name field term ANDed into every required node selector
+    term (terms are ORed), as a DaemonSet's pods are pinned."""
+    affinity = pod_spec["affinity"] = copy.deepcopy(pod_spec.get("affinity") or {})
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    required = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    field = {"key": "metadata.name", "operator": "In", "values": [node]}
+    for term in terms:
+        term.setdefault("matchFields", []).append(field)
 
 
 def _pod_metadata(job: Obj, group: PodGroup, index: int, attempt: int) -> tuple[Obj, Obj]:
