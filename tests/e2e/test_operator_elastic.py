@@ -16,7 +16,6 @@ from tests.localcluster import disruption
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
-LONGER = {"samples": 2304, "seed": 0}
 ELASTIC: dict[str, Any] = {
     "gpusPerWorker": 4,
     "elastic": {"shapes": [{"gpusPerWorker": 2}], "waitSeconds": 10},
@@ -27,13 +26,8 @@ def test_a_preempted_job_resumes_on_the_gpus_that_are_free(e2e: Env) -> None:
     ns = e2e.namespace("elastic")
     gpus = int(e2e.cluster.core.read_node("gpu-node-0").status.allocatable["nvidia.com/gpu"])
     assert gpus == 4
-    # Longer than SEARCH: the search must outlast two shape changes.
-    e2e.submit(
-        ns,
-        distribution=ELASTIC,
-        data={**SEARCH["data"], "synthetic": LONGER},
-        tuner={**SEARCH["tuner"], "hyperbandIterations": 3},
-    )
+    # Three times SEARCH's trials: the search must outlast two shape changes.
+    e2e.submit(ns, distribution=ELASTIC, tuner={**SEARCH["tuner"], "hyperbandIterations": 3})
     e2e.wait_mid_trial(ns)
     assert e2e.status(ns)["shape"]["name"] == "1x4"
     # Takes 2 of the 4 GPUs, preempting the trainer, and keeps them.
