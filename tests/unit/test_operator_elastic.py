@@ -127,6 +127,10 @@ def test_bad_shapes_are_named() -> None:
         "spec.tuner.batchSize 32 (the global batch is kept on every shape)"
     ]
     assert errors(shapes=[{"gpusPerWorker": 0}])[0].endswith("as distribution.gpusPerWorker")
+    rwop = {"accessModes": ["ReadWriteOncePod"]}
+    assert errors(shapes=[{"workers": 2, "gpusPerWorker": 1}], checkpoint=rwop) == [
+        "spec.distribution.elastic.shapes[0]: ReadWriteOncePod allows one pod: workers must be 1"
+    ]
     assert errors(shapes=[{"gpusPerWorker": 2}], parallelTrials=2)[0].startswith(
         "spec.distribution.elastic: not with parallelTrials > 1"
     )

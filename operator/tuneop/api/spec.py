@@ -415,6 +415,8 @@ def _check_elastic(spec: JobSpec) -> list[SpecError]:
             errors.append(SpecError(where, "GPUs or none, as distribution.gpusPerWorker"))
         elif shape.workers > 1 and dist.strategy == "Mirrored":
             errors.append(SpecError(where, "Mirrored runs in one pod: workers must be 1"))
+        elif shape.workers > 1 and "ReadWriteOncePod" in spec.checkpoint.access_modes:
+            errors.append(SpecError(where, "ReadWriteOncePod allows one pod: workers must be 1"))
         elif batch is not None and batch % shape.replicas:
             errors.append(
                 SpecError(

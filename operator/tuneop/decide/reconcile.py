@@ -141,7 +141,7 @@ def decide(
     if draft.get(st.PHASE) is None:
         draft.put(st.PHASE, st.PHASE_PENDING)
     groups = read_groups(draft, spec, pods, progress_configmap)
-    errors = validate(spec)
+    errors = validate(spec.at_shape(0))  # the job as written, whatever shape is in use
 
     @functools.cache
     def bad_script() -> SpecError | None:
