@@ -127,6 +127,11 @@ def test_bad_shapes_are_named() -> None:
         "spec.tuner.batchSize 32 (the global batch is kept on every shape)"
     ]
     assert errors(shapes=[{"gpusPerWorker": 0}])[0].endswith("as distribution.gpusPerWorker")
+    assert errors(shapes=[{"gpusPerWorker": 2}], pendingTimeoutSeconds=121) == []
+    assert errors(shapes=[{"gpusPerWorker": 2}], pendingTimeoutSeconds=120) == [
+        "spec.distribution.elastic.waitSeconds: 120 must be below pendingTimeoutSeconds "
+        "(120): a group stalls before it can bend"
+    ]
     rwop = {"accessModes": ["ReadWriteOncePod"]}
     assert errors(shapes=[{"workers": 2, "gpusPerWorker": 1}], checkpoint=rwop) == [
         "spec.distribution.elastic.shapes[0]: ReadWriteOncePod allows one pod: workers must be 1"
@@ -183,13 +188,18 @@ def test_back_in_the_own_shape_once_its_probe_is_scheduled() -> None:
     assert w.status[st.SHAPE]["name"] == "1x4" and w.status[st.SHAPE]["index"] == 0
     message = [m for _, r, m in w.events if r == SHAPE_CHANGED][-1]
     assert "own shape 1x4 fits again (its probe was scheduled on gpu-node-1)" in message
-    assert all(p["metadata"].get("deletionTimestamp") for p in w.pods.values())
+    assert all(p["metadata"].get("deletionTimestamp") for p in trainers(w).values())
     for counter in ("restarts", "failures", "preemptions"):
         assert w.status[counter] == 0
+    # The probe holds the GPUs while the trainer checkpoints and goes ...
+    d = w.step()
+    assert not d.create_pods and not probe["metadata"].get("deletionTimestamp")
     w.gc_deleted()
+    # ... and goes in the pass that creates the own shape's pods.
     d = w.step()
     assert d.create_pods == [0] and d.create_attempt == 2
-    assert [gpus_of(p) for p in trainers(w).values()] == ["4"] and probes(w) == {}
+    assert [gpus_of(p) for p in trainers(w).values()] == ["4"]
+    assert probe["metadata"].get("deletionTimestamp")
 
 
 def test_a_probe_goes_when_the_job_ends_or_is_queued() -> None:
@@ -228,6 +238,11 @@ def test_back_in_place_once_the_rest_of_the_own_shape_fits_beside_the_pod() -> N
     assert sorted(d.create_probes) == [(-1, "gpu-node-0"), (0, "")]
     here = probes(w)["j-probe-here"]
     assert gpus_of(here) == "2" and gpus_of(probes(w)["j-probe-0"]) == "4"
+    # only the GPUs: the running pod's CPU and memory are freed with it
+    assert here["spec"]["containers"][0]["resources"] == {
+        "limits": {GPU: "2"}, "requests": {GPU: "2"},
+    }  # fmt: skip
+    assert here["spec"]["automountServiceAccountToken"] is False
     (term,) = here["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
     assert term["matchFields"] == [
@@ -240,4 +255,19 @@ def test_back_in_place_once_the_rest_of_the_own_shape_fits_beside_the_pod() -> N
     assert w.status[st.SHAPE]["index"] == 0
     message = [m for _, r, m in w.events if r == SHAPE_CHANGED][-1]
     assert "its probe was scheduled on gpu-node-0" in message
-    assert all(p["metadata"].get("deletionTimestamp") for p in w.pods.values())
+    assert all(p["metadata"].get("deletionTimestamp") for p in trainers(w).values())
+
+
+def test_an_ended_probe_is_no_fit_and_is_made_again() -> None:
+    w = elastic_world()
+    shrunk_and_running(w)
+    w.step(31)
+    (probe,) = probes(w).values()
+    probe["spec"]["nodeName"] = "gpu-node-1"
+    probe["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError"}
+    w.step()
+    assert w.status[st.SHAPE]["index"] == 1  # not moved up
+    assert probe["metadata"].get("deletionTimestamp")
+    w.gc_deleted()
+    d = w.step()
+    assert d.create_probes == [(0, "")]

@@ -232,7 +232,12 @@ def _create_pods(kube: Kube, job: Obj, spec: JobSpec, decision: Decision, pods: 
         pod = trainer_pods.build_pod(updated, spec, index, decision.create_attempt, **pods)
         create_pod(kube, job, pod)
     for index, node in decision.create_probes:
-        create_pod(kube, job, trainer_pods.build_probe(job, spec, index, node, **pods))
+        probe = trainer_pods.build_probe(job, spec, index, node, **pods)
+        try:
+            create_pod(kube, job, probe)
+        except (PodRejected, StaleGroup) as err:  # only a probe: the pass goes on
+            meta = job["metadata"]
+            log.warning("%s/%s: probe not created: %s", meta["namespace"], meta["name"], err)
     for group_name, attempt in decision.create_groups:
         group = group_named(job["metadata"]["name"], spec, group_name)
         if group is None:  # the decision was made from this very spec

@@ -404,8 +404,17 @@ def _check_elastic(spec: JobSpec) -> list[SpecError]:
     if spec.parallel:
         return [SpecError(field, "not with parallelTrials > 1 (each trial group's shape)")]
     errors = []
-    tuner = spec.raw.get("tuner") if isinstance(spec.raw.get("tuner"), dict) else None
-    batch = int(tuner.get("batchSize", 32)) if tuner is not None and not spec.script else None
+    if dist.elastic.wait_seconds >= spec.pending_timeout_seconds:
+        errors.append(
+            SpecError(
+                f"{field}.waitSeconds",
+                f"{dist.elastic.wait_seconds} must be below pendingTimeoutSeconds "
+                f"({spec.pending_timeout_seconds}): a group stalls before it can bend",
+            )
+        )
+    raw_tuner = spec.raw.get("tuner")
+    tuner: dict[str, Any] = raw_tuner if isinstance(raw_tuner, dict) else {}
+    batch = None if spec.script else int(tuner.get("batchSize", 32))
     own = dist.shapes[0]
     for i, shape in enumerate(dist.shapes[1:]):
         where = f"{field}.shapes[{i}]"

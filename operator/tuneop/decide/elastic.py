@@ -29,7 +29,7 @@ from ..api import names
 from ..api import status as st
 from ..api.queue import QUEUED, queue_name
 from ..api.spec import JobSpec
-from .classify import UNSCHEDULABLE
+from .classify import UNSCHEDULABLE, classify
 from .classify import alive as is_alive
 from .job import delete_alive
 from .job_groups import JobGroups
@@ -79,7 +79,7 @@ def follow_shape(
         draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
         return
     smaller = spec.at_shape(following)
-    delete_alive(draft, list(groups.current[slot.group.name].values()))
+    _stop(draft, spec, slot, groups.current[slot.group.name])
     message = (
         f"{slot.label} pod group {slot.attempt} ({dist.shape.name}) {result.reason} for "
         f"{int(waited)}s (elastic.waitSeconds={dist.elastic.wait_seconds}); recreating it "
@@ -99,12 +99,18 @@ def follow_probe(
     """In a smaller shape: keep a probe of the own shape; once it is scheduled, recreate
     the trainer group in the own shape (its result becomes "recreate")."""
     dist = spec.distribution
-    if dist.elastic is None or groups.parallel or dist.shape_index == 0:
+    if dist.elastic is None or groups.parallel:
+        return
+    slot = groups.slots[0]
+    result = results.get(slot.group.name)
+    if dist.shape_index == 0:
+        # Moved up: the probe holds the GPUs until the own shape's pods exist (the
+        # pass that creates them deletes it, after them).
+        held = result is not None and result.reason == "OldPodsTerminating"
+        groups.keep_probes = held and bool(groups.probes)
         return
     if queue_name(draft.job):
         return  # Kueue's quota decides; a probe outside Kueue cannot tell
-    slot = groups.slots[0]
-    result = results.get(slot.group.name)
     ran = idle_seconds(draft, None, slot.get(st.START_TIME)) or 0.0
     if result is None or result.kind != "running" or ran < dist.elastic.wait_seconds:
         if result is not None and result.kind == "running":
@@ -112,7 +118,9 @@ def follow_probe(
             draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
         return
     groups.keep_probes = True
-    alive = {p["metadata"]["name"]: p for p in groups.probes if is_alive(p)}
+    ended = [p for p in groups.probes if classify(p).ended]  # evicted, failed: again
+    delete_alive(draft, ended)
+    alive = {p["metadata"]["name"]: p for p in groups.probes if is_alive(p) and p not in ended}
     wanted = _wanted_probes(draft, spec, groups.current[slot.group.name])
     missing = [probe for name, probe in wanted.items() if name not in alive]
     if missing:
@@ -155,10 +163,8 @@ def _move_up(
     dist = spec.distribution
     own = dist.shapes[0]
     pods = groups.current[slot.group.name]
-    delete_alive(draft, list(pods.values()))
-    draft.ledger.close(pods.values(), gpus_per_pod(spec, slot))
-    draft.live_pods = [(p, g) for p, g in draft.live_pods if p not in pods.values()]
-    groups.keep_probes = False  # deleted with the group: their GPUs are the new group's
+    _stop(draft, spec, slot, pods)
+    draft.decision.create_probes = []
     message = (
         f"the job's own shape {own.name} fits again (its probe was scheduled on "
         f"{', '.join(nodes)}); recreating the {slot.label} pod group {slot.attempt} "
@@ -166,6 +172,14 @@ def _move_up(
     )
     slot.recreate()
     draft.put(st.SHAPE, shape_status(spec.at_shape(0)))
-    draft.event("Normal", SHAPE_CHANGED, message)
+    draft.event("Normal", SHAPE_CHANGED, message[:1024])
     summary = f"recreating the {slot.label} pod group as {own.name}"
     results[slot.group.name] = GroupResult("recreate", SHAPE_CHANGED, message, summary)
+
+
+def _stop(draft: Draft, spec: JobSpec, slot: Slot, pods: dict[str, Obj]) -> None:
+    """The operator stops the group for another shape: its pods go, and the GPU time of
+    any that ran ends (goodput)."""
+    delete_alive(draft, list(pods.values()))
+    draft.ledger.close(pods.values(), gpus_per_pod(spec, slot))
+    draft.live_pods = [(p, g) for p, g in draft.live_pods if p not in pods.values()]

@@ -215,9 +215,9 @@ def _run_groups(
     if _follow_groups(draft, spec, groups, nodes, last_seen, results):
         return
     follow_shape(draft, spec, groups, results)
-    follow_probe(draft, spec, groups, results)
     if _judge_stalls(draft, spec, groups, results):
         return
+    follow_probe(draft, spec, groups, results)
     record_states(groups, results)
     if all(_completed(s, results) for s in groups.trial_slots):
         delete_alive(draft, groups.every_current, keep_ended=True)

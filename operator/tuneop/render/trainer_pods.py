@@ -337,7 +337,11 @@ def build_probe(job: Obj, spec: JobSpec, index: int, node: str = "", **settings:
     labels.pop(names.LABEL_ATTEMPT, None)
     pod_spec = pod["spec"]
     pod_spec["terminationGracePeriodSeconds"] = 0
+    pod_spec["automountServiceAccountToken"] = False
     pod_spec["volumes"] = []
+    if index == names.IN_PLACE:  # the running pod's CPU and memory are freed with it
+        gpus = {own.distribution.gpu_resource: str(own.distribution.gpus_per_worker)}
+        pod_spec["containers"][0]["resources"] = {"limits": gpus, "requests": dict(gpus)}
     pod_spec.pop("hostname", None)
     pod_spec.pop("subdomain", None)
     for container in pod_spec["containers"]:
