@@ -34,7 +34,7 @@ from .classify import alive as is_alive
 from .job import delete_alive
 from .job_groups import JobGroups
 from .patch import Draft
-from .slot import GroupResult, Slot, gpus_per_pod
+from .slot import OLD_PODS_TERMINATING, GroupResult, Slot, gpus_per_pod
 from .stall import idle_seconds
 
 Obj = dict[str, Any]
@@ -106,7 +106,7 @@ def follow_probe(
     if dist.shape_index == 0:
         # Moved up: the probe holds the GPUs until the own shape's pods exist (the
         # pass that creates them deletes it, after them).
-        held = result is not None and result.reason == "OldPodsTerminating"
+        held = result is not None and result.reason == OLD_PODS_TERMINATING
         groups.keep_probes = held and bool(groups.probes)
         return
     if queue_name(draft.job):

@@ -57,7 +57,7 @@ from .job_groups import JobGroups, read_groups
 from .patch import Decision, Draft, Refusal
 from .refusal import held_from, hold_back, refused_stuck
 from .report import NOT_FOLLOWED, record_states, report
-from .slot import GroupResult, Slot, gpus_per_pod
+from .slot import OLD_PODS_TERMINATING, GroupResult, Slot, gpus_per_pod
 from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
 Obj = dict[str, Any]
@@ -272,7 +272,7 @@ def _waits(
     mine = groups.stale_of(slot)
     if mine:
         summary = f"waiting for {len(mine)} old trainer pod(s) to terminate"
-        return GroupResult("waiting", "OldPodsTerminating", summary, summary)
+        return GroupResult("waiting", OLD_PODS_TERMINATING, summary, summary)
     if groups.others:
         name = draft.job["metadata"]["name"]
         summary = f"waiting for {len(groups.others)} pod(s) of an earlier TuningJob {name!r}"

@@ -89,6 +89,10 @@ class Slot:
         self.count(st.RESTARTS)
 
 
+OLD_PODS_TERMINATING = "OldPodsTerminating"
+"""A group to start waits for its older pods to go (they may still be checkpointing)."""
+
+
 @dataclasses.dataclass
 class GroupResult:
     kind: str
