@@ -59,6 +59,41 @@ pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
             {"parallelTrials": 2, "distribution": {"elastic": {"shapes": [{"gpusPerWorker": 0}]}}},
             "spec.distribution.elastic: not with parallelTrials > 1",
         ),
+        (
+            {
+                "distribution": {
+                    "gpusPerWorker": 4,
+                    "elastic": {
+                        "shapes": [{"gpusPerWorker": 2}, {"workers": 1, "gpusPerWorker": 2}]
+                    },
+                }
+            },
+            "spec.distribution.elastic.shapes: Invalid value: each shape is listed once",
+        ),
+        (
+            {"distribution": {"gpusPerWorker": 2, "elastic": {"shapes": [{"gpusPerWorker": 2}]}}},
+            "the job's own shape (workers x gpusPerWorker) is not listed again",
+        ),
+        (
+            {
+                "distribution": {
+                    "strategy": "Mirrored",
+                    "gpusPerWorker": 4,
+                    "elastic": {"shapes": [{"workers": 2, "gpusPerWorker": 1}]},
+                }
+            },
+            "strategy Mirrored runs in one pod, so each shape's workers must be 1",
+        ),
+        (
+            {
+                "checkpoint": {"size": "1Gi", "accessModes": ["ReadWriteOncePod"]},
+                "distribution": {
+                    "gpusPerWorker": 4,
+                    "elastic": {"shapes": [{"workers": 2, "gpusPerWorker": 1}]},
+                },
+            },
+            "ReadWriteOncePod allows one pod only, so each shape's workers must be 1",
+        ),
     ],
 )
 def test_invalid_specs_are_rejected_with_a_clear_message(kubectl, change, message):

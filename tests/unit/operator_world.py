@@ -173,8 +173,13 @@ class World:
 
     # --- what the cluster and the trainer do -----------------------------------
     def run_pods(self) -> None:
+        """The pods run from now on: phase Running, the trainer container started."""
+        running = {"running": {"startedAt": st.rfc3339(self.now)}}
         for pod in self.pods.values():
-            pod["status"] = {"phase": "Running"}
+            pod["status"] = {
+                "phase": "Running",
+                "containerStatuses": [{"name": "trainer", "state": dict(running)}],
+            }
 
     def terminate(self, name: str, exit_code: int, message: str = "", **status: Any) -> None:
         pod = self.pods[name]

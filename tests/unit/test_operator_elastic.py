@@ -202,6 +202,22 @@ def test_back_in_the_own_shape_once_its_probe_is_scheduled() -> None:
     assert probe["metadata"].get("deletionTimestamp")
 
 
+def test_the_probe_waits_for_the_smaller_shape_to_have_run_not_to_exist() -> None:
+    w = elastic_world()
+    w.step()
+    shrink(w)
+    for pod in w.pods.values():  # bound, its image still being pulled
+        pod["spec"]["nodeName"] = "gpu-node-0"
+        pod["status"] = {"phase": "Pending"}
+    w.step(40)
+    assert probes(w) == {} and w.status[st.SHAPE]["index"] == 1
+    w.run_pods()
+    d = w.step(20)
+    assert probes(w) == {} and d.requeue_after is not None and d.requeue_after <= 10 + 1e-6
+    d = w.step(11)
+    assert d.create_probes == [(0, ""), (-1, "gpu-node-0")]
+
+
 def test_a_probe_goes_when_the_job_ends_or_is_queued() -> None:
     w = elastic_world()
     shrunk_and_running(w)

@@ -138,6 +138,15 @@ def trainer_termination(pod: Obj) -> Obj | None:
     return None
 
 
+def trainer_started_at(pod: Obj) -> str | None:
+    """When the trainer container started running (`state.running.startedAt`), if it is."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == names.TRAINER_CONTAINER:
+            started = ((status.get("state") or {}).get("running") or {}).get("startedAt")
+            return str(started) if started else None
+    return None
+
+
 def node_lost(pod: Obj, node: Obj | None, node_known: bool) -> bool:
     """The pod's node is gone from the API, or reports the pod's node as lost."""
     node_name = (pod.get("spec") or {}).get("nodeName")

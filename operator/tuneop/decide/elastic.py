@@ -6,7 +6,7 @@ pendingTimeoutSeconds). Nothing is lost: the group never started, and the traine
 resumes the search from the checkpoint volume on any number of replicas with the same
 global batch and data order (docs/design/trainer.md, elastic resume).
 
-Back up: once a smaller shape's trainer has run `waitSeconds`, a probe of the job's own
+Back up: once a smaller shape's trainers have run `waitSeconds`, a probe of the job's own
 shape is created (`<job>-probe-<i>`: placed and sized as the own shape's pods, mounting
 nothing, sleeping; render.trainer_pods.build_probe). It waits in the scheduler's queue
 like any pod; once every probe pod is scheduled the own shape fits, and the probe holds
@@ -23,13 +23,14 @@ new pod group name, so a new Workload, and the old one is released with its pods
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ..api import names
 from ..api import status as st
 from ..api.queue import QUEUED, queue_name
 from ..api.spec import JobSpec
-from .classify import UNSCHEDULABLE, classify
+from .classify import UNSCHEDULABLE, classify, trainer_started_at
 from .classify import alive as is_alive
 from .job import delete_alive
 from .job_groups import JobGroups
@@ -111,11 +112,12 @@ def follow_probe(
         return
     if queue_name(draft.job):
         return  # Kueue's quota decides; a probe outside Kueue cannot tell
-    ran = idle_seconds(draft, None, slot.get(st.START_TIME)) or 0.0
-    if result is None or result.kind != "running" or ran < dist.elastic.wait_seconds:
-        if result is not None and result.kind == "running":
-            left = dist.elastic.wait_seconds - ran
-            draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
+    if result is None or result.kind != "running":
+        return
+    ran = _running_seconds(draft, groups.current[slot.group.name].values())
+    if ran < dist.elastic.wait_seconds:
+        left = dist.elastic.wait_seconds - ran
+        draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
         return
     groups.keep_probes = True
     ended = [p for p in groups.probes if classify(p).ended]  # evicted, failed: again
@@ -135,6 +137,15 @@ def follow_probe(
         _move_up(draft, spec, slot, groups, results, [bound[here]])
     elif everywhere and all(bound.get(n) for n in everywhere):
         _move_up(draft, spec, slot, groups, results, sorted({bound[n] for n in everywhere}))
+
+
+def _running_seconds(draft: Draft, pods: Iterable[Obj]) -> float:
+    """How long every trainer of the group has been running (0 until each has started):
+    a group that waited for its nodes or images has not yet shown that it runs."""
+    started = [st.parse_time(trainer_started_at(p)) for p in pods]
+    if not started or not all(started):
+        return 0.0
+    return (draft.now - max(t for t in started if t)).total_seconds()
 
 
 def _wanted_probes(draft: Draft, spec: JobSpec, pods: dict[str, Obj]) -> dict[str, tuple[int, str]]:
