@@ -5,6 +5,11 @@ writing a checkpoint from inside a signal handler would race with the step. The
 training loop polls `requested()` after every step; when set, it writes a checkpoint
 and raises `Preempted`. `Preempted` derives from BaseException on purpose: keras-tuner
 catches `Exception` around `run_trial` and would record the trial as failed and go on.
+
+TensorFlow's coordination service installs its own SIGTERM handler when a
+MultiWorkerMirroredStrategy starts; it only logs "SIGTERM caught", so the workers would
+train on until the kubelet's SIGKILL and lose every step since the last periodic
+checkpoint. `reclaim()` after the strategy starts routes SIGTERM back here.
 """
 
 from __future__ import annotations
@@ -29,6 +34,14 @@ def install() -> None:
     """Route SIGTERM (and SIGINT, for people at a terminal) to the flag."""
     signal.signal(signal.SIGTERM, _handler)
     signal.signal(signal.SIGINT, _handler)
+
+
+def reclaim() -> None:
+    """Route SIGTERM back to the flag (main thread): `signal.signal` puts the
+    interpreter's C handler back in place of one a library installed in C, which
+    `signal.getsignal` cannot see. A SIGTERM that arrived meanwhile went to that
+    library: the kubelet's SIGKILL ends the process and the last checkpoint stands."""
+    signal.signal(signal.SIGTERM, _handler)
 
 
 def _handler(signum: int, _frame: FrameType | None) -> None:

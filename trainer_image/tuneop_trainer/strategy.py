@@ -19,6 +19,8 @@ from typing import Any
 
 from tuneop_contract import ENV_LOGICAL_CPU_DEVICES, ENV_TF_CONFIG
 
+from . import preemption
+
 log = logging.getLogger(__name__)
 
 
@@ -76,6 +78,8 @@ def wait_for_peer_addresses(
     deadline = time.monotonic() + timeout
     logged = 0.0
     while waiting:
+        if preemption.requested():  # the group is going: it never started, nothing to save
+            raise preemption.Preempted()
         host, _, port = waiting[0].rpartition(":")
         try:
             resolve(host.strip("[]"), port)
@@ -108,6 +112,7 @@ def create(requested: str = "Auto") -> Any:
     if workers > 1 or requested == "MultiWorkerMirrored":
         wait_for_peer_addresses()
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        preemption.reclaim()  # the coordination service took SIGTERM over
         kind = "MultiWorkerMirroredStrategy"
     else:
         gpus = tf.config.list_physical_devices("GPU")

@@ -9,14 +9,16 @@ import ast
 import json
 import re
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from multiworker_helpers import kill_group_when, start_group, wait_all, wait_progress
+from multiworker_helpers import free_ports, kill_group_when, start_group, wait_all, wait_progress
 from trainer_helpers import (
     SCRIPTS,
     comparable,
+    env,
     fit_weights,
     results,
     tiny_spec,
@@ -25,11 +27,14 @@ from trainer_helpers import (
     write_spec,
 )
 from tuneop_contract import (
+    ENV_TF_CONFIG,
     EXIT_COMPLETED,
     EXIT_PREEMPTED,
     TUNER_DIR,
     read_progress,
 )
+
+from tests.forkserver import launch
 
 pytestmark = pytest.mark.slow
 
@@ -124,6 +129,66 @@ def test_losing_one_worker_is_a_preemption_not_a_failed_trial(
     got = results(ckpt)
     assert comparable(got) == comparable(reference["results"])
     assert got["best"]["weightsSha256"] == reference["results"]["best"]["weightsSha256"]
+
+
+def test_a_group_sigtermed_mid_trial_checkpoints_its_step_and_resumes_exactly(
+    reference: dict[str, Any], tmp_path: Path
+) -> None:
+    """Both pods of the group are deleted (SIGTERM each): the workers finish their step,
+    the chief checkpoints it, both exit 75 - TensorFlow's own SIGTERM handler, installed
+    with the strategy, must not swallow the signal - and the group resumes exactly."""
+    spec = write_spec(tmp_path, tiny_spec(**SPEC))
+    ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
+    first = reference["results"]["trials"][0]["trialId"]
+    procs = start_group(spec, ckpt, logs)
+    try:
+        wait_progress(procs, ckpt, lambda p: p.trial_id == first and p.step >= 3)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        codes = [proc.wait(timeout=60) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert codes == [EXIT_PREEMPTED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
+    chief = logs[0].read_text()
+    assert "SIGTERM received: finishing the current step" in chief
+    saved = re.search(r"preempted: .* checkpointed at epoch (\d+) step (\d+)", chief)
+    assert saved and int(saved.group(2)) >= 3, chief[-3000:]
+    codes = wait_all(start_group(spec, ckpt, logs))
+    assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
+    got = results(ckpt)
+    assert comparable(got) == comparable(reference["results"])
+    assert got["best"]["weightsSha256"] == reference["results"]["best"]["weightsSha256"]
+
+
+def test_a_worker_waiting_for_its_unscheduled_peer_exits_75_on_sigterm(tmp_path: Path) -> None:
+    """A group's pod whose peer is not scheduled (no IP, so its name does not resolve)
+    waits for that address; its group is replaced (e.g. by a smaller shape): SIGTERM
+    ends the wait with exit 75 at once instead of holding its GPUs until SIGKILL."""
+    spec = write_spec(tmp_path, tiny_spec(**SPEC))
+    ckpt, log = tmp_path / "ckpt", tmp_path / "log0"
+    (port,) = free_ports(1)
+    peers = [f"127.0.0.1:{port}", "search-worker-1.search-workers.unscheduled.invalid:2222"]
+    e = env(devices=1)
+    e[ENV_TF_CONFIG] = json.dumps(
+        {"cluster": {"worker": peers}, "task": {"type": "worker", "index": 0}}
+    )
+    cmd = ["-m", "tuneop_trainer", "run", "--dir", str(ckpt), "--spec", str(spec)]
+    proc = launch(cmd, e, log, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while "waiting for worker address" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == EXIT_PREEMPTED, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "SIGTERM received" in log.read_text()
 
 
 def test_script_mode_group_sigkilled_mid_trial_resumes_exactly(tmp_path: Path) -> None:

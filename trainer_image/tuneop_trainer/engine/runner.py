@@ -74,7 +74,10 @@ def run_program(
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
     if deterministic:
         os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
-    strategy = strategy_mod.create(strategy_name)  # before any other TF op
+    try:
+        strategy = strategy_mod.create(strategy_name)  # before any other TF op
+    except preemption.Preempted:  # SIGTERM while waiting for the group's peers
+        return EXIT_PREEMPTED
     if deterministic:
         import tensorflow as tf
 
