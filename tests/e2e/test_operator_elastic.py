@@ -1,9 +1,16 @@
-"""Elastic shapes on the real control plane: a job running on the node's 4 GPUs is
-preempted by a pod that keeps 2 of them; its 4-GPU group stays unschedulable, so after
-`elastic.waitSeconds` the operator recreates it with 2 GPUs and the trainer resumes
-from its checkpoint on 2 replicas instead of 4. When the pod gives its GPUs back, the
-probe of the 4-GPU shape is scheduled and the job moves back to 4 GPUs (its trainer
-checkpoints on SIGTERM), resumes again and completes."""
+"""Elastic shapes on the real control plane.
+
+- In place: a job running on the node's 4 GPUs is preempted by a pod that keeps 2 of
+  them; its 4-GPU group stays unschedulable, so after `elastic.waitSeconds` the operator
+  recreates it with 2 GPUs and the trainer resumes from its checkpoint on 2 replicas
+  instead of 4. When the pod gives its GPUs back, the probe of the 4-GPU shape is
+  scheduled and the job moves back to 4 GPUs (its trainer checkpoints on SIGTERM),
+  resumes again and completes.
+- Across nodes: a 2-worker MultiWorkerMirrored group fills `gpu-node-0` (4 GPUs); the
+  node is drained (cordoned, its pods evicted) while a 2-GPU node is free. The group
+  becomes one pod of 2 GPUs on the other node and resumes there; a job without
+  `elastic` keeps waiting for its shape. The node comes back, the probe of the 2x2
+  shape is scheduled on it and the job moves back to two workers and completes."""
 
 from __future__ import annotations
 
@@ -11,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import SEARCH, Env, wait_for
+from tests.e2e.harness import SEARCH, Env, condition, wait_for
 from tests.localcluster import disruption
+from tests.localcluster.nodeagent.agent import NodeConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -20,6 +28,12 @@ ELASTIC: dict[str, Any] = {
     "gpusPerWorker": 4,
     "elastic": {"shapes": [{"gpusPerWorker": 2}], "waitSeconds": 10},
 }
+TWO_WORKERS: dict[str, Any] = {
+    "workers": 2,
+    "gpusPerWorker": 2,
+    "elastic": {"shapes": [{"workers": 1, "gpusPerWorker": 2}], "waitSeconds": 10},
+}
+BIG, SMALL = "gpu-node-0", "gpu-small"
 
 
 def test_a_preempted_job_resumes_on_the_gpus_that_are_free(e2e: Env) -> None:
@@ -67,3 +81,61 @@ def test_a_preempted_job_resumes_on_the_gpus_that_are_free(e2e: Env) -> None:
         60,
         "the probe's deletion",
     )
+
+
+def nodes_of(e2e: Env, ns: str, job: str = "search") -> dict[str, str]:
+    """Trainer pod → node of the job's pods that are not being deleted."""
+    return {
+        p["metadata"]["name"]: p["spec"].get("nodeName", "")
+        for p in e2e.kubectl.pods(ns, job)
+        if not p["metadata"].get("deletionTimestamp") and "-probe-" not in p["metadata"]["name"]
+    }
+
+
+def test_a_two_worker_group_on_a_drained_node_shrinks_to_one_pod_on_another(e2e: Env) -> None:
+    ns = e2e.namespace("elastic-nodes")
+    e2e.cluster.add_node(NodeConfig(name=SMALL, gpus=2))
+    try:
+        e2e.kubectl("cordon", SMALL)  # the job starts on BIG
+        e2e.submit(
+            ns, distribution=TWO_WORKERS, tuner={**SEARCH["tuner"], "hyperbandIterations": 3}
+        )
+        e2e.wait_mid_trial(ns)
+        assert nodes_of(e2e, ns) == {"search-worker-0": BIG, "search-worker-1": BIG}
+        assert e2e.status(ns)["shape"]["name"] == "2x2"
+        # `kubectl drain`: cordoned, then its pods evicted through the Eviction API
+        e2e.kubectl("cordon", BIG)
+        e2e.kubectl("uncordon", SMALL)
+        for pod in nodes_of(e2e, ns):
+            disruption.evict_pod(e2e.cluster.api, ns, pod)
+        # A job without elastic shapes keeps waiting for its own (4 GPUs in one pod: it
+        # takes none of the 2-GPU node's, which a 2x2 group's first pod would).
+        e2e.submit(ns, "fixed", distribution={"gpusPerWorker": 4})
+        shrunk = e2e.wait_status(
+            ns, lambda s: (s.get("shape") or {}).get("index") == 1, 180, "the 1x2 shape"
+        )
+        assert shrunk["shape"]["name"] == "1x2" and shrunk["preemptions"] == 1
+        restored = e2e.wait_status(ns, lambda s: s.get("restores", 0) >= 1, 240, "the restore")
+        resumed = restored["progress"]
+        assert (resumed["resumedFromEpoch"], resumed["resumedFromStep"]) > (0, 0), resumed
+        assert nodes_of(e2e, ns) == {"search-worker-0": SMALL}
+        pod = e2e.cluster.pod(ns, "search-worker-0")
+        assert pod is not None and pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+        tf_config = [e for e in pod.spec.containers[0].env or [] if e.name == "TF_CONFIG"]
+        assert tf_config == []  # one pod: MirroredStrategy over its 2 GPUs
+        fixed = e2e.status(ns, "fixed")
+        assert fixed["phase"] == "Pending" and "shape" not in fixed, fixed
+        assert condition(fixed, "Running").get("reason") == "Unschedulable", fixed
+        assert "ShapeChanged" not in e2e.reasons(ns, "fixed")
+        e2e.kubectl("delete", "tj", "fixed", "-n", ns, "--wait=false")
+        # The node is back: the 2x2 probe is scheduled on it, the job moves back up.
+        e2e.kubectl("uncordon", BIG)
+        e2e.wait_status(ns, lambda s: (s.get("shape") or {}).get("index") == 0, 180, "2x2")
+        final = e2e.wait_phase(ns, "Succeeded", timeout=400)
+        assert final["preemptions"] == 1 and final["failures"] == 0 and final["restores"] >= 2
+        down, up = (e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged")
+        assert "(2x2) Unschedulable for" in down["message"], down
+        assert f"own shape 2x2 fits again (its probe was scheduled on {BIG})" in up["message"]
+    finally:
+        e2e.kubectl("uncordon", BIG, check=False)
+        e2e.cluster.remove_node(SMALL)
