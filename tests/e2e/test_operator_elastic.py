@@ -40,8 +40,8 @@ def test_a_preempted_job_resumes_on_the_gpus_that_are_free(e2e: Env) -> None:
     ns = e2e.namespace("elastic")
     gpus = int(e2e.cluster.core.read_node("gpu-node-0").status.allocatable["nvidia.com/gpu"])
     assert gpus == 4
-    # Three times SEARCH's trials: the search must outlast two shape changes.
-    e2e.submit(ns, distribution=ELASTIC, tuner={**SEARCH["tuner"], "hyperbandIterations": 3})
+    # Twice SEARCH's trials: the search must outlast two shape changes.
+    e2e.submit(ns, distribution=ELASTIC, tuner={**SEARCH["tuner"], "hyperbandIterations": 2})
     e2e.wait_mid_trial(ns)
     assert e2e.status(ns)["shape"]["name"] == "1x4"
     # Takes 2 of the 4 GPUs, preempting the trainer, and keeps them.
@@ -98,7 +98,7 @@ def test_a_two_worker_group_on_a_drained_node_shrinks_to_one_pod_on_another(e2e:
     try:
         e2e.kubectl("cordon", SMALL)  # the job starts on BIG
         e2e.submit(
-            ns, distribution=TWO_WORKERS, tuner={**SEARCH["tuner"], "hyperbandIterations": 3}
+            ns, distribution=TWO_WORKERS, tuner={**SEARCH["tuner"], "hyperbandIterations": 2}
         )
         e2e.wait_mid_trial(ns)
         assert nodes_of(e2e, ns) == {"search-worker-0": BIG, "search-worker-1": BIG}
