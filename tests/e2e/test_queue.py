@@ -22,6 +22,8 @@ GPU = "nvidia.com/gpu"
 QUEUED = {kq.QUEUE_LABEL: "lq"}
 """The labels of a TuningJob sent to LocalQueue `lq`."""
 LOW, HIGH = "tuneop-e2e-low", "tuneop-e2e-high"
+FLAVOR, FLAVOR_LABEL, FLAVOR_VALUE = "gpu-node-0-gpus", "kubernetes.io/hostname", "gpu-node-0"
+"""The queues' ResourceFlavor: Kueue puts its node labels on the pods it admits."""
 
 
 @pytest.fixture
@@ -36,7 +38,8 @@ def queue_ns(e2e: Env, kueue: Kueue) -> str:
              "metadata": {"name": name}, "value": value}
             for name, value in ((LOW, 100), (HIGH, 1000))
         ),
-        {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
+        {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR},
+         "spec": {"nodeLabels": {FLAVOR_LABEL: FLAVOR_VALUE}}},
         {
             "apiVersion": API,
             "kind": "ClusterQueue",
@@ -46,7 +49,7 @@ def queue_ns(e2e: Env, kueue: Kueue) -> str:
                 "preemption": {"withinClusterQueue": "LowerPriority"},
                 "resourceGroups": [{
                     "coveredResources": ["cpu", "memory", GPU],
-                    "flavors": [{"name": "default-flavor", "resources": [
+                    "flavors": [{"name": FLAVOR, "resources": [
                         {"name": "cpu", "nominalQuota": "16"},
                         {"name": "memory", "nominalQuota": "64Gi"},
                         {"name": GPU, "nominalQuota": 4},
@@ -181,3 +184,57 @@ def test_a_two_worker_job_is_admitted_whole(e2e: Env, queue_ns: str):
     group = {p["metadata"]["labels"][kq.POD_GROUP_LABEL] for p in pods}
     assert len(group) == 1  # one Kueue pod group
     e2e.kubectl("delete", "tj", "pair", "-n", ns, "--wait=false")
+
+
+def workloads(e2e: Env, ns: str) -> dict[str, dict[str, Any]]:
+    return {
+        w["metadata"]["name"]: w for w in e2e.kubectl.json("get", "workloads", "-n", ns)["items"]
+    }
+
+
+def workload_condition(workload: dict[str, Any], type_: str) -> str:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == type_), "")
+
+
+def test_a_queued_elastic_job_shrinks_into_the_quota_left_as_a_new_workload(
+    e2e: Env, queue_ns: str
+):
+    """The queue has 4 GPUs, a neighbour holds 2: a 4-GPU job stays Queued, and after
+    waitSeconds becomes a 2-GPU pod group - a new Workload, admitted in the flavor Kueue
+    picks (its node labels on the pod) - while the 4-GPU Workload is finished and never
+    takes quota, even once the neighbour has gone."""
+    ns = queue_ns
+    e2e.kubectl.apply(holding_pod("neighbour", ns, 2))
+    wait_for(
+        lambda: not gates(e2e.kubectl.json("get", "pod", "neighbour", "-n", ns)),
+        60,
+        "the neighbour admitted",
+    )
+    elastic = {"gpusPerWorker": 4, "elastic": {"shapes": [{"gpusPerWorker": 2}], "waitSeconds": 10}}
+    e2e.submit(ns, search=short_search(3), labels=QUEUED, distribution=elastic)
+    (first,) = e2e.kubectl.pods(ns, "search")
+    old = first["metadata"]["labels"][kq.POD_GROUP_LABEL]
+    shrunk = e2e.wait_status(
+        ns, lambda s: (s.get("shape") or {}).get("index") == 1, 90, "the 1x2 shape"
+    )
+    assert shrunk["shape"]["name"] == "1x2"
+    (changed,) = [e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged"]
+    assert "(1x4) Queued for" in changed["message"], changed
+    e2e.wait_phase(ns, "Running", timeout=120)
+    (pod,) = e2e.kubectl.pods(ns, "search")
+    new = pod["metadata"]["labels"][kq.POD_GROUP_LABEL]
+    assert new != old and not gates(pod)
+    assert pod["spec"]["containers"][0]["resources"]["limits"][GPU] == "2"
+    assert pod["spec"]["nodeSelector"][FLAVOR_LABEL] == FLAVOR_VALUE  # Kueue's flavor
+    e2e.kubectl("delete", "pod", "neighbour", "-n", ns, "--wait=false")
+    final = e2e.wait_phase(ns, "Succeeded", timeout=300)
+    assert final["preemptions"] == 0 and final["failures"] == 0
+    assert final["shape"]["name"] == "1x2"  # under Kueue, quota decides: no probe
+    found = workloads(e2e, ns)
+    admitted = found[new]["status"]["admission"]["podSetAssignments"][0]
+    assert admitted["flavors"][GPU] == FLAVOR
+    assert admitted["resourceUsage"][GPU] == "2"
+    if old in found:  # finished, never admitted, even with the neighbour's GPUs free
+        assert workload_condition(found[old], "Finished") == "True", found[old]
+        assert not (found[old].get("status") or {}).get("admission"), found[old]
