@@ -192,18 +192,26 @@ def workloads(e2e: Env, ns: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def workload_condition(workload: dict[str, Any], type_: str) -> str:
-    conditions = (workload.get("status") or {}).get("conditions") or []
-    return next((c["status"] for c in conditions if c["type"] == type_), "")
+def admission(e2e: Env, ns: str, workload: str) -> dict[str, Any] | None:
+    """The flavors and resource usage Kueue admitted `workload` with; None while it is
+    not admitted, or once it is gone (Kueue deletes a pod group's Workload with its
+    last pod)."""
+    found = workloads(e2e, ns).get(workload) or {}
+    admitted = (found.get("status") or {}).get("admission")
+    if not admitted:
+        return None
+    (assignment,) = admitted["podSetAssignments"]
+    return {k: assignment[k] for k in ("flavors", "resourceUsage")}
 
 
-def test_a_queued_elastic_job_shrinks_into_the_quota_left_as_a_new_workload(
+def test_a_queued_elastic_job_shrinks_into_the_quota_left_and_moves_back_up(
     e2e: Env, queue_ns: str
 ):
     """The queue has 4 GPUs, a neighbour holds 2: a 4-GPU job stays Queued, and after
     waitSeconds becomes a 2-GPU pod group - a new Workload, admitted in the flavor Kueue
-    picks (its node labels on the pod) - while the 4-GPU Workload is finished and never
-    takes quota, even once the neighbour has gone."""
+    picks (its node labels on the pod). The neighbour goes: the job's probe, a Kueue pod
+    group of the 2 GPUs it lacks, is admitted and bound beside the pod, and the job moves
+    back to 4 GPUs as one more Workload. The first 4-GPU Workload never takes quota."""
     ns = queue_ns
     e2e.kubectl.apply(holding_pod("neighbour", ns, 2))
     wait_for(
@@ -212,29 +220,42 @@ def test_a_queued_elastic_job_shrinks_into_the_quota_left_as_a_new_workload(
         "the neighbour admitted",
     )
     elastic = {"gpusPerWorker": 4, "elastic": {"shapes": [{"gpusPerWorker": 2}], "waitSeconds": 10}}
-    e2e.submit(ns, search=short_search(3), labels=QUEUED, distribution=elastic)
+    e2e.submit(ns, search=short_search(8), labels=QUEUED, distribution=elastic)
     (first,) = e2e.kubectl.pods(ns, "search")
-    old = first["metadata"]["labels"][kq.POD_GROUP_LABEL]
+    queued = first["metadata"]["labels"][kq.POD_GROUP_LABEL]
     shrunk = e2e.wait_status(
         ns, lambda s: (s.get("shape") or {}).get("index") == 1, 90, "the 1x2 shape"
     )
     assert shrunk["shape"]["name"] == "1x2"
-    (changed,) = [e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged"]
-    assert "(1x4) Queued for" in changed["message"], changed
+    (down,) = [e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged"]
+    assert "(1x4) Queued for" in down["message"], down
     e2e.wait_phase(ns, "Running", timeout=120)
     (pod,) = e2e.kubectl.pods(ns, "search")
-    new = pod["metadata"]["labels"][kq.POD_GROUP_LABEL]
-    assert new != old and not gates(pod)
+    smaller = pod["metadata"]["labels"][kq.POD_GROUP_LABEL]
+    assert smaller != queued and not gates(pod)
     assert pod["spec"]["containers"][0]["resources"]["limits"][GPU] == "2"
     assert pod["spec"]["nodeSelector"][FLAVOR_LABEL] == FLAVOR_VALUE  # Kueue's flavor
+    assert admission(e2e, ns, smaller) == {"flavors": {GPU: FLAVOR}, "resourceUsage": {GPU: "2"}}
+    assert admission(e2e, ns, queued) is None  # gone or never admitted
     e2e.kubectl("delete", "pod", "neighbour", "-n", ns, "--wait=false")
+    probe = wait_for(
+        lambda: next(
+            (p for p in e2e.kubectl.pods(ns, "search") if "-probe-" in p["metadata"]["name"]),
+            None,
+        ),
+        60,
+        "the probe",
+    )
+    group = probe["metadata"]["labels"][kq.POD_GROUP_LABEL]
+    assert probe["metadata"]["labels"][kq.QUEUE_LABEL] == "lq" and group not in (queued, smaller)
+    assert probe["spec"]["containers"][0]["resources"]["limits"][GPU] == "2"
+    e2e.wait_status(ns, lambda s: (s.get("shape") or {}).get("index") == 0, 120, "back to 1x4")
     final = e2e.wait_phase(ns, "Succeeded", timeout=300)
-    assert final["preemptions"] == 0 and final["failures"] == 0
-    assert final["shape"]["name"] == "1x2"  # under Kueue, quota decides: no probe
-    found = workloads(e2e, ns)
-    admitted = found[new]["status"]["admission"]["podSetAssignments"][0]
-    assert admitted["flavors"][GPU] == FLAVOR
-    assert admitted["resourceUsage"][GPU] == "2"
-    if old in found:  # finished, never admitted, even with the neighbour's GPUs free
-        assert workload_condition(found[old], "Finished") == "True", found[old]
-        assert not (found[old].get("status") or {}).get("admission"), found[old]
+    assert final["preemptions"] == 0 and final["failures"] == 0 and final["restores"] >= 1
+    up = [e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged"][-1]
+    assert "own shape 1x4 fits again (its probe was scheduled on gpu-node-0)" in up["message"]
+    (pod,) = e2e.kubectl.pods(ns, "search")
+    own = pod["metadata"]["labels"][kq.POD_GROUP_LABEL]
+    assert own not in (queued, smaller, group)
+    assert admission(e2e, ns, own) == {"flavors": {GPU: FLAVOR}, "resourceUsage": {GPU: "4"}}
+    assert admission(e2e, ns, queued) is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tuneop.api import names, queue
 from tuneop.api import status as st
 from tuneop.api.spec import JobSpec, job_spec, validate
 from tuneop.decide.elastic import SHAPE_CHANGED
@@ -218,7 +219,7 @@ def test_the_probe_waits_for_the_smaller_shape_to_have_run_not_to_exist() -> Non
     assert d.create_probes == [(0, ""), (-1, "gpu-node-0")]
 
 
-def test_a_probe_goes_when_the_job_ends_or_is_queued() -> None:
+def test_a_probe_goes_when_the_job_ends() -> None:
     w = elastic_world()
     shrunk_and_running(w)
     w.step(31)
@@ -227,16 +228,45 @@ def test_a_probe_goes_when_the_job_ends_or_is_queued() -> None:
     w.step()
     assert w.status["phase"] == st.PHASE_SUCCEEDED
     assert all(p["metadata"].get("deletionTimestamp") for p in probes(w).values())
-    queued = elastic_world()
-    queued.job["metadata"]["labels"] = dict(QUEUE)
-    queued.step()
-    gate(queued)
-    queued.step(31)
-    queued.gc_deleted()
-    queued.step()
-    admit(queued)
-    queued.step(100)
-    assert queued.status[st.SHAPE]["index"] == 1 and probes(queued) == {}
+
+
+def test_a_queued_job_moves_up_through_a_kueue_probe_beside_its_pod() -> None:
+    w = elastic_world()
+    w.job["metadata"]["labels"] = dict(QUEUE)
+    w.step()
+    gate(w)
+    w.step(31)  # Queued for waitSeconds: 1x2
+    w.gc_deleted()
+    w.step()
+    admit(w)
+    for pod in w.pods.values():
+        pod["spec"]["nodeName"] = "gpu-node-0"
+    w.run_pods()
+    w.step()
+    d = w.step(31)
+    assert d.create_probes == [(names.IN_PLACE, "gpu-node-0")]  # only the in-place one
+    (probe,) = probes(w).values()
+    (trainer,) = trainers(w).values()
+    labels, annotations = probe["metadata"]["labels"], probe["metadata"]["annotations"]
+    assert labels[queue.QUEUE_LABEL] == "team-a" and gpus_of(probe) == "2"
+    assert labels[queue.POD_GROUP_LABEL] != trainer["metadata"]["labels"][queue.POD_GROUP_LABEL]
+    assert annotations == {queue.POD_GROUP_TOTAL: "1"}  # a Kueue pod group of its own
+    probe["spec"]["schedulingGates"] = [{"name": queue.ADMISSION_GATE}]
+    probe["metadata"]["finalizers"] = [queue.FINALIZER]
+    probe["status"] = {"phase": "Pending"}
+    for _ in range(3):  # Kueue has no quota for it yet: the trainer trains on
+        d = w.step(30)
+        assert not d.delete_pods and not d.create_probes and not d.release_pods
+    probe["spec"].pop("schedulingGates")  # admitted, then bound beside the pod
+    probe["spec"]["nodeName"] = "gpu-node-0"
+    probe["status"] = {"phase": "Running"}
+    w.step()
+    assert w.status[st.SHAPE]["index"] == 0
+    assert not probe["metadata"].get("deletionTimestamp")  # held while the pod goes
+    w.gc_deleted()
+    d = w.step()
+    assert d.create_pods == [0] and probe["metadata"].get("deletionTimestamp")
+    assert [r.name for r in d.release_pods] == [probe["metadata"]["name"]]  # quota handed on
 
 
 def test_back_in_place_once_the_rest_of_the_own_shape_fits_beside_the_pod() -> None:

@@ -13,8 +13,9 @@ like any pod; once every probe pod is scheduled the own shape fits, and the prob
 those GPUs while the trainer group is deleted - its trainer checkpoints on SIGTERM and
 exits, so the move happens at a checkpoint and loses no step - and the group is
 recreated in the own shape; the probe is deleted at that moment to hand its GPUs over.
-Not for a job queued by Kueue: there quota, not nodes, decides, and a probe outside
-Kueue would not say whether the own shape would be admitted.
+A job queued by Kueue probes through Kueue: its in-place probe (both shapes one pod) is
+a Kueue pod group of its own, so it is admitted only when the queue has the GPUs the
+own shape needs beyond the running pod's, and released when it goes.
 
 status.shape says which shape is in use (the pods are rendered from it: api.spec.job_spec),
 with a `ShapeChanged` Event at every change. Not a restart, a failure or a preemption:
@@ -32,6 +33,7 @@ from ..api.queue import QUEUED, queue_name
 from ..api.spec import JobSpec
 from .classify import UNSCHEDULABLE, classify, trainer_started_at
 from .classify import alive as is_alive
+from .group import release_held
 from .job import delete_alive
 from .job_groups import JobGroups
 from .patch import Draft
@@ -110,8 +112,6 @@ def follow_probe(
         held = result is not None and result.reason == OLD_PODS_TERMINATING
         groups.keep_probes = held and bool(groups.probes)
         return
-    if queue_name(draft.job):
-        return  # Kueue's quota decides; a probe outside Kueue cannot tell
     if result is None or result.kind != "running":
         return
     ran = _running_seconds(draft, groups.current[slot.group.name].values())
@@ -121,7 +121,7 @@ def follow_probe(
         return
     groups.keep_probes = True
     ended = [p for p in groups.probes if classify(p).ended]  # evicted, failed: again
-    delete_alive(draft, ended)
+    drop_probes(draft, ended)
     alive = {p["metadata"]["name"]: p for p in groups.probes if is_alive(p) and p not in ended}
     wanted = _wanted_probes(draft, spec, groups.current[slot.group.name])
     missing = [probe for name, probe in wanted.items() if name not in alive]
@@ -148,14 +148,28 @@ def _running_seconds(draft: Draft, pods: Iterable[Obj]) -> float:
     return (draft.now - max(t for t in started if t)).total_seconds()
 
 
+def drop_probes(draft: Draft, probes: list[Obj]) -> None:
+    """Delete probes; a queued job's are also released from Kueue, so their Workload
+    finishes and hands its quota on."""
+    delete_alive(draft, probes)
+    release_held(draft, probes, set(), stopping=True)
+
+
 def _wanted_probes(draft: Draft, spec: JobSpec, pods: dict[str, Obj]) -> dict[str, tuple[int, str]]:
     """The probe pods to keep, by name: the own shape's anywhere, and - when both shapes
     are one pod - the GPUs it needs beyond the running pod's, on that pod's node (the own
-    shape fits there once the running pod gives its GPUs up)."""
+    shape fits there once the running pod gives its GPUs up). A job queued by Kueue has
+    only the latter: Kueue admits it once the queue has the GPUs the own shape needs
+    beyond the running pod's, while the own shape's probe would need them all on top of
+    the running pod's quota."""
     dist = spec.distribution
     own = dist.shapes[0]
     job = draft.job["metadata"]["name"]
-    wanted = {names.probe_pod_name(job, i): (i, "") for i in range(own.workers)}
+    wanted = (
+        {}
+        if queue_name(draft.job)
+        else {names.probe_pod_name(job, i): (i, "") for i in range(own.workers)}
+    )
     node = next((str(p["spec"].get("nodeName") or "") for p in pods.values()), "")
     one_pod = own.workers == 1 and dist.workers == 1
     if one_pod and own.gpus_per_worker > dist.gpus_per_worker and node:

@@ -30,7 +30,7 @@ from ..api.owners import foreign
 from ..api.queue import QUEUED
 from ..api.spec import JobSpec, SpecError, check_existing_claim, job_spec, validate
 from .classify import attempt_of, needs_node
-from .elastic import follow_probe, follow_shape
+from .elastic import drop_probes, follow_probe, follow_shape
 from .group import (
     backoff_wait,
     classify_group,
@@ -154,7 +154,7 @@ def decide(
     if not _stop_phase(draft, spec, groups, errors, bad_script):
         _run_groups(draft, spec, groups, nodes or {}, last_seen or {}, configmaps, bad_script)
     if not groups.keep_probes:
-        delete_alive(draft, groups.probes)
+        drop_probes(draft, groups.probes)
     groups.write_entries(draft)
     draft.decision.recoveries = draft.ledger.finish(draft.live_pods)
     return draft.decision

@@ -335,6 +335,7 @@ def build_probe(job: Obj, spec: JobSpec, index: int, node: str = "", **settings:
     labels = pod["metadata"]["labels"]
     labels[names.LABEL_COMPONENT] = names.COMPONENT_PROBE
     labels.pop(names.LABEL_ATTEMPT, None)
+    _queue_probe(job, pod, settings.get("now"))
     pod_spec = pod["spec"]
     pod_spec["terminationGracePeriodSeconds"] = 0
     pod_spec["automountServiceAccountToken"] = False
@@ -350,6 +351,18 @@ def build_probe(job: Obj, spec: JobSpec, index: int, node: str = "", **settings:
             container.pop(key, None)
     pod_spec.pop("initContainers", None)
     return pod
+
+
+def _queue_probe(job: Obj, pod: Obj, now: dt.datetime | None) -> None:
+    """A queued job's probe is a Kueue pod group of its own (one pod), named for the
+    moment it is made: Kueue admits it only with the quota it asks for, and never runs
+    pods under a finished group's name again (an ended probe is made anew)."""
+    if not queue.queue_name(job):
+        return
+    made = int((now or dt.datetime.now(dt.UTC)).timestamp() * 1000)
+    labels, annotations = queue.pod_metadata(job, f"probe-{made}", 0, 1)
+    pod["metadata"]["labels"].update(labels)
+    pod["metadata"]["annotations"] = annotations
 
 
 def _pin(pod_spec: Obj, node: str) -> None:
