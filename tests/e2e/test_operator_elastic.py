@@ -128,6 +128,7 @@ def test_a_two_worker_group_on_a_drained_node_shrinks_to_one_pod_on_another(e2e:
         assert condition(fixed, "Running").get("reason") == "Unschedulable", fixed
         assert "ShapeChanged" not in e2e.reasons(ns, "fixed")
         e2e.kubectl("delete", "tj", "fixed", "-n", ns, "--wait=false")
+        wait_for(lambda: not e2e.kubectl.pods(ns, "fixed"), 60, "fixed's pod gone")
         # The node is back: the 2x2 probe is scheduled on it, the job moves back up.
         e2e.kubectl("uncordon", BIG)
         e2e.wait_status(ns, lambda s: (s.get("shape") or {}).get("index") == 0, 180, "2x2")

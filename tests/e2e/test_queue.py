@@ -211,7 +211,8 @@ def test_a_queued_elastic_job_shrinks_into_the_quota_left_and_moves_back_up(
     waitSeconds becomes a 2-GPU pod group - a new Workload, admitted in the flavor Kueue
     picks (its node labels on the pod). The neighbour goes: the job's probe, a Kueue pod
     group of the 2 GPUs it lacks, is admitted and bound beside the pod, and the job moves
-    back to 4 GPUs as one more Workload. The first 4-GPU Workload never takes quota."""
+    back to 4 GPUs as one more Workload. The first 4-GPU Workload never takes quota: it is
+    not admitted while queued, and goes with its released pod."""
     ns = queue_ns
     e2e.kubectl.apply(holding_pod("neighbour", ns, 2))
     wait_for(
@@ -221,14 +222,24 @@ def test_a_queued_elastic_job_shrinks_into_the_quota_left_and_moves_back_up(
     )
     elastic = {"gpusPerWorker": 4, "elastic": {"shapes": [{"gpusPerWorker": 2}], "waitSeconds": 10}}
     e2e.submit(ns, search=short_search(8), labels=QUEUED, distribution=elastic)
-    (first,) = e2e.kubectl.pods(ns, "search")
+    (first,) = wait_for(lambda: e2e.kubectl.pods(ns, "search"), 60, "the first pod")
     queued = first["metadata"]["labels"][kq.POD_GROUP_LABEL]
-    shrunk = e2e.wait_status(
-        ns, lambda s: (s.get("shape") or {}).get("index") == 1, 90, "the 1x2 shape"
+    # Kueue has the 4-GPU Workload and keeps it without quota until the job shrinks.
+    wait_for(lambda: queued in workloads(e2e, ns), 60, f"Workload {queued}")
+    while (e2e.status(ns).get("shape") or {}).get("index") != 1:
+        assert admission(e2e, ns, queued) is None
+        time.sleep(0.5)
+    down = wait_for(
+        lambda: next(
+            (e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged"), None
+        ),
+        30,
+        "the ShapeChanged Event",
     )
-    assert shrunk["shape"]["name"] == "1x2"
-    (down,) = [e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged"]
     assert "(1x4) Queued for" in down["message"], down
+    assert e2e.status(ns)["shape"]["name"] == "1x2"
+    # Released with its pod: Kueue deletes the Workload, which can take no quota now.
+    wait_for(lambda: queued not in workloads(e2e, ns), 60, f"Workload {queued} gone")
     e2e.wait_phase(ns, "Running", timeout=120)
     (pod,) = e2e.kubectl.pods(ns, "search")
     smaller = pod["metadata"]["labels"][kq.POD_GROUP_LABEL]
@@ -236,7 +247,6 @@ def test_a_queued_elastic_job_shrinks_into_the_quota_left_and_moves_back_up(
     assert pod["spec"]["containers"][0]["resources"]["limits"][GPU] == "2"
     assert pod["spec"]["nodeSelector"][FLAVOR_LABEL] == FLAVOR_VALUE  # Kueue's flavor
     assert admission(e2e, ns, smaller) == {"flavors": {GPU: FLAVOR}, "resourceUsage": {GPU: "2"}}
-    assert admission(e2e, ns, queued) is None  # gone or never admitted
     e2e.kubectl("delete", "pod", "neighbour", "-n", ns, "--wait=false")
     probe = wait_for(
         lambda: next(
@@ -258,4 +268,3 @@ def test_a_queued_elastic_job_shrinks_into_the_quota_left_and_moves_back_up(
     own = pod["metadata"]["labels"][kq.POD_GROUP_LABEL]
     assert own not in (queued, smaller, group)
     assert admission(e2e, ns, own) == {"flavors": {GPU: FLAVOR}, "resourceUsage": {GPU: "4"}}
-    assert admission(e2e, ns, queued) is None

@@ -115,6 +115,7 @@ class FakeKube(kube.Kube):
         self.calls: list[tuple[str, str]] = []
         self.patches: list[Obj] = []
         self.deleted: list[tuple[str, str, str | None]] = []
+        self.released: list[tuple[str, str | None]] = []
         self.nodes: list[str] = []
 
     @property
@@ -173,6 +174,10 @@ class FakeKube(kube.Kube):
             return False
         self.objects[key] = obj
         return True
+
+    def release_pod(self, namespace: str, name: str, uid: str | None) -> bool:
+        self.released.append((name, uid))
+        return ("Pod", name) in self.objects
 
     def delete(
         self, kind: str, namespace: str, name: str, *, uid: str | None = None, **options: Any

@@ -230,8 +230,9 @@ def test_a_probe_goes_when_the_job_ends() -> None:
     assert all(p["metadata"].get("deletionTimestamp") for p in probes(w).values())
 
 
-def test_a_queued_job_moves_up_through_a_kueue_probe_beside_its_pod() -> None:
-    w = elastic_world()
+def queued_and_probing(w: World) -> dict[str, Any]:
+    """A queued job shrunk to 1x2 and running there long enough: its probe, as Kueue's
+    webhook leaves it (gated, held)."""
     w.job["metadata"]["labels"] = dict(QUEUE)
     w.step()
     gate(w)
@@ -246,14 +247,21 @@ def test_a_queued_job_moves_up_through_a_kueue_probe_beside_its_pod() -> None:
     d = w.step(31)
     assert d.create_probes == [(names.IN_PLACE, "gpu-node-0")]  # only the in-place one
     (probe,) = probes(w).values()
+    probe["spec"]["schedulingGates"] = [{"name": queue.ADMISSION_GATE}]
+    probe["metadata"]["finalizers"] = [queue.FINALIZER]
+    probe["status"] = {"phase": "Pending"}
+    return probe
+
+
+def test_a_queued_job_moves_up_through_a_kueue_probe_beside_its_pod() -> None:
+    w = elastic_world(template={"metadata": {"annotations": {"team": "vision"}}})
+    probe = queued_and_probing(w)
     (trainer,) = trainers(w).values()
     labels, annotations = probe["metadata"]["labels"], probe["metadata"]["annotations"]
     assert labels[queue.QUEUE_LABEL] == "team-a" and gpus_of(probe) == "2"
     assert labels[queue.POD_GROUP_LABEL] != trainer["metadata"]["labels"][queue.POD_GROUP_LABEL]
-    assert annotations == {queue.POD_GROUP_TOTAL: "1"}  # a Kueue pod group of its own
-    probe["spec"]["schedulingGates"] = [{"name": queue.ADMISSION_GATE}]
-    probe["metadata"]["finalizers"] = [queue.FINALIZER]
-    probe["status"] = {"phase": "Pending"}
+    assert annotations[queue.POD_GROUP_TOTAL] == "1"  # a Kueue pod group of its own
+    assert annotations["team"] == "vision"  # spec.template's, as on every pod of the job
     for _ in range(3):  # Kueue has no quota for it yet: the trainer trains on
         d = w.step(30)
         assert not d.delete_pods and not d.create_probes and not d.release_pods
@@ -267,6 +275,17 @@ def test_a_queued_job_moves_up_through_a_kueue_probe_beside_its_pod() -> None:
     d = w.step()
     assert d.create_pods == [0] and probe["metadata"].get("deletionTimestamp")
     assert [r.name for r in d.release_pods] == [probe["metadata"]["name"]]  # quota handed on
+
+
+def test_a_queued_probe_deleted_by_someone_else_is_released_and_made_again() -> None:
+    w = elastic_world()
+    probe = queued_and_probing(w)
+    probe["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # kept by the finalizer
+    d = w.step()
+    assert [r.name for r in d.release_pods] == [probe["metadata"]["name"]]
+    w.gc_deleted()  # released: Kueue lets it go
+    d = w.step()
+    assert d.create_probes == [(names.IN_PLACE, "gpu-node-0")]
 
 
 def test_back_in_place_once_the_rest_of_the_own_shape_fits_beside_the_pod() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from tuneop.act import executor, kube
-from tuneop.api import names
+from tuneop.api import names, queue
 from tuneop.api import status as st
 from tuneop.api.spec import JobSpec
 from tuneop.decide.patch import Decision
@@ -127,9 +127,11 @@ def test_cleanup_deletes_only_what_the_job_owns_and_only_that_object():
             "PersistentVolumeClaim", "j-ckpt", "u", uid="v1"
         ),
     }
+    objects[("Pod", "j-worker-0")]["metadata"]["finalizers"] = [queue.FINALIZER]  # Kueue's
     fake = FakeKube(dict(objects), job=JOB)
     job = {**JOB, "spec": {**JOB["spec"], "checkpoint": {"reclaimPolicy": "Delete"}}}
     executor.cleanup(fake, job, LOG)
+    assert fake.released == [("j-worker-0", "p1")]  # its Workload's quota freed at once
     assert sorted(fake.deleted) == [
         ("ConfigMap", "j-progress", "c2"),
         ("ConfigMap", "j-spec", "c1"),

@@ -13,7 +13,7 @@ from typing import Any
 
 import tuneop_contract as contract
 
-from ..api import names
+from ..api import names, queue
 from ..api.groups import group_named
 from ..api.owners import owned_by, owner_uids
 from ..api.spec import JobSpec, job_spec
@@ -268,7 +268,8 @@ def _delete_owned(
 
 def cleanup(kube: Kube, job: Obj, logger: Logger = log) -> None:
     """On job deletion: pods and the service go at once (they are owned too, but the
-    garbage collector may lag); the created claim only with reclaimPolicy Delete. Only
+    garbage collector may lag), released from Kueue's pod groups first (their quota is
+    freed at once); the created claim only with reclaimPolicy Delete. Only
     objects owned by this job (its uid) are deleted: a job re-created under the same
     name, or a user's object that happens to have a child's name, is left alone."""
     meta = job["metadata"]
@@ -276,7 +277,10 @@ def cleanup(kube: Kube, job: Obj, logger: Logger = log) -> None:
     spec = job_spec(job)
     for pod in kube.list_pods(namespace, name):
         if owned_by({**pod, "kind": "Pod"}, job):
-            kube.delete("Pod", namespace, pod["metadata"]["name"], uid=pod["metadata"].get("uid"))
+            pod_name, uid = pod["metadata"]["name"], pod["metadata"].get("uid")
+            if queue.held(pod):  # else Kueue keeps the pod and its Workload's quota
+                kube.release_pod(namespace, pod_name, uid)
+            kube.delete("Pod", namespace, pod_name, uid=uid)
     sa = names.service_account_name(name)
     for kind, child in (("Service", names.service_name(name)),
                         ("ConfigMap", names.configmap_name(name)),

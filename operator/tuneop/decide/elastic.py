@@ -120,10 +120,14 @@ def follow_probe(
         draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
         return
     groups.keep_probes = True
-    ended = [p for p in groups.probes if classify(p).ended]  # evicted, failed: again
-    drop_probes(draft, ended)
-    alive = {p["metadata"]["name"]: p for p in groups.probes if is_alive(p) and p not in ended}
     wanted = _wanted_probes(draft, spec, groups.current[slot.group.name])
+    gone = [  # evicted, failed (made again) or no longer wanted
+        p for p in groups.probes if classify(p).ended or p["metadata"]["name"] not in wanted
+    ]
+    delete_alive(draft, gone)
+    alive = {p["metadata"]["name"]: p for p in groups.probes if is_alive(p) and p not in gone}
+    # whatever is not kept, deleted by anyone, goes from Kueue too: its quota is handed on
+    release_held(draft, groups.probes, set(alive), stopping=False)
     missing = [probe for name, probe in wanted.items() if name not in alive]
     if missing:
         draft.decision.create_probes = missing

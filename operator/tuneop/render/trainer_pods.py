@@ -362,7 +362,7 @@ def _queue_probe(job: Obj, pod: Obj, now: dt.datetime | None) -> None:
     made = int((now or dt.datetime.now(dt.UTC)).timestamp() * 1000)
     labels, annotations = queue.pod_metadata(job, f"probe-{made}", 0, 1)
     pod["metadata"]["labels"].update(labels)
-    pod["metadata"]["annotations"] = annotations
+    pod["metadata"].setdefault("annotations", {}).update(annotations)
 
 
 def _pin(pod_spec: Obj, node: str) -> None:
