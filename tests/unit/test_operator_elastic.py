@@ -336,3 +336,44 @@ def test_an_ended_probe_is_no_fit_and_is_made_again() -> None:
     w.gc_deleted()
     d = w.step()
     assert d.create_probes == [(0, "")]
+
+
+def test_two_workers_move_back_up_once_the_second_fits_beside_the_first() -> None:
+    """2x2 shrunk to one pod of 2 GPUs on a node of 4: the own shape fits once a second
+    2-GPU pod does - the running pod hands its node to the first worker. Probing only
+    the whole 2x2 shape would need 4 more GPUs and never fit there."""
+    w = elastic_world(workers=2, gpus=2, shapes=[{"workers": 1, "gpusPerWorker": 2}])
+    shrunk_and_running(w)
+    for pod in trainers(w).values():
+        pod["spec"]["nodeName"] = "gpu-node-0"
+    d = w.step(31)
+    assert d.create_probes == [(0, ""), (1, "")]
+    full, second = probes(w)["j-probe-0"], probes(w)["j-probe-1"]
+    assert gpus_of(second) == "2" and "nodeName" not in second["spec"]
+    full["status"] = {"phase": "Pending", "conditions": [UNSCHEDULABLE]}  # no 4 GPUs
+    second["spec"]["nodeName"] = "gpu-node-0"
+    second["status"] = {"phase": "Running"}
+    w.step()
+    assert w.status[st.SHAPE]["name"] == "2x2"
+    message = [m for _, r, m in w.events if r == SHAPE_CHANGED][-1]
+    assert "own shape 2x2 fits again (its probe was scheduled on gpu-node-0)" in message
+
+
+def test_a_queued_two_worker_job_probes_its_second_worker_through_kueue() -> None:
+    w = elastic_world(workers=2, gpus=2, shapes=[{"workers": 1, "gpusPerWorker": 2}])
+    w.job["metadata"]["labels"] = dict(QUEUE)
+    w.step()
+    gate(w)
+    w.step(31)
+    w.gc_deleted()
+    w.step()
+    admit(w)
+    for pod in w.pods.values():
+        pod["spec"]["nodeName"] = "gpu-node-0"
+    w.run_pods()
+    w.step()
+    d = w.step(31)
+    assert d.create_probes == [(1, "")]  # one pod: the GPUs beyond the running group's
+    (probe,) = probes(w).values()
+    assert probe["metadata"]["labels"][queue.QUEUE_LABEL] == "team-a"
+    assert probe["metadata"]["annotations"][queue.POD_GROUP_TOTAL] == "1"

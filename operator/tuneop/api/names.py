@@ -67,12 +67,26 @@ def pod_name(job: str, index: int) -> str:
 
 
 def probe_pod_name(job: str, index: int) -> str:
-    """Pod `index` of the probe of the job's own shape (decide.elastic); index
-    IN_PLACE: the probe of the GPUs the own shape needs beside the running pod's."""
-    return f"{job}-probe-{'here' if index == IN_PLACE else index}"
+    """Probe pod `index` (decide.elastic): index >= 0, pod `index` of the job's own
+    shape anywhere; index beside(i), the GPUs the own shape's pod i needs beyond the
+    running pod i's, on that pod's node (`-probe-here` for the first)."""
+    if index >= 0:
+        return f"{job}-probe-{index}"
+    worker = beside_worker(index)
+    return f"{job}-probe-here" + (f"-{worker}" if worker else "")
 
 
-IN_PLACE = -1
+def beside(worker: int) -> int:
+    """The probe index of the GPUs beside running pod `worker`."""
+    return -1 - worker
+
+
+def beside_worker(index: int) -> int:
+    """The running pod a probe index < 0 stands beside."""
+    return -1 - index
+
+
+IN_PLACE = beside(0)
 
 
 COMPONENT_PROBE = "probe"

@@ -6,16 +6,17 @@ pendingTimeoutSeconds). Nothing is lost: the group never started, and the traine
 resumes the search from the checkpoint volume on any number of replicas with the same
 global batch and data order (docs/design/trainer.md, elastic resume).
 
-Back up: once a smaller shape's trainers have run `waitSeconds`, a probe of the job's own
-shape is created (`<job>-probe-<i>`: placed and sized as the own shape's pods, mounting
-nothing, sleeping; render.trainer_pods.build_probe). It waits in the scheduler's queue
-like any pod; once every probe pod is scheduled the own shape fits, and the probe holds
-those GPUs while the trainer group is deleted - its trainer checkpoints on SIGTERM and
-exits, so the move happens at a checkpoint and loses no step - and the group is
-recreated in the own shape; the probe is deleted at that moment to hand its GPUs over.
-A job queued by Kueue probes through Kueue: its in-place probe (both shapes one pod) is
-a Kueue pod group of its own, so it is admitted only when the queue has the GPUs the
-own shape needs beyond the running pod's, and released when it goes.
+Back up: once a smaller shape's trainers have run `waitSeconds`, probes of the job's own
+shape are created (pods that mount nothing and sleep; render.trainer_pods.build_probe):
+the own shape anywhere, and beside the running group (the GPUs it lacks; _wanted_probes).
+They wait in the scheduler's queue like any pod; once every pod of either set is
+scheduled the own shape fits, and the probes hold those GPUs while the trainer group is
+deleted - its trainer checkpoints on SIGTERM and exits, so the move happens at a
+checkpoint and loses no step - and the group is recreated in the own shape; the probes
+are deleted at that moment to hand their GPUs over. A job queued by Kueue probes through
+Kueue: a one-pod probe beside its group is a Kueue pod group of its own, admitted only
+when the queue has the GPUs the own shape needs beyond the running group's, and
+released when it goes.
 
 status.shape says which shape is in use (the pods are rendered from it: api.spec.job_spec),
 with a `ShapeChanged` Event at every change. Not a restart, a failure or a preemption:
@@ -120,7 +121,7 @@ def follow_probe(
         draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
         return
     groups.keep_probes = True
-    wanted = _wanted_probes(draft, spec, groups.current[slot.group.name])
+    wanted, sets = _wanted_probes(draft, spec, groups.current[slot.group.name])
     gone = [  # evicted, failed (made again) or no longer wanted
         p for p in groups.probes if classify(p).ended or p["metadata"]["name"] not in wanted
     ]
@@ -134,13 +135,9 @@ def follow_probe(
     bound = {
         name: str(alive[name]["spec"].get("nodeName") or "") for name in wanted if name in alive
     }
-    job = draft.job["metadata"]["name"]
-    here = names.probe_pod_name(job, names.IN_PLACE)
-    everywhere = [n for n in wanted if n != here]
-    if bound.get(here):
-        _move_up(draft, spec, slot, groups, results, [bound[here]])
-    elif everywhere and all(bound.get(n) for n in everywhere):
-        _move_up(draft, spec, slot, groups, results, sorted({bound[n] for n in everywhere}))
+    fits = next((probes for probes in sets if all(bound.get(n) for n in probes)), None)
+    if fits:
+        _move_up(draft, spec, slot, groups, results, sorted({bound[n] for n in fits}))
 
 
 def _running_seconds(draft: Draft, pods: Iterable[Obj]) -> float:
@@ -159,26 +156,45 @@ def drop_probes(draft: Draft, probes: list[Obj]) -> None:
     release_held(draft, probes, set(), stopping=True)
 
 
-def _wanted_probes(draft: Draft, spec: JobSpec, pods: dict[str, Obj]) -> dict[str, tuple[int, str]]:
-    """The probe pods to keep, by name: the own shape's anywhere, and - when both shapes
-    are one pod - the GPUs it needs beyond the running pod's, on that pod's node (the own
-    shape fits there once the running pod gives its GPUs up). A job queued by Kueue has
-    only the latter: Kueue admits it once the queue has the GPUs the own shape needs
-    beyond the running pod's, while the own shape's probe would need them all on top of
-    the running pod's quota."""
+def _wanted_probes(
+    draft: Draft, spec: JobSpec, pods: dict[str, Obj]
+) -> tuple[dict[str, tuple[int, str]], list[list[str]]]:
+    """The probe pods to keep, by name, and the sets of them any one of which, all
+    scheduled, says the own shape fits:
+
+    - beside the running pods (first: it fits where the job runs): for each own pod i
+      that running pod i can hand its node to, the GPUs it needs beyond that pod's
+      (`-probe-here[-i]`, pinned there); each own pod beyond the running ones anywhere;
+    - the own shape anywhere: `<job>-probe-<i>` for each of its pods.
+
+    A job queued by Kueue has only the first, and only as one pod: Kueue admits it with
+    the quota the own shape needs beyond the running group's, while the own shape's
+    probe would need all of it on top, and a probe of several pods (each its own Kueue
+    pod group) could be admitted piece by piece."""
     dist = spec.distribution
     own = dist.shapes[0]
     job = draft.job["metadata"]["name"]
-    wanted = (
-        {}
-        if queue_name(draft.job)
-        else {names.probe_pod_name(job, i): (i, "") for i in range(own.workers)}
-    )
-    node = next((str(p["spec"].get("nodeName") or "") for p in pods.values()), "")
-    one_pod = own.workers == 1 and dist.workers == 1
-    if one_pod and own.gpus_per_worker > dist.gpus_per_worker and node:
-        wanted[names.probe_pod_name(job, names.IN_PLACE)] = (names.IN_PLACE, node)
-    return wanted
+    nodes = {
+        int((p["metadata"].get("labels") or {}).get(names.LABEL_WORKER_INDEX) or 0): str(
+            p["spec"].get("nodeName") or ""
+        )
+        for p in pods.values()
+    }
+    extra = own.gpus_per_worker - dist.gpus_per_worker
+    workers = range(min(dist.workers, own.workers) if extra > 0 else 0)
+    anywhere = {names.probe_pod_name(job, i): (i, "") for i in range(own.workers)}
+    beside = {
+        names.probe_pod_name(job, names.beside(w)): (names.beside(w), nodes.get(w, ""))
+        for w in workers
+    }
+    beside.update({n: anywhere[n] for n in list(anywhere)[dist.workers :]})
+    if not all(node or index >= 0 for index, node in beside.values()):
+        beside = {}  # a running pod not bound yet: nothing to stand beside
+    if queue_name(draft.job):
+        anywhere = {}
+        beside = beside if len(beside) == 1 else {}
+    sets = [list(probes) for probes in (beside, anywhere) if probes]
+    return {**anywhere, **beside}, sets
 
 
 def _move_up(

@@ -45,7 +45,7 @@ class Decision:
     """Parallel jobs: (group name, its pod group index) of each group to create whole."""
     create_probes: list[tuple[int, str]] = dataclasses.field(default_factory=list)
     """Probe pods to create (decide.elastic): (worker index of the own shape, "") or
-    (names.IN_PLACE, the running pod's node)."""
+    (names.beside(running pod's worker index), that pod's node)."""
     reset_progress: bool = True
     """With ensure_children: empty the progress ConfigMap for the new pod group. Not for
     a parallel job's group, whose siblings keep reporting there under their own keys."""

@@ -312,24 +312,25 @@ def _add_placement(job: Obj, spec: JobSpec, pod_name: str, pod_spec: Obj) -> Non
 
 
 def build_probe(job: Obj, spec: JobSpec, index: int, node: str = "", **settings: Any) -> Obj:
-    """Probe pod `index` of the job's own shape (`spec`: the job's, in any shape): placed
-    and sized as that shape's trainer pod (GPUs, requests, node selector, affinity,
-    tolerations, priority, spec.template), but it mounts nothing and only sleeps. With
-    `index` IN_PLACE, on `node` (the running pod's) with the GPUs the own shape needs
-    beyond the running pod's. Once scheduled, it holds them (decide.elastic)."""
+    """Probe pod `index` (names.probe_pod_name) of the job's own shape (`spec`: the
+    job's, in any shape): index >= 0, placed and sized as that shape's trainer pod
+    `index` (GPUs, requests, node selector, affinity, tolerations, priority,
+    spec.template); index < 0, beside a running pod: on `node` (that pod's) with only
+    the GPUs the own shape's pod needs beyond the running pod's (its CPU and memory are
+    freed with it). It mounts nothing and only sleeps; once scheduled, it holds them
+    (decide.elastic)."""
     name = job["metadata"]["name"]
     own = spec.at_shape(0)
-    if index == names.IN_PLACE:
+    workers = own.distribution.workers
+    if index < 0:
         extra = own.distribution.gpus_per_worker - spec.distribution.gpus_per_worker
         own = dataclasses.replace(
             own, distribution=dataclasses.replace(own.distribution, gpus_per_worker=extra)
         )
-    workers = own.distribution.workers
-    probes = [names.probe_pod_name(name, i) for i in range(workers)]
-    group = PodGroup("", (names.probe_pod_name(name, names.IN_PLACE), *probes))
-    pod = build_pod(
-        job, own, 0 if index == names.IN_PLACE else index + 1, 0, group=group, **settings
-    )
+    pod_names = [names.probe_pod_name(name, names.beside(i)) for i in range(workers)]
+    pod_names += [names.probe_pod_name(name, i) for i in range(workers)]
+    position = names.beside_worker(index) if index < 0 else workers + index
+    pod = build_pod(job, own, position, 0, group=PodGroup("", tuple(pod_names)), **settings)
     if node:
         _pin(pod["spec"], node)
     labels = pod["metadata"]["labels"]
@@ -340,7 +341,7 @@ def build_probe(job: Obj, spec: JobSpec, index: int, node: str = "", **settings:
     pod_spec["terminationGracePeriodSeconds"] = 0
     pod_spec["automountServiceAccountToken"] = False
     pod_spec["volumes"] = []
-    if index == names.IN_PLACE:  # the running pod's CPU and memory are freed with it
+    if index < 0:
         gpus = {own.distribution.gpu_resource: str(own.distribution.gpus_per_worker)}
         pod_spec["containers"][0]["resources"] = {"limits": gpus, "requests": dict(gpus)}
     pod_spec.pop("hostname", None)
