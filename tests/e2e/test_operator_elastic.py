@@ -1,11 +1,11 @@
 """Elastic shapes on the real control plane.
 
-- In place: a job running on the node's 4 GPUs is preempted by a pod that keeps 2 of
-  them; its 4-GPU group stays unschedulable, so after `elastic.waitSeconds` the operator
-  recreates it with 2 GPUs and the trainer resumes from its checkpoint on 2 replicas
-  instead of 4. When the pod gives its GPUs back, the probe of the 4-GPU shape is
-  scheduled and the job moves back to 4 GPUs (its trainer checkpoints on SIGTERM),
-  resumes again and completes.
+- In place: a job running on 2 of the node's 4 GPUs is preempted by a pod that takes
+  and keeps 3; its 2-GPU group stays unschedulable, so after `elastic.waitSeconds` the
+  operator recreates it with 1 GPU and the trainer resumes from its checkpoint on 1
+  replica instead of 2. When the pod gives its GPUs back, the probe of the GPU it lacks
+  beside its pod is scheduled and the job moves back to 2 GPUs (its trainer checkpoints
+  on SIGTERM), resumes again and completes.
 - Across nodes: a 2-worker MultiWorkerMirrored group fills `gpu-node-0` (4 GPUs); the
   node is drained (cordoned, its pods evicted) while a 2-GPU node is free. The group
   becomes one pod of 2 GPUs on the other node and resumes there; a job without
@@ -25,8 +25,8 @@ from tests.localcluster.nodeagent.agent import NodeConfig
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
 ELASTIC: dict[str, Any] = {
-    "gpusPerWorker": 4,
-    "elastic": {"shapes": [{"gpusPerWorker": 2}], "waitSeconds": 10},
+    "gpusPerWorker": 2,
+    "elastic": {"shapes": [{"gpusPerWorker": 1}], "waitSeconds": 10},
 }
 TWO_WORKERS: dict[str, Any] = {
     "workers": 2,
@@ -43,37 +43,38 @@ def test_a_preempted_job_resumes_on_the_gpus_that_are_free(e2e: Env) -> None:
     # Twice SEARCH's trials: the search must outlast two shape changes.
     e2e.submit(ns, distribution=ELASTIC, tuner={**SEARCH["tuner"], "hyperbandIterations": 2})
     e2e.wait_mid_trial(ns)
-    assert e2e.status(ns)["shape"]["name"] == "1x4"
-    # Takes 2 of the 4 GPUs, preempting the trainer, and keeps them.
-    preemptor = disruption.preempt_with_priority(e2e.cluster.api, ns, 2)
+    assert e2e.status(ns)["shape"]["name"] == "1x2"
+    # Takes 3 of the 4 GPUs, preempting the trainer, and keeps them.
+    preemptor = disruption.preempt_with_priority(e2e.cluster.api, ns, 3)
     shrunk = e2e.wait_status(
-        ns, lambda s: (s.get("shape") or {}).get("index") == 1, 180, "the 1x2 shape"
+        ns, lambda s: (s.get("shape") or {}).get("index") == 1, 180, "the 1x1 shape"
     )
     assert shrunk["shape"] == {
-        "index": 1, "name": "1x2", "workers": 1, "gpusPerWorker": 2, "gpus": 2,
+        "index": 1, "name": "1x1", "workers": 1, "gpusPerWorker": 1, "gpus": 1,
     }  # fmt: skip
     restored = e2e.wait_status(ns, lambda s: s.get("restores", 0) >= 1, 240, "the restore")
     resumed = restored["progress"]
     assert (resumed["resumedFromEpoch"], resumed["resumedFromStep"]) > (0, 0), resumed
     pod = e2e.cluster.pod(ns, "search-worker-0")
-    assert pod is not None and pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+    assert pod is not None and pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
     wide = e2e.kubectl("get", "tj", "search", "-n", ns, "-o", "wide").stdout
-    assert "SHAPE" in wide.splitlines()[0] and "1x2" in wide.splitlines()[1], wide
-    # The GPUs come back: the probe of 1x4 is scheduled, the job moves back up.
+    assert "SHAPE" in wide.splitlines()[0] and "1x1" in wide.splitlines()[1], wide
+    # The GPUs come back: the probe beside the pod is scheduled, the job moves back up.
     e2e.cluster.core.delete_namespaced_pod(preemptor, ns, grace_period_seconds=0)
     back = e2e.wait_status(
-        ns, lambda s: (s.get("shape") or {}).get("index") == 0, 180, "back to 1x4"
+        ns, lambda s: (s.get("shape") or {}).get("index") == 0, 180, "back to 1x2"
     )
     assert back["preemptions"] == 1  # moving up is no preemption
     final = e2e.wait_phase(ns, "Succeeded", timeout=400)
     assert final["preemptions"] == 1 and final["failures"] == 0
-    assert final["shape"]["name"] == "1x4" and final["restores"] >= 2
+    assert final["shape"]["name"] == "1x2" and final["restores"] >= 1
+    assert e2e.resumed_from_volume(ns, 3)
     reasons = e2e.reasons(ns)
     assert reasons.count("ShapeChanged") == 2 and reasons[-1] == "Completed", reasons
     down, up = (e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged")
-    assert "(1x4) Unschedulable for" in down["message"], down
-    assert "as 1x2, elastic shape 1 of 1" in down["message"], down
-    assert "own shape 1x4 fits again (its probe was scheduled on gpu-node-0)" in up["message"]
+    assert "(1x2) Unschedulable for" in down["message"], down
+    assert "as 1x1, elastic shape 1 of 1" in down["message"], down
+    assert "own shape 1x2 fits again (its probe was scheduled on gpu-node-0)" in up["message"]
     wait_for(
         lambda: (
             not [p for p in e2e.kubectl.pods(ns, "search") if "-probe-" in p["metadata"]["name"]]
@@ -133,7 +134,8 @@ def test_a_two_worker_group_on_a_drained_node_shrinks_to_one_pod_on_another(e2e:
         e2e.kubectl("uncordon", BIG)
         e2e.wait_status(ns, lambda s: (s.get("shape") or {}).get("index") == 0, 180, "2x2")
         final = e2e.wait_phase(ns, "Succeeded", timeout=400)
-        assert final["preemptions"] == 1 and final["failures"] == 0 and final["restores"] >= 2
+        assert final["preemptions"] == 1 and final["failures"] == 0 and final["restores"] >= 1
+        assert e2e.resumed_from_volume(ns, 3)
         down, up = (e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged")
         assert "(2x2) Unschedulable for" in down["message"], down
         assert f"own shape 2x2 fits again (its probe was scheduled on {BIG})" in up["message"]
