@@ -11,6 +11,7 @@ from tuneop.api import names, queue
 from tuneop.api import status as st
 from tuneop.api.spec import JobSpec, job_spec, validate
 from tuneop.decide.elastic import SHAPE_CHANGED
+from tuneop.decide.patch import Decision
 from tuneop.run import metrics
 
 from tests.unit.operator_world import QUEUE, UNSCHEDULABLE, World, admit, gate, unschedulable
@@ -230,13 +231,13 @@ def test_a_probe_goes_when_the_job_ends() -> None:
     assert all(p["metadata"].get("deletionTimestamp") for p in probes(w).values())
 
 
-def queued_and_probing(w: World) -> dict[str, Any]:
-    """A queued job shrunk to 1x2 and running there long enough: its probe, as Kueue's
-    webhook leaves it (gated, held)."""
+def queued_shrunk_and_probing(w: World) -> Decision:
+    """A queued job, Queued for waitSeconds, recreated in its next shape, admitted and
+    running on gpu-node-0 for waitSeconds: the decision that makes its probes."""
     w.job["metadata"]["labels"] = dict(QUEUE)
     w.step()
     gate(w)
-    w.step(31)  # Queued for waitSeconds: 1x2
+    w.step(31)
     w.gc_deleted()
     w.step()
     admit(w)
@@ -244,7 +245,13 @@ def queued_and_probing(w: World) -> dict[str, Any]:
         pod["spec"]["nodeName"] = "gpu-node-0"
     w.run_pods()
     w.step()
-    d = w.step(31)
+    return w.step(31)
+
+
+def queued_and_probing(w: World) -> dict[str, Any]:
+    """A queued job shrunk to 1x2 and running there long enough: its probe, as Kueue's
+    webhook leaves it (gated, held)."""
+    d = queued_shrunk_and_probing(w)
     assert d.create_probes == [(names.IN_PLACE, "gpu-node-0")]  # only the in-place one
     (probe,) = probes(w).values()
     probe["spec"]["schedulingGates"] = [{"name": queue.ADMISSION_GATE}]
@@ -361,18 +368,7 @@ def test_two_workers_move_back_up_once_the_second_fits_beside_the_first() -> Non
 
 def test_a_queued_two_worker_job_probes_its_second_worker_through_kueue() -> None:
     w = elastic_world(workers=2, gpus=2, shapes=[{"workers": 1, "gpusPerWorker": 2}])
-    w.job["metadata"]["labels"] = dict(QUEUE)
-    w.step()
-    gate(w)
-    w.step(31)
-    w.gc_deleted()
-    w.step()
-    admit(w)
-    for pod in w.pods.values():
-        pod["spec"]["nodeName"] = "gpu-node-0"
-    w.run_pods()
-    w.step()
-    d = w.step(31)
+    d = queued_shrunk_and_probing(w)
     assert d.create_probes == [(1, "")]  # one pod: the GPUs beyond the running group's
     (probe,) = probes(w).values()
     assert probe["metadata"]["labels"][queue.QUEUE_LABEL] == "team-a"

@@ -6,10 +6,12 @@ checkpoint."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import re
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from tuneop_contract import (
     read_progress,
 )
 
-from tests.forkserver import launch
+from tests.forkserver import TrainerProcess, launch
 
 pytestmark = pytest.mark.slow
 
@@ -102,33 +104,51 @@ def test_group_sigkilled_mid_trial_resumes_from_checkpoint(
     assert progress is not None and progress.phase == "Completed" and progress.restores >= 1
 
 
-def test_losing_one_worker_is_a_preemption_not_a_failed_trial(
-    reference: dict[str, Any], tmp_path: Path
-) -> None:
-    """The non-chief is SIGKILLed mid-trial: the chief's next collective fails; it must
-    exit 75 (resume me) without recording the trial as FAILED in the shared oracle."""
+@contextlib.contextmanager
+def group_in_first_trial(
+    tmp_path: Path, reference: dict[str, Any]
+) -> Iterator[tuple[Path, Path, list[Path], list[TrainerProcess]]]:
+    """(spec, checkpoint dir, logs, workers) of a group a few steps into the reference's
+    first trial; whatever is still running afterwards is killed."""
     spec = write_spec(tmp_path, tiny_spec(**SPEC))
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
     first = reference["results"]["trials"][0]["trialId"]
     procs = start_group(spec, ckpt, logs)
     try:
         wait_progress(procs, ckpt, lambda p: p.trial_id == first and p.step >= 3)
-        procs[1].send_signal(signal.SIGKILL)
-        assert procs[1].wait(timeout=30) == -signal.SIGKILL
-        assert procs[0].wait(timeout=120) == EXIT_PREEMPTED, logs[0].read_text()[-3000:]
+        yield spec, ckpt, logs, procs
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    assert "lost another worker" in logs[0].read_text()
-    trial = json.loads((ckpt / TUNER_DIR / "search" / f"trial_{first}" / "trial.json").read_text())
-    assert trial["status"] == "RUNNING"
+
+
+def resume_as_the_reference(
+    spec: Path, ckpt: Path, logs: list[Path], reference: dict[str, Any]
+) -> None:
+    """A new group on `ckpt` completes the search as the uninterrupted one did."""
     codes = wait_all(start_group(spec, ckpt, logs))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     got = results(ckpt)
     assert comparable(got) == comparable(reference["results"])
     assert got["best"]["weightsSha256"] == reference["results"]["best"]["weightsSha256"]
+
+
+def test_losing_one_worker_is_a_preemption_not_a_failed_trial(
+    reference: dict[str, Any], tmp_path: Path
+) -> None:
+    """The non-chief is SIGKILLed mid-trial: the chief's next collective fails; it must
+    exit 75 (resume me) without recording the trial as FAILED in the shared oracle."""
+    first = reference["results"]["trials"][0]["trialId"]
+    with group_in_first_trial(tmp_path, reference) as (spec, ckpt, logs, procs):
+        procs[1].send_signal(signal.SIGKILL)
+        assert procs[1].wait(timeout=30) == -signal.SIGKILL
+        assert procs[0].wait(timeout=120) == EXIT_PREEMPTED, logs[0].read_text()[-3000:]
+    assert "lost another worker" in logs[0].read_text()
+    trial = json.loads((ckpt / TUNER_DIR / "search" / f"trial_{first}" / "trial.json").read_text())
+    assert trial["status"] == "RUNNING"
+    resume_as_the_reference(spec, ckpt, logs, reference)
 
 
 def test_a_group_sigtermed_mid_trial_checkpoints_its_step_and_resumes_exactly(
@@ -137,31 +157,17 @@ def test_a_group_sigtermed_mid_trial_checkpoints_its_step_and_resumes_exactly(
     """Both pods of the group are deleted (SIGTERM each): the workers finish their step,
     the chief checkpoints it, both exit 75 - TensorFlow's own SIGTERM handler, installed
     with the strategy, must not swallow the signal - and the group resumes exactly."""
-    spec = write_spec(tmp_path, tiny_spec(**SPEC))
-    ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
-    first = reference["results"]["trials"][0]["trialId"]
-    procs = start_group(spec, ckpt, logs)
-    try:
-        wait_progress(procs, ckpt, lambda p: p.trial_id == first and p.step >= 3)
+    with group_in_first_trial(tmp_path, reference) as (spec, ckpt, logs, procs):
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         codes = [proc.wait(timeout=60) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
     assert codes == [EXIT_PREEMPTED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     chief = logs[0].read_text()
     assert "SIGTERM received: finishing the current step" in chief
     # mid-epoch: that step is checkpointed (at an epoch's end the epoch-end one stands)
     saved = re.search(r"preempted: .* checkpointed at epoch (\d+) step (\d+)", chief)
     assert saved is None or int(saved.group(2)) > 0, chief[-3000:]
-    codes = wait_all(start_group(spec, ckpt, logs))
-    assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
-    got = results(ckpt)
-    assert comparable(got) == comparable(reference["results"])
-    assert got["best"]["weightsSha256"] == reference["results"]["best"]["weightsSha256"]
+    resume_as_the_reference(spec, ckpt, logs, reference)
 
 
 def test_a_worker_waiting_for_its_unscheduled_peer_exits_75_on_sigterm(tmp_path: Path) -> None:
