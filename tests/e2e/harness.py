@@ -514,16 +514,6 @@ class Env:
         """The host directory behind the job's checkpoint claim."""
         return claim_dir(self.kubectl, namespace, name)
 
-    def resumed_from_volume(self, namespace: str, attempt: int, name: str = "search") -> bool:
-        """Pod group `attempt` went on with the search from the checkpoint volume
-        (mid-trial, or at the trial boundary a stopped trainer left it at)."""
-        return any(
-            e["reason"] == "Created"
-            and e["message"].startswith(f"created trainer pod group {attempt}:")
-            and "resuming from the checkpoint volume" in e["message"]
-            for e in self.kubectl.events(namespace, name)
-        )
-
     def reasons(self, namespace: str, name: str = "search") -> list[str]:
         return [e["reason"] for e in self.kubectl.events(namespace, name)]
 

@@ -10,7 +10,9 @@
   node is drained (cordoned, its pods evicted) while a 2-GPU node is free. The group
   becomes one pod of 2 GPUs on the other node and resumes there; a job without
   `elastic` keeps waiting for its shape. The node comes back, the probe of the 2x2
-  shape is scheduled on it and the job moves back to two workers and completes."""
+  shape's second worker is scheduled on it and the job moves back to two workers and
+  completes. (That a move up checkpoints at the step it stops - SIGTERM, exit 75 - and
+  resumes there is the trainer's guarantee, tested in tests/trainer.)"""
 
 from __future__ import annotations
 
@@ -68,7 +70,6 @@ def test_a_preempted_job_resumes_on_the_gpus_that_are_free(e2e: Env) -> None:
     final = e2e.wait_phase(ns, "Succeeded", timeout=400)
     assert final["preemptions"] == 1 and final["failures"] == 0
     assert final["shape"]["name"] == "1x2" and final["restores"] >= 1
-    assert e2e.resumed_from_volume(ns, 3)
     reasons = e2e.reasons(ns)
     assert reasons.count("ShapeChanged") == 2 and reasons[-1] == "Completed", reasons
     down, up = (e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged")
@@ -135,7 +136,6 @@ def test_a_two_worker_group_on_a_drained_node_shrinks_to_one_pod_on_another(e2e:
         e2e.wait_status(ns, lambda s: (s.get("shape") or {}).get("index") == 0, 180, "2x2")
         final = e2e.wait_phase(ns, "Succeeded", timeout=400)
         assert final["preemptions"] == 1 and final["failures"] == 0 and final["restores"] >= 1
-        assert e2e.resumed_from_volume(ns, 3)
         down, up = (e for e in e2e.kubectl.events(ns, "search") if e["reason"] == "ShapeChanged")
         assert "(2x2) Unschedulable for" in down["message"], down
         assert f"own shape 2x2 fits again (its probe was scheduled on {BIG})" in up["message"]

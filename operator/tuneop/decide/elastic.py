@@ -100,8 +100,9 @@ def follow_shape(
 def follow_probe(
     draft: Draft, spec: JobSpec, groups: JobGroups, results: dict[str, GroupResult]
 ) -> None:
-    """In a smaller shape: keep a probe of the own shape; once it is scheduled, recreate
-    the trainer group in the own shape (its result becomes "recreate")."""
+    """In a smaller shape: keep probes of the own shape; once every pod of one of their
+    sets is scheduled, recreate the trainer group in the own shape (its result becomes
+    "recreate")."""
     dist = spec.distribution
     if dist.elastic is None or groups.parallel:
         return
@@ -165,7 +166,8 @@ def _wanted_probes(
     - beside the running pods (first: it fits where the job runs): for each own pod i
       that running pod i can hand its node to, the GPUs it needs beyond that pod's
       (`-probe-here[-i]`, pinned there); each own pod beyond the running ones anywhere;
-    - the own shape anywhere: `<job>-probe-<i>` for each of its pods.
+    - the own shape anywhere: `<job>-probe-<i>` for each of its pods; not when the first
+      set pins nothing (it is then a part of this one, which would take its GPUs).
 
     A job queued by Kueue has only the first, and only as one pod: Kueue admits it with
     the quota the own shape needs beyond the running group's, while the own shape's
@@ -190,6 +192,8 @@ def _wanted_probes(
     beside.update({n: anywhere[n] for n in list(anywhere)[dist.workers :]})
     if not all(node or index >= 0 for index, node in beside.values()):
         beside = {}  # a running pod not bound yet: nothing to stand beside
+    elif beside and all(index >= 0 for index, _ in beside.values()):
+        anywhere = {}  # a part of the own shape anywhere: its whole would only compete
     if queue_name(draft.job):
         anywhere = {}
         beside = beside if len(beside) == 1 else {}

@@ -55,7 +55,7 @@ class JobGroups:
     """The pods of every group's current attempt as read (kept when a reopened job's
     groups start afresh)."""
     probes: list[Obj] = dataclasses.field(default_factory=list)
-    """The probe of the job's own shape (decide.elastic), apart from the groups."""
+    """The probe pods of the job's own shape (decide.elastic), apart from the groups."""
     keep_probes: bool = False
     """Set by decide.elastic when the probe is still wanted; else it is deleted."""
 

@@ -336,6 +336,7 @@ def build_probe(job: Obj, spec: JobSpec, index: int, node: str = "", **settings:
     labels = pod["metadata"]["labels"]
     labels[names.LABEL_COMPONENT] = names.COMPONENT_PROBE
     labels.pop(names.LABEL_ATTEMPT, None)
+    labels.pop(names.LABEL_WORKER_INDEX, None)  # no worker: the position in its group
     _queue_probe(job, pod, settings.get("now"))
     pod_spec = pod["spec"]
     pod_spec["terminationGracePeriodSeconds"] = 0
