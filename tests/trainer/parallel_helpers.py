@@ -144,9 +144,12 @@ class Search:
             for tuner_id, proc in self.procs.items():
                 if proc.poll() is not None and proc.returncode != 0:
                     raise AssertionError(f"{tuner_id} exited {proc.returncode} before {what}")
+            ended = all(proc.poll() is not None for proc in self.procs.values())
             value = pred()
             if value:
                 return value
+            if ended:
+                raise AssertionError(f"the search ended before {what}")
             time.sleep(0.005)
         raise AssertionError(f"{what}: not reached in time")
 

@@ -115,13 +115,14 @@ def test_oracle_killed_mid_search_restarts_without_loss(tmp_path: Any, undisturb
     search.start_all()
 
     def both_mid_trial() -> bool:
-        """Two trials done and both groups training a later one: their ends (and next
-        requests) fall in the oracle's absence."""
+        """A trial done and both groups training a later one: their ends (and next
+        requests) fall in the oracle's absence. (Early in the search: on a loaded
+        machine one group may run ahead, and later both are seldom mid-trial at once.)"""
         try:
             ended = set(search.oracle_state()["end_order"])
         except (OSError, ValueError, KeyError):
             return False
-        if len(ended) < 2:
+        if not ended:
             return False
         for group in GROUPS:
             progress = search.progress(group)
@@ -131,7 +132,7 @@ def test_oracle_killed_mid_search_restarts_without_loss(tmp_path: Any, undisturb
                 return False
         return True
 
-    search.wait_until(both_mid_trial, what="two trials done, both groups mid-trial")
+    search.wait_until(both_mid_trial, what="a trial done, both groups mid-trial")
     search.procs[ORACLE].kill()
     search.procs[ORACLE].wait()
     time.sleep(5.0)  # longer than a trial: the groups end theirs while it is away
