@@ -252,7 +252,7 @@ def queued_and_probing(w: World) -> dict[str, Any]:
     """A queued job shrunk to 1x2 and running there long enough: its probe, as Kueue's
     webhook leaves it (gated, held)."""
     d = queued_shrunk_and_probing(w)
-    assert d.create_probes == [(names.IN_PLACE, "gpu-node-0")]  # only the in-place one
+    assert d.create_probes == [(names.beside(0), "gpu-node-0")]  # only the in-place one
     (probe,) = probes(w).values()
     probe["spec"]["schedulingGates"] = [{"name": queue.ADMISSION_GATE}]
     probe["metadata"]["finalizers"] = [queue.FINALIZER]
@@ -292,7 +292,7 @@ def test_a_queued_probe_deleted_by_someone_else_is_released_and_made_again() -> 
     assert [r.name for r in d.release_pods] == [probe["metadata"]["name"]]
     w.gc_deleted()  # released: Kueue lets it go
     d = w.step()
-    assert d.create_probes == [(names.IN_PLACE, "gpu-node-0")]
+    assert d.create_probes == [(names.beside(0), "gpu-node-0")]
 
 
 def test_back_in_place_once_the_rest_of_the_own_shape_fits_beside_the_pod() -> None:

@@ -86,9 +86,6 @@ def beside_worker(index: int) -> int:
     return -1 - index
 
 
-IN_PLACE = beside(0)
-
-
 COMPONENT_PROBE = "probe"
 """LABEL_COMPONENT of a probe pod: it holds the job's own shape's GPUs, runs nothing."""
 
