@@ -4,16 +4,18 @@ at a time (peering), liveness at :8081/healthz."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 
 import kopf
+import kubernetes
 
 from ..act import kube
 from ..act.fence import Fence
 from . import handlers as _handlers  # registers the handlers
 from . import metrics
-from .config import Config, ConfigError
+from .config import PREFIX, Config, ConfigError
 from .runtime import Runtime
 
 del _handlers
@@ -47,18 +49,37 @@ class _QuietPodEvents(logging.Filter):
         return not any(f"Handler '{h}' succeeded" in message for h in ("pod_event", "job_event"))
 
 
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """No options: the operator is configured by environment variables (as the chart's
+    Deployment sets them); `--help` says so."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tuneop",
+        description="The tuneop operator: runs TuningJobs (tuneop.io/v1alpha1) as trainer "
+        "pods. Credentials: in-cluster, else $KUBECONFIG or ~/.kube/config.",
+        epilog=f"Configured by {PREFIX}* environment variables "
+        "(docs/operator-guide.md, operator/tuneop/run/config.py).",
+    )
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    parse_args(argv)
     try:
         config = Config.from_env()
     except ConfigError as err:
         print(f"tuneop: invalid configuration: {err}", file=sys.stderr)
+        return 2
+    try:
+        credentials = kube.load_config()
+    except kubernetes.config.ConfigException as err:
+        print(f"tuneop: no cluster credentials (in-cluster or kubeconfig): {err}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("kopf.objects").addFilter(_QuietPodEvents())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    client = kube.Kube(timeout=config.request_timeout_seconds, fence=Fence())
+    client = kube.Kube(credentials, timeout=config.request_timeout_seconds, fence=Fence())
     metrics.register()
     if config.peering_name:
         metrics.follow_peering()  # a standby replica exports no job series

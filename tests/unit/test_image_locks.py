@@ -1,7 +1,8 @@
-"""The trainer image's locks, requirements/trainer-{gpu,cpu}.lock (hack/trainer_locks.py).
+"""The images' locks, requirements/{trainer-gpu,trainer-cpu,operator}.lock (hack/image_locks.py).
 
 Offline: every line pinned, the versions the dev venv also has agree with dev.lock, one
-TensorFlow per lock, the lock satisfies trainer_image/pyproject.toml. Online (`slow`: it
+TensorFlow per trainer lock and none in the operator's, each lock satisfies its package's
+pyproject.toml. Online (`slow`: it
 asks PyPI, about 5-10 s a lock): pip's resolver, with dependencies, accepts exactly the
 lock's pins and adds nothing, fetching metadata only (the CUDA wheels are never
 downloaded); a conflicting pin is refused.
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from hack import trainer_locks as tl
+from hack import image_locks as tl
 
 # The packages both the dev venv and the image have that the trainer names itself.
 SHARED = (
@@ -35,10 +36,20 @@ def dev_pins() -> dict[str, str]:
     return tl.read_pins(tl.DEV_LOCK)
 
 
-@pytest.mark.parametrize("variant", tl.VARIANTS)
-def test_every_line_is_pinned(variant: str) -> None:
-    pins = tl.read_pins(tl.lock_path(variant))  # raises on anything but name==version
-    assert len(pins) > 40
+@pytest.mark.parametrize("lock", tl.LOCKS)
+def test_every_line_is_pinned(lock: str) -> None:
+    pins = tl.read_pins(tl.lock_path(lock))  # raises on anything but name==version
+    assert len(pins) > 20
+
+
+def test_operator_lock_agrees_with_dev_lock_and_has_no_tensorflow(
+    dev_pins: dict[str, str],
+) -> None:
+    pins = tl.read_pins(tl.lock_path("operator"))
+    assert {"kopf", "kubernetes", "prometheus-client", "pyyaml"} <= set(pins)
+    differ = {n: (v, dev_pins[n]) for n, v in pins.items() if n in dev_pins and dev_pins[n] != v}
+    assert differ == {}
+    assert not {n for n in pins if n.startswith(("tensorflow", "keras", "nvidia-"))}
 
 
 def test_read_pins_refuses_unpinned_lines(tmp_path: Path) -> None:
@@ -75,11 +86,11 @@ def test_one_tensorflow_per_lock(variant: str) -> None:
         assert cuda == []
 
 
-@pytest.mark.parametrize("variant", tl.VARIANTS)
-def test_lock_satisfies_the_trainer_package(variant: str) -> None:
-    """A requirement changed in pyproject.toml without `make lock-trainer` fails here."""
+@pytest.mark.parametrize("variant", tl.LOCKS)
+def test_lock_satisfies_its_package(variant: str) -> None:
+    """A requirement changed in a pyproject.toml without `make lock-images` fails here."""
     pins = tl.read_pins(tl.lock_path(variant))
-    for spec in tl.trainer_specs(variant):
+    for spec in tl.image_specs(variant):
         req = Requirement(spec)
         name = tl.canonical(req.name)
         assert name in pins, f"{spec}: not in the {variant} lock"
@@ -101,13 +112,14 @@ def _as_requirements(pins: dict[str, str]) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", tl.VARIANTS)
+@pytest.mark.parametrize("variant", tl.LOCKS)
 def test_pip_resolves_exactly_the_lock(variant: str) -> None:
     """With dependencies and no constraints: pip must accept every pin together and
     need nothing outside the lock (a missing package would be added, so it shows)."""
     _resolvable_here()
     pins = tl.read_pins(tl.lock_path(variant))
-    assert tl.resolve(_as_requirements(pins)) == pins
+    metadata_only = variant != "operator"
+    assert tl.resolve(_as_requirements(pins), metadata_only=metadata_only) == pins
 
 
 @pytest.mark.slow

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""The trainer image's lock files, requirements/trainer-{gpu,cpu}.lock (`make lock-trainer`).
+"""The images' lock files, requirements/{trainer-gpu,trainer-cpu,operator}.lock
+(`make lock-images`).
 
-Inputs, one source per fact: what the trainer needs is trainer_image/pyproject.toml (its
-dependencies plus the `gpu` or `cpu` extra); the versions it is tested with are
-requirements/dev.lock, passed to pip as constraints, so every package the dev venv also
-has gets the dev venv's version. pip's resolver picks the rest (the nvidia-* CUDA wheels,
-a few packages dev.lock lacks) and writes a report; the lock is that report, one
-`name==version` a line, and the Dockerfile installs it with --no-deps.
+Inputs, one source per fact: what an image needs is its package's pyproject.toml (the
+trainer's dependencies plus the `gpu` or `cpu` extra; the operator's dependencies); the
+versions it is tested with are requirements/dev.lock, passed to pip as constraints, so
+every package the dev venv also has gets the dev venv's version. pip's resolver picks the
+rest (the nvidia-* CUDA wheels, a few packages dev.lock lacks) and writes a report; the
+lock is that report, one `name==version` a line, and the Dockerfile installs it with
+--no-deps.
 
 Resolution fetches metadata only: `--dry-run` installs nothing, and `--use-feature=fast-deps`
 reads each wheel's METADATA with HTTP range requests where the index does not serve it on
@@ -33,8 +35,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = ROOT / "trainer_image" / "pyproject.toml"
+OPERATOR_PYPROJECT = ROOT / "operator" / "pyproject.toml"
 DEV_LOCK = ROOT / "requirements" / "dev.lock"
 VARIANTS = ("gpu", "cpu")
+# Every lock this writes: the trainer's variants and the operator's.
+LOCKS = (*VARIANTS, "operator")
+# Local distributions, installed from the build context, never locked.
+LOCAL = ("tuneop-contract", "tuneop", "tuneop-trainer")
 IMAGE_PYTHON = (3, 11)
 IMAGE_MACHINE = "x86_64"
 # pip settings from the environment that would change the answer (extra wheel
@@ -54,7 +61,9 @@ def canonical(name: str) -> str:
 
 
 def lock_path(variant: str) -> Path:
-    return ROOT / "requirements" / f"trainer-{variant}.lock"
+    """A trainer variant's lock, or the operator's for ``"operator"``."""
+    name = "operator" if variant == "operator" else f"trainer-{variant}"
+    return ROOT / "requirements" / f"{name}.lock"
 
 
 def read_pins(path: Path) -> dict[str, str]:
@@ -75,11 +84,21 @@ def read_pins(path: Path) -> dict[str, str]:
     return pins
 
 
+def _external(dependencies: Iterable[str]) -> list[str]:
+    return [d for d in dependencies if canonical(re.split(r"[\[=<>!~ ;]", d)[0]) not in LOCAL]
+
+
 def trainer_specs(variant: str) -> list[str]:
-    """The trainer's requirements for one variant (tuneop-contract is local, not locked)."""
+    """The trainer's requirements for one variant (the local packages are not locked)."""
     project = tomllib.loads(PYPROJECT.read_text())["project"]
-    base = [d for d in project["dependencies"] if canonical(d.split("[")[0]) != "tuneop-contract"]
-    return base + list(project["optional-dependencies"][variant])
+    return _external(project["dependencies"]) + list(project["optional-dependencies"][variant])
+
+
+def image_specs(lock: str) -> list[str]:
+    """The requirements behind one of :data:`LOCKS`."""
+    if lock == "operator":
+        return _external(tomllib.loads(OPERATOR_PYPROJECT.read_text())["project"]["dependencies"])
+    return trainer_specs(lock)
 
 
 def platform_problem() -> str | None:
@@ -98,7 +117,10 @@ def pip_env() -> dict[str, str]:
 
 
 def resolve(
-    requirements: Iterable[str], constraints: Path | None = None, python: str = sys.executable
+    requirements: Iterable[str],
+    constraints: Path | None = None,
+    python: str = sys.executable,
+    metadata_only: bool = True,
 ) -> dict[str, str]:
     """What pip would install for ``requirements`` (with dependencies, nothing installed
     or downloaded beyond metadata): canonical name → version. Raises :class:`ResolveError`
@@ -114,14 +136,14 @@ def resolve(
         ]  # fmt: skip
         if constraints is not None:
             cmd += ["-c", str(constraints)]
-        lines = _run_metadata_only(cmd)
+        lines = _run_pip(cmd, metadata_only)
         if not report.exists():
             raise ResolveError("".join(lines))
         installs = json.loads(report.read_text())["install"]
     return {canonical(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
 
 
-def _run_metadata_only(cmd: Sequence[str]) -> list[str]:
+def _run_pip(cmd: Sequence[str], metadata_only: bool) -> list[str]:
     lines: list[str] = []
     with subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=pip_env()
@@ -130,7 +152,7 @@ def _run_metadata_only(cmd: Sequence[str]) -> list[str]:
         for line in proc.stdout:
             lines.append(line)
             match = FULL_DOWNLOAD.match(line)
-            if match:
+            if match and metadata_only:
                 proc.kill()
                 raise RuntimeError(
                     f"pip started downloading the whole {match.group(1)}; resolution must "
@@ -140,13 +162,23 @@ def _run_metadata_only(cmd: Sequence[str]) -> list[str]:
 
 
 def write_lock(variant: str, python: str = sys.executable) -> Path:
-    pins = resolve(trainer_specs(variant), constraints=DEV_LOCK, python=python)
+    # The operator's wheels are small and its index serves no metadata of its own for
+    # some of them: pip may download them whole. The trainer's CUDA wheels never.
+    pins = resolve(
+        image_specs(variant), DEV_LOCK, python=python, metadata_only=variant != "operator"
+    )
     if "tensorflow" in pins and "tensorflow-cpu" in pins:
         raise RuntimeError(f"{variant}: both tensorflow and tensorflow-cpu resolved")
+    source = (
+        "operator/pyproject.toml"
+        if variant == "operator"
+        else f"trainer_image/pyproject.toml and its [{variant}] extra"
+    )
+    image = "operator image" if variant == "operator" else f"{variant} trainer image"
     header = (
-        "# Generated by `make lock-trainer` (hack/trainer_locks.py) from\n"
-        f"# trainer_image/pyproject.toml and its [{variant}] extra, constrained by\n"
-        f"# requirements/dev.lock. Every package the {variant} trainer image installs\n"
+        "# Generated by `make lock-images` (hack/image_locks.py) from\n"
+        f"# {source}, constrained by\n"
+        f"# requirements/dev.lock. Every package the {image} installs\n"
         "# (pip --no-deps), for CPython 3.11 on Linux x86_64.\n"
     )
     body = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
@@ -158,11 +190,11 @@ def write_lock(variant: str, python: str = sys.executable) -> Path:
 def main(argv: Sequence[str]) -> int:
     problem = platform_problem()
     if problem:
-        print(f"lock-trainer: {problem}", file=sys.stderr)
+        print(f"lock-images: {problem}", file=sys.stderr)
         return 1
-    for variant in argv or VARIANTS:
-        if variant not in VARIANTS:
-            print(f"lock-trainer: unknown variant {variant!r} (one of {VARIANTS})", file=sys.stderr)
+    for variant in argv or LOCKS:
+        if variant not in LOCKS:
+            print(f"lock-images: unknown lock {variant!r} (one of {LOCKS})", file=sys.stderr)
             return 2
         path = write_lock(variant)
         print(f"{path.relative_to(ROOT)}: {len(read_pins(path))} packages")
