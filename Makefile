@@ -50,8 +50,8 @@ images: ## Build tuneop/trainer:TAG (GPU), tuneop/trainer:TAG-cpu, tuneop/operat
 	@python3 hack/images.py --variants trainer-cpu,trainer-gpu,operator
 
 .PHONY: images-cpu
-images-cpu: ## Build the images the suite runs: tuneop/trainer:TAG-cpu, tuneop/operator:TAG
-	@python3 hack/images.py --variants trainer-cpu,operator
+images-cpu: ## Build the images the suite runs: tuneop/trainer:TAG-cpu, tuneop/operator:TAG (+ the local pause)
+	@python3 hack/images.py --variants trainer-cpu,operator,pause
 
 .PHONY: image-gpu
 image-gpu: venv ## Build the GPU trainer image and check it (contents, TensorFlow fits a step on CPU)

@@ -100,6 +100,13 @@ def images(tag: str) -> dict[str, Image]:
             ("operator/Dockerfile", "contract", "operator", "requirements/operator.lock",
              ".dockerignore"),
         ),
+        # The local cluster's pod sandbox (test infrastructure, never shipped).
+        "pause": Image(
+            "pause",
+            f"docker.io/tuneop/pause:{tag}",
+            "tests/localcluster/kubelet/pause.Dockerfile",
+            ("tests/localcluster/kubelet/pause.Dockerfile",),
+        ),
     }  # fmt: skip
 
 
@@ -265,6 +272,19 @@ def build(image: Image, base: str, key: str) -> Path:
             f"exporting {image.reference}")  # fmt: skip
         partial.rename(archive)
     return archive
+
+
+def built_archive(name: str) -> tuple[str, Path]:
+    """The reference and docker archive of image `name` as the work tree builds it now;
+    BuildError (naming `make images-cpu`) when that build has not been made."""
+    image = images(image_tag())[name]
+    archive = ARCHIVES / f"{name}-{image_key(image, base_key())}.tar"
+    if not archive.is_file():
+        raise BuildError(
+            f"{image.reference} is not built for this work tree ({archive.name} missing): "
+            "run `make images-cpu`"
+        )
+    return image.reference, archive
 
 
 def main(argv: list[str]) -> int:

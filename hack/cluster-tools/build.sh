@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the local-cluster binaries from the Go module proxy at the versions pinned in
 # hack/cluster-tools/versions.env: kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl (k8s.io/kubernetes through a generated wrapper module that
+# kube-scheduler, kubectl, kubelet (k8s.io/kubernetes through a generated wrapper module that
 # replaces every staging module k8s.io/<name> with v0.X.Y), etcd (wrapper main around
 # etcdmain), helm and kubeconform; and Kueue's manager (sigs.k8s.io/kueue/cmd/kueue) with
 # the CRDs, webhook configurations and RBAC of the same module version.
@@ -24,7 +24,7 @@ key="${KUBERNETES_VERSION}-$(grep -v KUEUE "$here/versions.env" | sha256sum | cu
 out="$cache/bin/$key"
 kueue_key="kueue-${KUEUE_VERSION}-$(grep KUEUE "$here/versions.env" | sha256sum | cut -c1-10)"
 kueue_out="$cache/bin/$kueue_key"
-k8s_done() { [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -x "$out/kubectl" ]]; }
+k8s_done() { [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -x "$out/kubectl" && -x "$out/kubelet" ]]; }
 kueue_done() { [[ -x "$kueue_out/kueue" && -f "$kueue_out/webhooks.yaml" ]]; }
 if k8s_done && kueue_done; then
   echo "$out"
@@ -95,7 +95,8 @@ build_kubernetes() {
     kldflags+=" -X $pkg.gitVersion=$kv -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
     kldflags+=" -X $pkg.gitCommit=module-proxy-$kv -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date_"
   done
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  # kubelet: the local cluster's nodes run the real one, over containerd and runc.
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
     log "building $cmd ($((SECONDS - start))s)"
     ticking "$cmd" in_dir "$tmp/k8s" go build -p "$par" -ldflags="$kldflags" -o "$tmp/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
   done

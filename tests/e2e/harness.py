@@ -132,7 +132,7 @@ def claim_dir(kubectl: Kubectl, namespace: str, job: str) -> Path:
     """The host directory behind the job's created claim (the local-path provisioner's)."""
     pvc = kubectl.json("get", "pvc", f"{job}-ckpt", "-n", namespace)
     pv = kubectl.json("get", "pv", pvc["spec"]["volumeName"])
-    return Path(pv["spec"]["hostPath"]["path"])
+    return Path(pv["spec"]["local"]["path"])
 
 
 def trainer_progress(kubectl: Kubectl, namespace: str, pod: str) -> dict[str, Any] | None:

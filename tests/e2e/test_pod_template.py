@@ -66,7 +66,7 @@ def data_claim(e2e: Env, namespace: str, name: str = "emg-data") -> Path:
 
     volume = wait_for(bound, 60, f"claim {name} bound")
     pv = e2e.kubectl.json("get", "pv", volume)
-    directory = Path(pv["spec"]["hostPath"]["path"])
+    directory = Path(pv["spec"]["local"]["path"])
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 

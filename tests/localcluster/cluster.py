@@ -26,7 +26,8 @@ from kubernetes import client
 
 from tests.localcluster import tools
 from tests.localcluster.controlplane import ControlPlane
-from tests.localcluster.nodeagent.agent import NodeAgent, NodeConfig
+from tests.localcluster.kubelet.node import KubeletNode, RealNodeConfig
+from tests.localcluster.nodeagent.agent import NodeAgent, NodeConfig, pod_network
 from tests.localcluster.nodeagent.provisioner import LocalPathProvisioner, storage_class
 
 NODES_ENV = "TUNEOP_CLUSTER_NODES"
@@ -88,6 +89,7 @@ class LocalCluster:
         self._started = False
         self._next_index = 0
         self._removed: list[NodeAgent] = []
+        self.real_nodes: dict[str, KubeletNode] = {}
 
     # --- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -138,6 +140,22 @@ class LocalCluster:
         self.wait_for(lambda: self.node_ready(config.name), 60, f"node {config.name} Ready")
         return agent
 
+    def add_real_node(self, config: RealNodeConfig) -> KubeletNode:
+        """Start a real node (containerd + kubelet) and wait until it is Ready. Its pod
+        subnet is the cluster's pod network's own, so clusters running at once never
+        share a pod address."""
+        config.subnet_index = pod_network() * 4 + len(self.real_nodes)
+        node = KubeletNode(
+            self.control_plane, self.workdir / "real-nodes", tools.cache_dir(), config
+        )
+        self.real_nodes[config.name] = node
+        node.start()
+        return node
+
+    def remove_real_node(self, name: str) -> None:
+        """Stop a real node (its pods deleted, their sandboxes stopped) and delete it."""
+        self.real_nodes.pop(name).stop()
+
     def remove_node(self, name: str) -> NodeAgent:
         """Stop a node agent (its pods' processes die) and delete its Node object."""
         agent = self.agents.pop(name)
@@ -153,6 +171,9 @@ class LocalCluster:
         if not self._started:
             return
         self._started = False
+        for real in self.real_nodes.values():
+            with contextlib.suppress(Exception):
+                real.stop()
         for agent in self.agents.values():
             if agent.running:
                 with contextlib.suppress(Exception):
@@ -173,6 +194,7 @@ class LocalCluster:
             for agent in [*self.agents.values(), *self._removed]
             for pid in agent.live_processes()
         ]
+        out += [item for real in self.real_nodes.values() for item in real.leftovers()]
         with open("/proc/self/mountinfo") as f:
             for line in f:
                 if str(self.workdir) in line:

@@ -4,7 +4,8 @@ tests/conftest.py through ``pytest_plugins``):
 - ``control_plane``: a :class:`~tests.localcluster.controlplane.ControlPlane`;
 - ``cluster``: a :class:`~tests.localcluster.cluster.LocalCluster` on it (node agents and
   local-path volumes);
-- ``kueue``: :class:`~tests.localcluster.kueue.Kueue`'s manager on it.
+- ``kueue``: :class:`~tests.localcluster.kueue.Kueue`'s manager on it;
+- ``real_node`` (per module): a real node (:mod:`tests.localcluster.kubelet`) in ``cluster``.
 
 Each is started lazily by the first test that asks for it and always stopped at the end
 of the session, also on Ctrl-C or SIGTERM; the atexit hooks of controlplane.py,
@@ -22,9 +23,11 @@ from types import FrameType
 
 import pytest
 
+from hack.images import built_archive
 from tests.localcluster import tools
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.controlplane import ControlPlane
+from tests.localcluster.kubelet.node import KubeletNode, RealNodeConfig
 from tests.localcluster.kueue import Kueue
 from tests.localcluster.nodeagent.agent import POD_NETWORK_ENV
 
@@ -85,3 +88,23 @@ def kueue(control_plane: ControlPlane) -> Iterator[Kueue]:
     finally:
         k.stop()
     assert pid is not None and control_plane.leftover_pids([pid]) == [], "kueue left behind"
+
+
+def real_node_config(*images: str) -> RealNodeConfig:
+    """A real node's config with `images` (names in hack/images.py) and the pause image
+    imported, as `make images-cpu` built them for this work tree."""
+    archives = dict(built_archive(name) for name in (*images, "pause"))
+    return RealNodeConfig(images=archives)
+
+
+@pytest.fixture(scope="module")
+def real_node(cluster: LocalCluster) -> Iterator[KubeletNode]:
+    """A real node (containerd, runc, the kubelet) in the session's cluster for one
+    module, with the CPU trainer image; tainted (``TOLERATION`` in kubelet/node.py), so
+    only pods that ask land there. Removed after the module, leaving nothing behind."""
+    node = cluster.add_real_node(real_node_config("trainer-cpu"))
+    try:
+        yield node
+    finally:
+        cluster.remove_real_node(node.config.name)
+    assert node.leftovers() == [], "real node left processes, mounts or its bridge behind"

@@ -172,7 +172,7 @@ def test_local_path_volume_is_prebound_to_the_claim(tmp_path: Path) -> None:
     }
     pv = persistent_volume(pvc, tmp_path, "Retain")
     assert pv["metadata"]["name"] == "pvc-abc"
-    assert pv["spec"]["hostPath"]["path"] == str(tmp_path / "pvc-abc")
+    assert pv["spec"]["local"]["path"] == str(tmp_path / "pvc-abc")
     assert pv["spec"]["claimRef"] == {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "ns1",
         "name": "data", "uid": "abc",
@@ -438,8 +438,8 @@ def test_pvc_data_survives_pod_deletion(cluster: LocalCluster) -> None:
     pvc = cluster.core.read_namespaced_persistent_volume_claim("data", ns)
     pv = cluster.core.read_persistent_volume(pvc.spec.volume_name)
     assert pv.spec.storage_class_name == "local-path"
-    assert Path(pv.spec.host_path.path, "hello").read_text() == "kept"
-    assert Path(pv.spec.host_path.path).is_relative_to(cluster.workdir)
+    assert Path(pv.spec.local.path, "hello").read_text() == "kept"
+    assert Path(pv.spec.local.path).is_relative_to(cluster.workdir)
     # reclaimPolicy Delete (the StorageClass's): claim deleted → PV and directory removed
     cluster.core.delete_namespaced_pod("reader", ns)
     cluster.wait_for_pod_gone(ns, "reader")
@@ -453,7 +453,7 @@ def test_pvc_data_survives_pod_deletion(cluster: LocalCluster) -> None:
         return False
 
     cluster.wait_for(pv_gone, 60, "the released PV deleted")
-    assert not Path(pv.spec.host_path.path).exists()
+    assert not Path(pv.spec.local.path).exists()
 
 
 @pytest.mark.cluster

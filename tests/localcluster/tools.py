@@ -26,6 +26,7 @@ BINARIES = (
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
+    "kubelet",
     "kube-scheduler",
     "kubectl",
     "helm",

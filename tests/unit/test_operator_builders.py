@@ -89,9 +89,8 @@ def test_pod_contract_security_and_gpus():
     assert env[contract.ENV_JOB_UID]["value"] == "u-1"
     assert env[contract.ENV_PROGRESS_CONFIGMAP]["value"] == "emg-progress"
     assert env[contract.ENV_POD_NAME]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    assert env[contract.ENV_METRICS_ADDRESS]["valueFrom"]["fieldRef"]["fieldPath"] == (
-        "status.podIP"
-    )
+    # every address of the pod: its IP (Prometheus) and loopback (kubectl port-forward)
+    assert contract.ENV_METRICS_ADDRESS not in env
     assert env[contract.ENV_METRICS_PORT]["value"] == str(contract.DEFAULT_METRICS_PORT)
     assert env[contract.ENV_PROGRESS_INTERVAL]["value"] == "60"  # the default, stall 900 s
     assert env["EXTRA"]["value"] == "1"

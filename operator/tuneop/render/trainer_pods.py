@@ -91,7 +91,6 @@ def build_env(
             "value": names.progress_configmap_name(job["metadata"]["name"]),
         },
         _field_env(contract.ENV_POD_NAME, "metadata.name"),
-        _field_env(contract.ENV_METRICS_ADDRESS, "status.podIP"),
         {"name": contract.ENV_METRICS_PORT, "value": str(metrics_port)},
         {
             "name": contract.ENV_PROGRESS_INTERVAL,

@@ -1,7 +1,7 @@
 """Local-path volume provisioner (test infrastructure).
 
 An external provisioner in the Kubernetes sense: for every PVC of a StorageClass whose
-provisioner is :data:`PROVISIONER` it creates a hostPath PersistentVolume under
+provisioner is :data:`PROVISIONER` it creates a `local` PersistentVolume under
 ``<root>/<pv-name>`` pre-bound to the claim (``claimRef``); the real PV controller in
 kube-controller-manager completes the binding. The directory outlives pods. When a
 PV with reclaimPolicy Delete is Released, the directory and the PV are deleted.
@@ -40,7 +40,9 @@ def storage_class() -> dict[str, Any]:
 
 
 def persistent_volume(pvc: dict[str, Any], root: Path, reclaim: str) -> dict[str, Any]:
-    """The hostPath PV for a claim (pure)."""
+    """The `local` PV for a claim (pure). `local`, not hostPath: the kubelet applies a
+    pod's fsGroup to a local volume (hostPath it leaves alone), as a CSI driver's would be.
+    Every node of this one machine sees the directory, so any node may mount it."""
     meta = pvc["metadata"]
     name = f"pvc-{meta['uid']}"
     storage = ((pvc["spec"].get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
@@ -54,7 +56,18 @@ def persistent_volume(pvc: dict[str, Any], root: Path, reclaim: str) -> dict[str
             "persistentVolumeReclaimPolicy": reclaim,
             "storageClassName": pvc["spec"]["storageClassName"],
             "volumeMode": pvc["spec"].get("volumeMode") or "Filesystem",
-            "hostPath": {"path": str(root / name), "type": "DirectoryOrCreate"},
+            "local": {"path": str(root / name)},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/hostname", "operator": "Exists"}
+                            ]
+                        }
+                    ]
+                }
+            },
             "claimRef": {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
@@ -126,8 +139,8 @@ class LocalPathProvisioner:
                 and pv.spec.persistent_volume_reclaim_policy == "Delete"
                 and not pv.metadata.deletion_timestamp
             ):
-                if pv.spec.host_path is not None:
-                    path = Path(pv.spec.host_path.path)
+                if pv.spec.local is not None:
+                    path = Path(pv.spec.local.path)
                     if path.parent == self.root:
                         shutil.rmtree(path, ignore_errors=True)
                 try:
