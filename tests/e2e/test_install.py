@@ -19,14 +19,18 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from tuneop.render import rbac
 
+from hack.images import image_tag
 from tests.e2e.harness import Operator, free_port, wait_for
 from tests.localcluster import tools
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.controlplane import ControlPlane
+from tests.localcluster.kubelet.node import TOLERATION, KubeletNode
 
 pytestmark = pytest.mark.cluster
 
@@ -40,6 +44,7 @@ SERVICE_ACCOUNT = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 OP_RELEASE = "tuneop-e2e-op"
 OP_SERVICE_ACCOUNT = f"system:serviceaccount:{OP_RELEASE}:{OP_RELEASE}"
 PSA_WARNING = "would violate PodSecurity"
+APP_VERSION = image_tag()
 
 
 def helm(cp: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -341,42 +346,39 @@ def other_live_operators(cp: ControlPlane) -> list[str]:
     return live
 
 
+def on_the_real_node(node: KubeletNode, release: str, watched: str) -> dict[str, Any]:
+    """Chart values: two replicas on the real node, watching one namespace."""
+    return {
+        "replicaCount": 2,
+        "tolerations": [TOLERATION],
+        "nodeSelector": {"kubernetes.io/hostname": node.config.name},
+        "operator": {"watchNamespaces": [watched], "peeringName": release, "logLevel": "DEBUG"},
+    }
+
+
 def test_the_charts_deployment_runs_the_operator_in_the_cluster(
-    cluster: LocalCluster,
+    cluster: LocalCluster, real_node: KubeletNode, tmp_path: Path
 ) -> None:
-    """`helm install` on the local cluster whose node agent runs pods as local processes:
-    the chart's Deployment pod runs `python -m tuneop` with in-cluster credentials (its
-    ServiceAccount token), serves its liveness endpoint, and joins the chart's KopfPeering
-    under its pod name (POD_ID), then runs the sample TuningJob to completion. One
-    replica: pods share the host network here, so two would fight over the ports. It
-    watches only a namespace of its own."""
+    """`helm install` with the chart's two replicas, each a real container of the
+    `tuneop/operator` image on a real node (containerd, the kubelet): each runs `python -m
+    tuneop` with in-cluster credentials (its ServiceAccount token through the
+    `kubernetes` Service), serves its liveness endpoint and joins the chart's KopfPeering
+    under its pod name (POD_ID); the sample TuningJob, its trainer a container of the CPU
+    trainer image on the same node, runs to completion. It watches only a namespace of
+    its own."""
     cp = cluster.control_plane
     apply_crds(cp)
     release, watched = "tuneop-e2e-pod", "tuneop-e2e-pod-watched"
     health_port, metrics_port = free_port(), free_port()
     cp.kubectl("create", "namespace", watched, check=False)
     helm(cp, "uninstall", release, "--namespace", release, check=False)
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(on_the_real_node(real_node, release, watched)))
     helm(
-        cp,
-        "install",
-        release,
-        str(CHART),
-        "--namespace",
-        release,
-        "--create-namespace",
-        "--set",
-        "replicaCount=1",
-        "--set",
-        f"operator.watchNamespaces={{{watched}}}",
-        "--set",
-        f"operator.peeringName={release}",
-        "--set",
-        f"health.port={health_port}",
-        "--set",
-        f"metrics.port={metrics_port}",
-        "--set",
-        "operator.logLevel=DEBUG",
-    )
+        cp, "install", release, str(CHART), "--namespace", release, "--create-namespace",
+        "--values", str(values), "--set", f"health.port={health_port}",
+        "--set", f"metrics.port={metrics_port}",
+    )  # fmt: skip
     try:
         # Namespaced mode: rights on TuningJobs and their children only in the watched
         # namespace (a Role there); cluster-wide only the cluster-scoped reads.
@@ -399,15 +401,17 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
         assert not can("create", "clusterkopfpeerings.kopf.dev")
         selector = f"app.kubernetes.io/instance={release}"
 
-        def running_pod() -> dict[str, str] | None:
+        KEYS = ("name", "phase", "ip", "node")
+
+        def running_pods() -> list[dict[str, str]] | None:
             out = cp.kubectl(
                 "-n", release, "get", "pods", "-l", selector, "-o",
                 "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.podIP}"
-                "{'\\n'}{end}",
-            ).stdout.split()  # fmt: skip
-            if len(out) == 3 and out[1] == "Running" and out[2]:
-                return {"name": out[0], "ip": out[2]}
-            return None
+                " {.spec.nodeName}{'\\n'}{end}",
+            ).stdout.splitlines()  # fmt: skip
+            pods = [dict(zip(KEYS, line.split(), strict=False)) for line in out]
+            running = [p for p in pods if p.get("phase") == "Running" and p.get("ip")]
+            return running if len(running) == 2 else None
 
         def diagnose(err: Exception) -> AssertionError:
             pods = cp.kubectl("-n", release, "get", "pods", "-o", "wide", check=False).stdout
@@ -415,19 +419,26 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
             return AssertionError(f"{err}\n{pods}\n{logs.stdout}{logs.stderr}")
 
         try:
-            pod = wait_for(running_pod, 90, "operator pod Running")
+            pods = wait_for(running_pods, 120, "both operator pods Running")
         except TimeoutError as err:
             raise diagnose(err) from None
+        assert {p["node"] for p in pods} == {real_node.config.name}, pods
+        image = cp.kubectl("-n", release, "get", "pod", pods[0]["name"], "-o",
+                           "jsonpath={.status.containerStatuses[0].image}").stdout  # fmt: skip
+        assert image == f"docker.io/tuneop/operator:{APP_VERSION}", image
 
         def healthy() -> bool:
             with contextlib.suppress(OSError):
-                url = f"http://{pod['ip']}:{health_port}/healthz"
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    return bool(response.status == 200)
+                for pod in pods:
+                    url = f"http://{pod['ip']}:{health_port}/healthz"
+                    with urllib.request.urlopen(url, timeout=2) as response:
+                        if response.status != 200:
+                            return False
+                return True
             return False
 
         try:
-            wait_for(healthy, 180, "the operator pod's /healthz")
+            wait_for(healthy, 180, "both operator pods' /healthz")
         except TimeoutError as err:
             raise diagnose(err) from None
 
@@ -435,26 +446,31 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
             status = cp.kubectl(
                 "-n", watched, "get", "kopfpeering", release, "-o", "jsonpath={.status}"
             ).stdout
-            return pod["name"] in status
+            return all(pod["name"] in status for pod in pods)
 
         try:
-            wait_for(joined, 60, "the operator pod in the KopfPeering status")
+            wait_for(joined, 60, "both operator pods in the KopfPeering status")
         except TimeoutError as err:
             raise diagnose(err) from None
-        with urllib.request.urlopen(
-            f"http://{pod['ip']}:{metrics_port}/metrics", timeout=5
-        ) as response:
-            assert b"tuneop_tuningjob_phase" in response.read()
+        for pod in pods:
+            with urllib.request.urlopen(
+                f"http://{pod['ip']}:{metrics_port}/metrics", timeout=5
+            ) as response:
+                assert b"tuneop_" in response.read()
 
         # A TuningJob in the watched namespace runs to completion under this operator:
         # its children (PVC, ConfigMap, trainer ServiceAccount/Role/RoleBinding, pod) are
         # created with the chart's RBAC, and the trainer reports progress with its Role.
         if other_live_operators(cp):
             pytest.skip("another cluster-wide tuneop operator is live in this session")
-        job = (MANIFESTS / "samples" / "tuningjob-emg.yaml").read_text()
-        job = job.replace("namespace: default", f"namespace: {watched}")
-        assert f"namespace: {watched}" in job
-        cp.kubectl("apply", "-f", "-", input=job)
+        job = yaml.safe_load((MANIFESTS / "samples" / "tuningjob-emg.yaml").read_text())
+        job["metadata"]["namespace"] = watched
+        job["spec"].update(
+            image=f"tuneop/trainer:{APP_VERSION}-cpu",
+            tolerations=[TOLERATION],
+            nodeSelector={"kubernetes.io/hostname": real_node.config.name},
+        )
+        cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
 
         def finished() -> bool:
             return cp.kubectl(
@@ -468,8 +484,9 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
         status = cp.kubectl("-n", watched, "get", "tj", "emg-cnn", "-o", "json").stdout
         assert '"phase": "Succeeded"' in status, status
         assert '"bestTrial"' in status
-        logs = cp.kubectl("-n", release, "logs", pod["name"], check=False)
-        if logs.returncode == 0:
+        for pod in pods:
+            logs = cp.kubectl("-n", release, "logs", pod["name"], check=False)
+            assert logs.returncode == 0, logs.stderr
             assert "Forbidden" not in logs.stdout and " 403 " not in logs.stdout, logs.stdout
     finally:
         # Deleted while its operator still runs, so kopf's finalizer is released.
