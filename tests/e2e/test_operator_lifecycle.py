@@ -16,6 +16,7 @@ import pytest
 import tuneop_contract as contract
 from tuneop.api.status import parse_time
 
+from tests.checkpoints import committed
 from tests.e2e.harness import ROOT, SEARCH, Env, Operator, required_condition, sample, wait_for
 from tests.localcluster import disruption
 from tests.localcluster.nodeagent.agent import NodeConfig
@@ -399,7 +400,7 @@ def test_node_loss_is_a_preemption_and_the_trainer_resumes(e2e: Env, reference: 
         # background), or it would rightly start the trial over.
         at = e2e.wait_mid_trial(ns, min_step=SEARCH["checkpoint"]["intervalSteps"] + 2)
         execution = e2e.claim_dir(ns) / "trials" / "search" / str(at["trial_id"]) / "fit-0"
-        wait_for(lambda: any(execution.glob("ckpt-*")), 10, f"a checkpoint in {execution}", 0.05)
+        wait_for(lambda: committed(execution), 10, f"a checkpoint committed in {execution}", 0.05)
         disruption.crash_node(e2e.cluster, node)
         wait_for(
             lambda: any(

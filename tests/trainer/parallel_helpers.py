@@ -25,6 +25,7 @@ from tuneop_contract import (
     trial_group_tuner_id,
 )
 
+from tests.checkpoints import positions
 from tests.forkserver import TrainerProcess, launch
 from tests.localcluster.controlplane import free_port
 
@@ -172,11 +173,6 @@ def epoch_lines(text: str) -> list[tuple[str, int, int]]:
 
 
 def mid_epoch_checkpoint(ckpt: Path, trial_id: str) -> int:
-    """The highest mid-epoch step of a checkpoint of `trial_id` (0 if none)."""
-    best = 0
-    for meta in (ckpt / spec_trial(trial_id)).glob("fit-*/ckpt-*/meta.json"):
-        try:
-            best = max(best, int(json.loads(meta.read_text())["step"]))
-        except (OSError, ValueError, KeyError):
-            continue
-    return best
+    """The highest mid-epoch step of a committed checkpoint of `trial_id` (0 if none)."""
+    fits = (ckpt / spec_trial(trial_id)).glob("fit-*")
+    return max((step for fit in fits for _, step in positions(fit)), default=0)

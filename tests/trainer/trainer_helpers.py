@@ -29,6 +29,7 @@ from tuneop_contract import (
     read_progress,
 )
 
+from tests.checkpoints import committed
 from tests.forkserver import TrainerProcess, launch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,12 +179,6 @@ def spec_fit(trial_id: str, execution: int = 0) -> str:
     return trial_fit(trial_id, execution, SPEC_PROJECT)
 
 
-def checkpointed(ckpt: Path, trial_id: str, execution: int = 0) -> bool:
-    """A spec-mode trial's execution has a checkpoint on the volume (a kill point past
-    `step >= n` alone can come before the save of step n is written)."""
-    return any((ckpt / spec_fit(trial_id, execution)).glob("ckpt-*"))
-
-
 def run(spec: Path, ckpt: Path, log: Path, timeout: float = 240) -> int:
     proc = start(spec, ckpt, log)
     return proc.wait(timeout=timeout)
@@ -262,8 +257,9 @@ def assert_killed_search_matches(
     script: Path, tmp: Path, kills: tuple[tuple[str, int], ...], min_step: int
 ) -> str:
     """Run `script` uninterrupted, then SIGKILL it once in each (trial, epoch) of `kills`
-    at step >= min_step and resume it to the end: same results, and each trial's first
-    fit has the same history and final weights. Returns the resumed runs' log."""
+    at step >= min_step, once the trial's first fit has a checkpoint committed past that
+    epoch's start, and resume it to the end: same results, and each trial's first fit has
+    the same history and final weights. Returns the resumed runs' log."""
     ref, log = tmp / "ref", tmp / "ref.log"
     proc = start_exec(script, ref, log)
     assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
@@ -274,7 +270,12 @@ def assert_killed_search_matches(
             script,
             ckpt,
             log,
-            lambda p, t=trial, e=epoch: p.trial_id == t and p.epoch >= e and p.step >= min_step,
+            lambda p, t=trial, e=epoch: (
+                p.trial_id == t
+                and p.epoch >= e
+                and p.step >= min_step
+                and committed(ckpt / trial_fit(t), at=(e, 1))
+            ),
         )
         assert code == -signal.SIGKILL
     proc = start_exec(script, ckpt, log)

@@ -27,6 +27,8 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 
+from tests.checkpoints import committed
+
 SCRIPT = SCRIPTS / "elastic_search.py"
 PROJECT = "search"
 
@@ -86,18 +88,31 @@ def _mid(trial: str, epoch: int, step: int) -> Any:
     return lambda p: p.trial_id == trial and (p.epoch, p.step) >= (epoch, step)
 
 
+def _mid_committed(ckpt: Path, trial: str, epoch: int, step: int) -> Any:
+    """`_mid`, once the trial's fit has a checkpoint committed (written by the replicas
+    of the process killed there), which the next process resumes."""
+    fit = ckpt / trial_fit(trial, project=PROJECT)
+    return lambda p: _mid(trial, epoch, step)(p) and committed(fit)
+
+
 def test_killed_on_two_resumed_on_one_then_two(on_two: Path, on_one: Path, tmp_path: Path) -> None:
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     first, second = (t[0] for t in _trials(on_two)[:2])
     assert (
         signal_when(
-            start_exec(SCRIPT, ckpt, log, devices=2), ckpt, _mid(first, 1, 5), signal.SIGKILL
+            start_exec(SCRIPT, ckpt, log, devices=2),
+            ckpt,
+            _mid_committed(ckpt, first, 1, 5),
+            signal.SIGKILL,
         )
         == -signal.SIGKILL
     )
     assert (
         signal_when(
-            start_exec(SCRIPT, ckpt, log, devices=1), ckpt, _mid(second, 0, 7), signal.SIGKILL
+            start_exec(SCRIPT, ckpt, log, devices=1),
+            ckpt,
+            _mid_committed(ckpt, second, 0, 7),
+            signal.SIGKILL,
         )
         == -signal.SIGKILL
     )
@@ -125,7 +140,11 @@ def test_a_global_batch_the_new_replicas_do_not_divide_is_refused(tmp_path: Path
         signal_when(
             start_exec(SCRIPT, ckpt, log, devices=2),
             ckpt,
-            lambda p: p.trial_id and p.step >= 5,
+            lambda p: (  # the refusal below reads the running trial's checkpoint
+                bool(p.trial_id)
+                and p.step >= 5
+                and committed(ckpt / trial_fit(p.trial_id, project=PROJECT))
+            ),
             signal.SIGKILL,
         )
         == -signal.SIGKILL

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from trainer_helpers import comparable, kill_when, results, run, spec_fit, tiny_spec, write_spec
 from tuneop_contract import EXIT_COMPLETED, read_progress
 from tuneop_trainer.checkpoint import CheckpointStore
+
+from tests.checkpoints import committed, positions
 
 
 def test_store_keeps_last_k_and_falls_back(tmp_path: Path) -> None:
@@ -26,6 +29,23 @@ def test_store_keeps_last_k_and_falls_back(tmp_path: Path) -> None:
     assert meta["epoch"] == 2 and arrays["model/0"].tolist() == [2, 2, 2]
     (path / "MANIFEST.json").unlink()  # a checkpoint without manifest is incomplete
     assert store.latest() is None
+
+
+def test_the_tests_read_a_commit_as_the_store_writes_it(tmp_path: Path) -> None:
+    """tests/checkpoints.py, which the kill points of the resume tests wait on, sees a
+    checkpoint once the store has renamed it into place, not while it is being written."""
+    store = CheckpointStore(tmp_path, keep=2)
+    assert positions(tmp_path) == [] and not committed(tmp_path)
+    store.save({"model/0": np.zeros(3, dtype=np.float32)}, {"epoch": 0, "step": 3})
+    tmp = tmp_path / ".tmp-ckpt-00000001-1"  # a save in flight (or left by a SIGKILL)
+    shutil.copytree(tmp_path / "ckpt-00000000", tmp)
+    (tmp / "meta.json").write_text(json.dumps({"epoch": 1, "step": 0}))
+    assert positions(tmp_path) == [(0, 3)]
+    assert committed(tmp_path) and committed(tmp_path, at=(0, 3))
+    assert not committed(tmp_path, at=(0, 4)) and not committed(tmp_path, at=(1, 0))
+    shutil.rmtree(tmp)
+    store.save({"model/0": np.ones(3, dtype=np.float32)}, {"epoch": 1, "step": 0})
+    assert positions(tmp_path) == [(0, 3), (1, 0)] and committed(tmp_path, at=(0, 4))
 
 
 @pytest.mark.slow

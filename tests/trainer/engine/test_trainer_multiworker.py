@@ -23,6 +23,7 @@ from trainer_helpers import (
     env,
     fit_weights,
     results,
+    spec_fit,
     tiny_spec,
     trial_fit,
     write_records,
@@ -36,6 +37,7 @@ from tuneop_contract import (
     read_progress,
 )
 
+from tests.checkpoints import committed
 from tests.forkserver import TrainerProcess, launch
 
 pytestmark = pytest.mark.slow
@@ -89,7 +91,18 @@ def test_group_sigkilled_mid_trial_resumes_from_checkpoint(
     spec = write_spec(tmp_path, tiny_spec(**SPEC))
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
     last = reference["results"]["trials"][-1]["trialId"]
-    kill_group_when(spec, ckpt, logs, lambda p: p.trial_id == last and p.epoch == 1 and p.step >= 4)
+    # once the chief has committed a checkpoint inside the second epoch
+    kill_group_when(
+        spec,
+        ckpt,
+        logs,
+        lambda p: (
+            p.trial_id == last
+            and p.epoch == 1
+            and p.step >= 4
+            and committed(ckpt / spec_fit(last), at=(1, 1))
+        ),
+    )
     codes = wait_all(start_group(spec, ckpt, logs))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
     for log in logs:  # both workers restored the chief's mid-epoch checkpoint
@@ -212,7 +225,13 @@ def test_script_mode_group_sigkilled_mid_trial_resumes_exactly(tmp_path: Path) -
 
     ckpt, logs = tmp_path / "ckpt", [tmp_path / "log0", tmp_path / "log1"]
     kill_group_when(
-        spec, ckpt, logs, lambda p: p.trial_id == "1" and p.epoch >= 1 and p.step >= 3, script
+        spec,
+        ckpt,
+        logs,
+        lambda p: (
+            p.trial_id == "1" and p.epoch >= 1 and p.step >= 3 and committed(ckpt / trial_fit("1"))
+        ),
+        script,
     )
     codes = wait_all(start_group(spec, ckpt, logs, script))
     assert codes == [EXIT_COMPLETED] * 2, "\n".join(p.read_text()[-3000:] for p in logs)
@@ -242,7 +261,9 @@ def test_tfrecord_script_group_killed_at_two_points_resumes_exactly(
             spec,
             ckpt,
             logs,
-            lambda p, t=trial, e=epoch: p.trial_id == t and p.epoch >= e and p.step >= 3,
+            lambda p, t=trial, e=epoch: (
+                p.trial_id == t and p.epoch >= e and p.step >= 3 and committed(ckpt / trial_fit(t))
+            ),
             script,
         )
     codes = wait_all(start_group(spec, ckpt, logs, script))

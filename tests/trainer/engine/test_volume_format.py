@@ -31,6 +31,8 @@ from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 from tuneop_trainer.checkpoint import MANIFEST_FILE, META_FILE
 from tuneop_trainer.volume_format import FORMAT, FORMAT_FILE, META_KEY
 
+from tests.checkpoints import committed
+
 SCRIPT = SCRIPTS / "small_search.py"
 
 
@@ -71,7 +73,13 @@ def test_an_unversioned_volume_resumes_exactly_and_another_checkpoint_format_sto
     assert start_exec(SCRIPT, ref, log).wait(timeout=300) == EXIT_COMPLETED, log.read_text()
     assert json.loads((ref / FORMAT_FILE).read_text()) == {META_KEY: FORMAT}
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    killed = kill_exec_when(SCRIPT, ckpt, log, lambda p: p.trial_id == "1" and p.step >= 4)
+    # once trial 1 has a checkpoint committed: the resumes below read (and restore) it
+    killed = kill_exec_when(
+        SCRIPT,
+        ckpt,
+        log,
+        lambda p: p.trial_id == "1" and p.step >= 4 and committed(ckpt / trial_fit("1")),
+    )
     assert killed == -signal.SIGKILL
     # as a trainer from before the format was recorded left it
     (ckpt / FORMAT_FILE).unlink()

@@ -22,6 +22,8 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED
 
+from tests.checkpoints import committed
+
 SCRIPT = SCRIPTS / "features_search.py"
 
 pytestmark = pytest.mark.slow
@@ -54,9 +56,15 @@ def test_callbacks_act_in_an_uninterrupted_run(reference: Path) -> None:
 
 def test_killed_mid_trial_resumes_callbacks_exactly(reference: Path, tmp_path: Path) -> None:
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    # After EarlyStopping and ReduceLROnPlateau have started counting (epoch index 1+).
+    # After EarlyStopping and ReduceLROnPlateau have started counting (epoch index 1+),
+    # with a checkpoint of the trial to restore.
     code = kill_exec_when(
-        SCRIPT, ckpt, log, lambda p: p.trial_id == "0" and p.epoch >= 1 and p.step >= 3
+        SCRIPT,
+        ckpt,
+        log,
+        lambda p: (
+            p.trial_id == "0" and p.epoch >= 1 and p.step >= 3 and committed(ckpt / trial_fit("0"))
+        ),
     )
     assert code == -signal.SIGKILL
     code = kill_exec_when(

@@ -26,6 +26,7 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED
 
+from tests.checkpoints import committed
 from tests.forkserver import launch
 
 SCRIPT = SCRIPTS / "mixed_search.py"
@@ -52,7 +53,13 @@ def test_mixed_precision_resumes_exactly(policy: str, tmp_path: Path) -> None:
 
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     code = kill_exec_when(
-        SCRIPT, ckpt, log, lambda p: p.trial_id == "1" and p.epoch >= 1 and p.step >= 3, policy
+        SCRIPT,
+        ckpt,
+        log,
+        lambda p: (
+            p.trial_id == "1" and p.epoch >= 1 and p.step >= 3 and committed(ckpt / trial_fit("1"))
+        ),
+        policy,
     )
     assert code == -signal.SIGKILL
     proc = start_exec(SCRIPT, ckpt, log, policy)

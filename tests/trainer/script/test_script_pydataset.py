@@ -19,7 +19,11 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED
 
+from tests.checkpoints import committed
+
 pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
+
+FINAL_FIT = "fits/fit-0"  # generator_fit.py's fit, outside any trial
 
 
 def test_pydataset_resumes_at_its_batch_exactly(tmp_path: Path) -> None:
@@ -35,7 +39,13 @@ def test_pydataset_resumes_at_its_batch_exactly(tmp_path: Path) -> None:
 def test_generator_resumes_at_the_epoch_start_with_a_warning(tmp_path: Path) -> None:
     script = SCRIPTS / "generator_fit.py"
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    code = kill_exec_when(script, ckpt, log, lambda p: p.epoch >= 1 and p.step >= 4)
+    # once epoch 0's end is committed (a generator has no mid-epoch checkpoints)
+    code = kill_exec_when(
+        script,
+        ckpt,
+        log,
+        lambda p: p.epoch >= 1 and p.step >= 4 and committed(ckpt / FINAL_FIT, at=(1, 0)),
+    )
     assert code == -signal.SIGKILL
     proc = start_exec(script, ckpt, log)
     assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
@@ -44,4 +54,4 @@ def test_generator_resumes_at_the_epoch_start_with_a_warning(tmp_path: Path) -> 
     restored = [line for line in text.splitlines() if "fit 0: restored" in line]
     assert restored and " step 0 in " in restored[0], restored  # an epoch start
     assert " at epoch 0 " not in restored[0]  # the epoch-end checkpoint of epoch 0 or later
-    assert len(fit_final(ckpt, "fits/fit-0")["history"]["loss"]) == 3
+    assert len(fit_final(ckpt, FINAL_FIT)["history"]["loss"]) == 3

@@ -28,6 +28,8 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC, EXIT_PREEMPTED
 
+from tests.checkpoints import committed
+
 SEED = SCRIPTS / "seed_search.py"
 
 pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
@@ -35,6 +37,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
 def _mid_trial(trial: str, step: int = 2):
     return lambda p: p.trial_id == trial and p.step >= step
+
+
+def _mid_trial_committed(ckpt: Path, trial: str, step: int = 2):
+    """Mid-trial once the trial's (or the final fit's) fit has a checkpoint committed:
+    a SIGKILL there leaves it one to restore."""
+    fit = ckpt / "fits" / trial if trial.startswith("fit-") else ckpt / trial_fit(trial, 0, "emg")
+    return lambda p: p.trial_id == trial and p.step >= step and committed(fit)
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +68,15 @@ def test_uninterrupted_run_records_the_search_and_the_final_fit(reference: Path)
 def test_killed_at_several_points_ends_bit_identical(reference: Path, tmp_path: Path) -> None:
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     # first trial, mid-epoch; a promoted Hyperband trial; SIGTERM; the final fit
-    assert kill_exec_when(SEED, ckpt, log, _mid_trial("0000")) == -signal.SIGKILL
+    assert kill_exec_when(SEED, ckpt, log, _mid_trial_committed(ckpt, "0000")) == -signal.SIGKILL
     promoted = next(t["trialId"] for t in results(reference)["trials"] if t["continuesTrial"])
-    assert kill_exec_when(SEED, ckpt, log, _mid_trial(promoted, 3)) == -signal.SIGKILL
+    code = kill_exec_when(SEED, ckpt, log, _mid_trial_committed(ckpt, promoted, 3))
+    assert code == -signal.SIGKILL
     last = results(reference)["trials"][-1]["trialId"]
     code = kill_exec_when(SEED, ckpt, log, _mid_trial(last, 3), sig=signal.SIGTERM)
     assert code == EXIT_PREEMPTED, log.read_text()[-3000:]
-    assert kill_exec_when(SEED, ckpt, log, _mid_trial("fit-0", 4)) == -signal.SIGKILL
+    code = kill_exec_when(SEED, ckpt, log, _mid_trial_committed(ckpt, "fit-0", 4))
+    assert code == -signal.SIGKILL
     proc = start_exec(SEED, ckpt, log)
     assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
 

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_helpers import SCRIPTS, env, events, once_each, signal_when, start_exec
+from trainer_helpers import SCRIPTS, env, events, once_each, signal_when, start_exec, trial_fit
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED
 
+from tests.checkpoints import committed
 from tests.forkserver import launch
 
 SCRIPT = SCRIPTS / "tensorboard_search.py"
@@ -68,10 +69,20 @@ def test_killed_in_and_between_fits_shows_every_step_once(
 ) -> None:
     ref, _ = reference
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    kills = [  # (signal, where): mid-epoch in a trial, in the next trial, the final fit
-        (signal.SIGKILL, lambda p: p.trial_id == "0" and p.epoch == 1 and p.step >= 5),
+    trial_0, final_fit = ckpt / trial_fit("0"), ckpt / "fits" / "fit-0"
+    kills = [  # (signal, where): mid-epoch in a trial, in the next trial, the final fit;
+        # a SIGKILL once the fit has a checkpoint committed (the resumed run restores it)
+        (
+            signal.SIGKILL,
+            lambda p: p.trial_id == "0" and p.epoch == 1 and p.step >= 5 and committed(trial_0),
+        ),
         (signal.SIGTERM, lambda p: p.trial_id == "1" and p.epoch == 0 and p.step >= 7),
-        (signal.SIGKILL, lambda p: p.trial_id == "fit-0" and p.epoch == 1 and p.step >= 4),
+        (
+            signal.SIGKILL,
+            lambda p: (
+                p.trial_id == "fit-0" and p.epoch == 1 and p.step >= 4 and committed(final_fit)
+            ),
+        ),
     ]
     for sig, where in kills:
         code = signal_when(start_exec(SCRIPT, ckpt, log), ckpt, where, sig)

@@ -27,6 +27,7 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 
+from tests.checkpoints import committed
 from tests.forkserver import launch
 
 SCRIPT = SCRIPTS / "tfrecord_search.py"
@@ -87,7 +88,17 @@ def test_resume_over_fewer_records_stops_with_a_clear_error(
     monkeypatch.delenv("TFRECORD_MODE", raising=False)
     write_records(tmp_path / "records")
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    code = kill_exec_when(SCRIPT, ckpt, log, lambda p: p.epoch >= 0 and p.step >= 4)
+    # once a checkpoint past the 2 batches left is committed
+    code = kill_exec_when(
+        SCRIPT,
+        ckpt,
+        log,
+        lambda p: (
+            p.trial_id is not None
+            and p.step >= 4
+            and committed(ckpt / trial_fit(p.trial_id), at=(0, 3))
+        ),
+    )
     assert code == -signal.SIGKILL
     for shard in sorted((tmp_path / "records").glob("train-*.tfrecord"))[1:]:
         shard.unlink()  # 16 records left: 2 batches, fewer than were trained
@@ -116,7 +127,7 @@ def test_killed_while_validating_after_the_last_batch_of_an_epoch_of_unknown_len
     fit = ckpt / trial_fit("0")
 
     def validating_after_a_checkpoint(_: Any) -> bool:
-        return validating.exists() and any(fit.glob("ckpt-*/meta.json"))
+        return validating.exists() and committed(fit)
 
     monkeypatch.setenv("TFRECORD_SLOW_VALIDATION", str(validating))
     assert kill_exec_when(SCRIPT, ckpt, log, validating_after_a_checkpoint) == -signal.SIGKILL

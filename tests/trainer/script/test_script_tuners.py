@@ -7,8 +7,10 @@ import signal
 from pathlib import Path
 
 import pytest
-from trainer_helpers import SCRIPTS, comparable, kill_exec_when, results, start_exec
+from trainer_helpers import SCRIPTS, comparable, kill_exec_when, results, start_exec, trial_fit
 from tuneop_contract import EXIT_COMPLETED
+
+from tests.checkpoints import committed
 
 SCRIPT = SCRIPTS / "tuners_search.py"
 
@@ -31,7 +33,13 @@ def test_custom_run_trial_is_resumed_exactly(tmp_path: Path) -> None:
     assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     code = kill_exec_when(
-        SCRIPT, ckpt, log, lambda p: p.trial_id == "1" and p.epoch >= 2 and p.step >= 3, "custom"
+        SCRIPT,
+        ckpt,
+        log,
+        lambda p: (
+            p.trial_id == "1" and p.epoch >= 2 and p.step >= 3 and committed(ckpt / trial_fit("1"))
+        ),
+        "custom",
     )
     assert code == -signal.SIGKILL
     proc = start_exec(SCRIPT, ckpt, log, "custom")

@@ -16,6 +16,7 @@ from trainer_helpers import (
     kill_and_resume,
     results,
     run,
+    spec_fit,
     start,
     status_mb,
     tiny_spec,
@@ -23,6 +24,8 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED
 from tuneop_trainer.data import synthetic_emg
+
+from tests.checkpoints import committed
 
 pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
@@ -52,7 +55,15 @@ def test_shards_resume_exactly_and_train_as_one_file(tmp_path: Path) -> None:
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
     first = results(ref)["trials"][0]["trialId"]
     text = kill_and_resume(
-        spec, ckpt, log, lambda p: p.trial_id == first and p.epoch >= 1 and p.step >= 4
+        spec,
+        ckpt,
+        log,
+        lambda p: (
+            p.trial_id == first
+            and p.epoch >= 1
+            and p.step >= 4
+            and committed(ckpt / spec_fit(first))
+        ),
     )
     assert "restored ckpt-" in text
     got, want = results(ckpt), results(ref)

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from trainer_helpers import (
     CONTINUING,
-    checkpointed,
     comparable,
     final_iteration,
     fit_final,
@@ -22,6 +21,8 @@ from trainer_helpers import (
     write_spec,
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, read_progress
+
+from tests.checkpoints import committed
 
 pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
@@ -43,16 +44,16 @@ def test_sigkill_at_several_points_resumes_exactly(reference: dict, tmp_path: Pa
     first, last = reference["trials"][0]["trialId"], reference["trials"][-1]["trialId"]
     kill_points = [
         # during the very first trial, mid-epoch (before keras-tuner wrote anything itself)
-        lambda p: p.trial_id == first and p.step >= 3 and checkpointed(ckpt, first),
+        lambda p: p.trial_id == first and p.step >= 3 and committed(ckpt / spec_fit(first)),
         # during a Hyperband promotion, in its second epoch
         lambda p: (
             p.trial_id == promoted[0]
             and p.epoch >= 1
             and p.step >= 3
-            and checkpointed(ckpt, promoted[0])
+            and committed(ckpt / spec_fit(promoted[0]))
         ),
         # during the last trial, once it has a checkpoint of its own
-        lambda p: p.trial_id == last and p.step >= 1 and checkpointed(ckpt, last),
+        lambda p: p.trial_id == last and p.step >= 1 and committed(ckpt / spec_fit(last)),
     ]
     for i, point in enumerate(kill_points):
         code = kill_when(spec, ckpt, log, point, delay=0.2 * i)

@@ -6,9 +6,19 @@ import signal
 from pathlib import Path
 
 import pytest
-from trainer_helpers import SCRIPTS, env, kill_when, results, run, tiny_spec, write_spec
+from trainer_helpers import (
+    SCRIPTS,
+    env,
+    kill_when,
+    results,
+    run,
+    spec_fit,
+    tiny_spec,
+    write_spec,
+)
 from tuneop_contract import EXIT_COMPLETED
 
+from tests.checkpoints import committed
 from tests.forkserver import launch
 
 
@@ -42,7 +52,13 @@ def test_report_cnn_without_scope_runs_and_resumes_under_mirrored_hyperband(
     manifest["spec"]["checkpoint"]["intervalSteps"] = 2
     spec = write_spec(tmp_path, manifest)
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
-    code = kill_when(spec, ckpt, log, lambda p: p.trial_id == "0001" and p.step >= 2)
+    # SIGKILLed once trial 0001 has a checkpoint committed: the resume restores it
+    code = kill_when(
+        spec,
+        ckpt,
+        log,
+        lambda p: p.trial_id == "0001" and p.step >= 2 and committed(ckpt / spec_fit("0001")),
+    )
     assert code == -signal.SIGKILL
     assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
     text = log.read_text()

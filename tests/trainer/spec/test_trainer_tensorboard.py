@@ -18,11 +18,14 @@ from trainer_helpers import (
     once_each,
     results,
     run,
+    spec_fit,
     tiny_spec,
     write_spec,
 )
-from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, TENSORBOARD_DIR
+from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, TENSORBOARD_DIR, Progress
 from tuneop_trainer.spec import SpecError, parse
+
+from tests.checkpoints import committed
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +55,15 @@ def test_killed_search_logs_each_epoch_once(tmp_path: Path) -> None:
     assert once_each(runs) == {}
 
     ckpt, log = tmp_path / "ckpt", tmp_path / "run.log"
-    mid_epoch = lambda p: p.trial_id == trials[1] and p.epoch == 1 and p.step >= 4  # noqa: E731
+
+    def mid_epoch(p: Progress) -> bool:  # with a checkpoint to restore
+        return (
+            p.trial_id == trials[1]
+            and p.epoch == 1
+            and p.step >= 4
+            and committed(ckpt / spec_fit(trials[1]))
+        )
+
     assert kill_when(spec, ckpt, log, mid_epoch) == -signal.SIGKILL
     code = kill_when(
         spec, ckpt, log, lambda p: p.trial_id == trials[2] and p.epoch == 1, sig=signal.SIGTERM

@@ -25,6 +25,8 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 
+from tests.checkpoints import committed
+
 pytestmark = [pytest.mark.slow, pytest.mark.devices(2)]
 
 
@@ -79,7 +81,12 @@ def test_killed_search_over_tfrecords_resumes_exactly(
             spec,
             ckpt,
             log,
-            lambda p, t=trial, e=epoch: p.trial_id == t and p.epoch == e and p.step >= 4,
+            lambda p, t=trial, e=epoch: (
+                p.trial_id == t
+                and p.epoch == e
+                and p.step >= 4
+                and committed(ckpt / spec_fit(t), at=(e, 3))
+            ),
         )
         assert code == -signal.SIGKILL
     assert run(spec, ckpt, log) == EXIT_COMPLETED, log.read_text()[-3000:]
@@ -109,7 +116,7 @@ def test_killed_while_validating_after_the_last_batch_of_an_epoch_of_unknown_len
     execution = ckpt / spec_fit(first)
 
     def validating_after_a_checkpoint(_: Any) -> bool:
-        return validating.exists() and any(execution.glob("ckpt-*/meta.json"))
+        return validating.exists() and committed(execution)
 
     monkeypatch.setenv("USER_SLOW_VALIDATION", str(validating))
     assert kill_when(spec, ckpt, log, validating_after_a_checkpoint) == -signal.SIGKILL
