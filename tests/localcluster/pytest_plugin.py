@@ -100,8 +100,9 @@ def real_node_config(*images: str) -> RealNodeConfig:
 @pytest.fixture(scope="module")
 def real_node(cluster: LocalCluster) -> Iterator[KubeletNode]:
     """A real node (containerd, runc, the kubelet) in the session's cluster for one
-    module, with the CPU trainer and operator images; tainted (``TOLERATION`` in kubelet/node.py), so
-    only pods that ask land there. Removed after the module, leaving nothing behind."""
+    module, with the CPU trainer and operator images; tainted (``TOLERATION`` in
+    kubelet/node.py), so only pods that ask land there. Removed after the module,
+    leaving nothing behind."""
     node = cluster.add_real_node(real_node_config("trainer-cpu", "operator"))
     try:
         yield node
