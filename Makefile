@@ -135,7 +135,7 @@ run: venv ## Run the operator in the foreground against $KUBECONFIG (after `make
 	$(PY) -m tuneop
 
 .PHONY: demo
-demo: venv cluster-tools ## Local cluster + operator + sample job, evicted midway, resumed, completed
+demo: venv cluster-tools images-cpu ## Local cluster (a real node) + the chart's operator + sample job, evicted midway, resumed, completed
 	$(PY) hack/demo.py
 
 .PHONY: test-e2e

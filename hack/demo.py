@@ -1,7 +1,11 @@
 """`make demo`: the whole flow on the local control plane.
 
-Starts a real control plane and a node agent (tests/localcluster), installs the CRDs,
-runs the operator in the background, applies manifests/samples/tuningjob-emg.yaml,
+Starts a real control plane and a real node (tests/localcluster: the kubelet over
+containerd and runc, with the images `make images-cpu` built), installs the CRDs and the
+chart (`helm install`: the operator's two replicas run as containers of
+`tuneop/operator`), applies manifests/samples/tuningjob-emg.yaml with the CPU trainer
+image (this machine has no GPU), shows containerd's own listing of the trainer's
+container,
 evicts the trainer pod midway (the Eviction API, as `kubectl drain` does), shows the
 status and the resume, says what the preemption cost (steps redone, seconds from the
 eviction to the next training step), prints the best hyperparameters and a summary
@@ -29,9 +33,9 @@ for sub in ("contract", "operator", "trainer_image", "."):
     sys.path.insert(0, str(ROOT / sub))
 
 from hack import demo_plot  # noqa: E402
+from hack.images import BuildError, built_archive, image_tag  # noqa: E402
 from tests.e2e.harness import (  # noqa: E402
     Kubectl,
-    Operator,
     claim_dir,
     sample,
     wait_for,
@@ -40,8 +44,11 @@ from tests.e2e.harness import (  # noqa: E402
 from tests.localcluster import disruption  # noqa: E402
 from tests.localcluster.cluster import LocalCluster  # noqa: E402
 from tests.localcluster.controlplane import ControlPlane  # noqa: E402
+from tests.localcluster.kubelet.node import KubeletNode, RealNodeConfig  # noqa: E402
 
 NAME, NAMESPACE = "emg-cnn", "default"
+RELEASE = "tuneop"  # helm release and namespace of the operator
+CPU_IMAGE = f"tuneop/trainer:{image_tag()}-cpu"
 
 
 def say(text: str) -> None:
@@ -172,6 +179,8 @@ class Demo:
     stopped_step: int | None = None
     cost: str = ""
     trained_at: float | None = None
+    spec: dict[str, Any] = dataclasses.field(default_factory=dict)  # fields set over the sample
+    node: KubeletNode | None = None
 
     def status(self) -> dict[str, Any]:
         job = self.kubectl.job(self.namespace, NAME) or {}
@@ -199,8 +208,9 @@ def submit(demo: Demo) -> None:
         60,
         "the namespace's kube-root-ca.crt",
     )
-    say("kubectl apply -f manifests/samples/tuningjob-emg.yaml")
-    demo.kubectl.apply(sample(NAME, ns))
+    changed = "".join(f", spec.{k}: {v}" for k, v in demo.spec.items())
+    say(f"kubectl apply -f manifests/samples/tuningjob-emg.yaml{changed}")
+    demo.kubectl.apply(sample(NAME, ns, **demo.spec))
     demo.applied_at = time.time()
 
 
@@ -214,6 +224,9 @@ def preempt(demo: Demo) -> None:
     steps = train // job["spec"]["tuner"]["batchSize"]
     p = wait_mid_epoch(demo.kubectl, demo.namespace, NAME, steps, timeout=600)
     demo.show()
+    if demo.node is not None:
+        say("containerd's own listing of the node's containers (what `crictl ps` shows)")
+        print("\n".join(demo.node.containers()), flush=True)
     say(f"evicting the trainer pod during trial {p['trial_id']} at step {p['step']}")
     demo.evicted_at, demo.evicted_wall = time.monotonic(), time.time()
     disruption.evict_pod(demo.cluster.api, demo.namespace, f"{NAME}-worker-0")
@@ -281,52 +294,84 @@ def report(demo: Demo, final: dict[str, Any]) -> bool:
     )
 
 
+def start_cluster(work: Path, cp: ControlPlane) -> tuple[LocalCluster, KubeletNode]:
+    """The control plane and one real node, untainted, with the built images."""
+    cp.start()
+    cluster = LocalCluster(cp, work / "cluster", nodes=[])
+    cluster.start()
+    images = dict(built_archive(name) for name in ("trainer-cpu", "operator", "pause"))
+    node = cluster.add_real_node(RealNodeConfig(name="gpu-node-0", images=images, taints=[]))
+    return cluster, node
+
+
+def install_operator(demo: Demo) -> None:
+    """`helm install` the chart; wait for its two replicas, containers of the image."""
+    cp = demo.cluster.control_plane
+    say(f"helm install {RELEASE} charts/tuneop --namespace {RELEASE} --create-namespace")
+    done = cp.helm("install", RELEASE, str(ROOT / "charts" / "tuneop"), "--namespace",
+                   RELEASE, "--create-namespace")  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"helm install failed: {done.stderr.strip()}")
+
+    def running() -> bool:
+        pods = demo.kubectl.json("get", "pods", "-n", RELEASE)["items"]
+        return len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods)
+
+    wait_for(running, 180, "the operator's two pods Running")
+    print(demo.kubectl("get", "pods", "-n", RELEASE, "-o", "wide").stdout.rstrip(), flush=True)
+
+
+def operator_logs(demo: Demo, lines: int) -> str:
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    got = demo.kubectl("logs", "-n", RELEASE, "-l", selector, f"--tail={lines}", check=False)
+    return got.stdout + got.stderr
+
+
+def run(demo: Demo) -> bool:
+    """Install, submit, preempt, follow to the end and report; whether it passed."""
+    say("make install: applying manifests/crd/")
+    demo.kubectl.install_crds()
+    install_operator(demo)
+    submit(demo)
+    preempt(demo)
+    final = wait_completed(demo)
+    if report(demo, final):
+        say("demo OK: preempted, resumed from the checkpoint, completed")
+        return True
+    say(
+        f"demo FAILED: phase={final.get('phase')} preemptions={final.get('preemptions')} "
+        f"restores={final.get('restores')}"
+    )
+    print(operator_logs(demo, 40))
+    return False
+
+
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tuneop-demo-"))
-    say(f"starting the local control plane and node gpu-node-0 (state in {work})")
+    say(f"starting the local control plane and a real node, gpu-node-0 (state in {work})")
     cp = ControlPlane(work / "controlplane")
     cluster: LocalCluster | None = None
-    operator: Operator | None = None
     demo: Demo | None = None
     passed = False
     try:
-        cp.start()
-        cluster = LocalCluster(cp, work / "cluster")
-        cluster.start()
-        demo = Demo(work, Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig), cluster)
-        say("make install: applying manifests/crd/")
-        demo.kubectl.install_crds()
-        say(f"running the operator in the background (log: {work / 'operator.log'})")
-        operator = Operator(cp.kubeconfig, work / "operator.log").start()
-        submit(demo)
-        preempt(demo)
-        final = wait_completed(demo)
-        passed = report(demo, final)
-        if passed:
-            say("demo OK: preempted, resumed from the checkpoint, completed")
-            return 0
-        say(
-            f"demo FAILED: phase={final.get('phase')} preemptions={final.get('preemptions')} "
-            f"restores={final.get('restores')}"
-        )
-        print(operator.log_tail(40))
-        return 1
+        cluster, node = start_cluster(work, cp)
+        kubectl = Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig)
+        demo = Demo(work, kubectl, cluster, spec={"image": CPU_IMAGE}, node=node)
+        passed = run(demo)
+        return 0 if passed else 1
     except KeyboardInterrupt:
         say(f"demo interrupted; logs kept in {work}")
         return 130
-    except Exception as err:  # one line for the person at the terminal, never a traceback
+    except (Exception, BuildError) as err:  # one line at the terminal, never a traceback
         what = str(err).splitlines()[0] if str(err) else type(err).__name__
         say(f"demo FAILED: {what}")
         if demo is not None:
             print(f"the job last reported: {demo.last_seen()}")
-        if operator is not None:
-            print(operator.log_tail(20))
+            print(operator_logs(demo, 20))
         print(f"logs kept in {work}")
         return 1
     finally:
         say("tearing down")
-        if operator is not None:
-            operator.stop()
         if cluster is not None:
             cluster.stop()
         cp.stop()

@@ -48,13 +48,7 @@ APP_VERSION = image_tag()
 
 
 def helm(cp: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(cp.bin_dir / "helm"), *args],
-        capture_output=True,
-        text=True,
-        env=cp.env(),
-        timeout=300,
-    )
+    result = cp.helm(*args)
     if check:
         assert result.returncode == 0, result.stdout + result.stderr
     return result

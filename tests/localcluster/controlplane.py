@@ -279,6 +279,13 @@ class ControlPlane:
             raise KubectlError(result.returncode, result.args, result.stdout, result.stderr)
         return result
 
+    def helm(self, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+        """Run the pinned helm against this cluster (admin)."""
+        return subprocess.run(
+            [str(self.bin_dir / "helm"), *args],
+            capture_output=True, text=True, env=self.env(), timeout=timeout,
+        )  # fmt: skip
+
     def api_client(self) -> kubernetes.client.ApiClient:
         """A kubernetes Python client for the admin user (caller closes it)."""
         import kubernetes.config

@@ -53,6 +53,8 @@ class RealNodeConfig:
     sandbox_image: str = "docker.io/tuneop/pause:0.1.0"
     subnet_index: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    # TAINT by default: in the suite's cluster only pods that ask land here
+    taints: list[dict[str, str]] = field(default_factory=lambda: [TAINT])
 
 
 class KubeletNode:
@@ -120,7 +122,7 @@ class KubeletNode:
                              "imagefs.available": "0%", "nodefs.inodesFree": "0%"},
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
-            "registerWithTaints": [TAINT],
+            "registerWithTaints": self.config.taints,
             "nodeStatusUpdateFrequency": "5s",
             "nodeStatusReportFrequency": "10s",
             "serializeImagePulls": False,
@@ -164,10 +166,12 @@ class KubeletNode:
                         "--type=merge", "-p", json.dumps(patch))  # fmt: skip
 
     def drain(self, timeout: float = 30.0) -> None:
-        """Delete the node's pods and wait until the kubelet stopped their sandboxes:
-        that is what releases their network namespaces and addresses (CNI DEL)."""
+        """Cordon the node, delete its pods and wait until the kubelet stopped their
+        sandboxes: that is what releases their network namespaces and addresses (CNI
+        DEL). Cordoned first, so a controller's replacement pod cannot land here."""
         if self.kubelet is None or self.kubelet.poll() is not None or not self.cp.running:
             return
+        self.cp.kubectl("cordon", self.config.name, check=False)
         self.cp.kubectl("delete", "pods", "--all-namespaces", "--grace-period=0", "--force",
                         f"--field-selector=spec.nodeName={self.config.name}", "--wait=false",
                         check=False)  # fmt: skip
@@ -190,6 +194,21 @@ class KubeletNode:
         network.hide_apiserver(self.config.subnet_index, self.cp.apiserver_port)
         network.delete_bridge(self.config.subnet_index)
         self.cp.kubectl("delete", "node", self.config.name, "--ignore-not-found", check=False)
+
+    def containers(self) -> list[str]:
+        """containerd's own listing of the node's running containers: one line each,
+        pod namespace/name, container and image (what `crictl ps` shows)."""
+        lines = []
+        for task in self.runtime.running_tasks():
+            info = json.loads(self.runtime.ctr("containers", "info", task, check=False).stdout
+                              or "{}")  # fmt: skip
+            labels = info.get("Labels") or {}
+            if labels.get("io.cri-containerd.kind") != "container":
+                continue  # a pod's sandbox
+            pod = "/".join(labels.get(f"io.kubernetes.pod.{k}", "?") for k in ("namespace", "name"))
+            container = labels.get("io.kubernetes.container.name")
+            lines.append(f"{task[:13]}  {pod}  {container}  {info.get('Image')}")
+        return lines
 
     def leftovers(self) -> list[str]:
         """What :meth:`stop` must leave behind: nothing (processes, mounts, the bridge)."""
