@@ -139,7 +139,7 @@ demo: venv cluster-tools images-cpu ## Local cluster (a real node) + the chart's
 	$(PY) hack/demo.py
 
 .PHONY: test-e2e
-test-e2e: venv cluster-tools ## Operator end-to-end tests on the local cluster (~8 min)
+test-e2e: venv cluster-tools images-cpu ## Operator end-to-end tests on the local cluster (~8 min)
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 .PHONY: bench-operator
@@ -150,4 +150,8 @@ bench-operator: bench-operator-load venv cluster-tools ## Operator benchmark: st
 bench-operator-load: venv cluster-tools ## 1,000 TuningJobs (stand-in trainer): API requests/s, reconcile latency, RSS, restart → bench/results/operator-load.json
 	$(PY) bench/operator/bench_load.py $(BENCH_LOAD_ARGS)
 
-bench: bench-operator
+.PHONY: bench-recovery
+bench-recovery: venv cluster-tools images-cpu ## Eviction → next training step, real container vs node agent process, 5 evictions each → bench/results/recovery.json
+	$(PY) bench/operator/bench_recovery.py
+
+bench: bench-operator bench-recovery

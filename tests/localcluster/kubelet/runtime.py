@@ -42,7 +42,8 @@ class RuntimeError_(RuntimeError):
 
 
 def ensure_packages() -> None:
-    """Debian's containerd, runc and CNI plugins, installed when missing (needs root)."""
+    """Debian's containerd, runc, CNI plugins, iptables and iproute2, installed when
+    missing (needs root)."""
     missing = [pkg for path, pkg in PACKAGES.items() if shutil.which(path) is None
                and not Path(path).exists()]  # fmt: skip
     if not missing:
