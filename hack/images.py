@@ -135,8 +135,8 @@ def storage_conf() -> Path:
         conf.write_text(
             '[storage]\ndriver = "overlay"\n'
             f'graphroot = "{STORAGE / "storage"}"\n'
-            'runroot = "/run/tuneop-containers"\n'
-        )
+            f'runroot = "/run/tuneop-containers-{digest(str(STORAGE).encode())[:8]}"\n'
+        )  # one runroot per storage: its lock and mount state belong to that graphroot
     return conf
 
 
