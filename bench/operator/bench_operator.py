@@ -14,12 +14,11 @@ Table on stdout, JSON in bench/results/operator.json.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,41 +30,34 @@ for sub in ("contract", "operator", "trainer_image", "."):
 
 from tuneop.api.status import parse_time  # noqa: E402
 
+from bench.operator.cluster_run import cluster_with_operator  # noqa: E402
 from tests.e2e.harness import (  # noqa: E402
-    Kubectl,
-    Operator,
     sample,
     trainer_progress,
     wait_for,
     wait_mid_epoch,
 )
 from tests.localcluster import disruption  # noqa: E402
-from tests.localcluster.cluster import LocalCluster  # noqa: E402
-from tests.localcluster.controlplane import ControlPlane  # noqa: E402
 
 NAME, NS = "emg-cnn", "default"
 OUT = ROOT / "bench" / "results" / "operator.json"
 
 
+class _Stopper:
+    """Stops the status sampler however the run ends."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def close(self) -> None:
+        self.event.set()
+
+
 def main() -> int:
-    work = Path(tempfile.mkdtemp(prefix="tuneop-bench-"))
-    cp = ControlPlane(work / "controlplane")
-    cluster: LocalCluster | None = None
-    operator: Operator | None = None
     samples: list[tuple[float, dict[str, Any], dict[str, Any] | None]] = []
     stop = threading.Event()
-    try:
-        cp.start()
-        cluster = LocalCluster(cp, work / "cluster")
-        cluster.start()
-        kubectl = Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig)
-        kubectl.install_crds()
-        operator = Operator(cp.kubeconfig, work / "operator.log").start()
-        wait_for(
-            lambda: kubectl("get", "cm", "kube-root-ca.crt", "-n", NS, check=False).returncode == 0,
-            60,
-            "kube-root-ca.crt",
-        )
+    with cluster_with_operator(NS) as run, contextlib.closing(_Stopper(stop)):
+        kubectl, cluster = run.kubectl, run.cluster
         job = sample(NAME, NS)
         kubectl.apply(job)
 
@@ -102,14 +94,6 @@ def main() -> int:
         )
         stop.set()
         thread.join(5)
-    finally:
-        stop.set()
-        if operator is not None:
-            operator.stop()
-        if cluster is not None:
-            cluster.stop()
-        cp.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
     def first(predicate: Any) -> float | None:
         return next((t for t, s, _ in samples if predicate(s)), None)

@@ -17,22 +17,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 for sub in ("contract", "operator", "trainer_image", "."):
     sys.path.insert(0, str(ROOT / sub))
 
-from hack.images import built_archive, image_tag  # noqa: E402
+from bench.operator.cluster_run import cluster_with_operator  # noqa: E402
 from tests.e2e.harness import (  # noqa: E402
     Kubectl,
-    Operator,
     sample,
     trainer_progress,
     wait_for,
@@ -40,27 +36,11 @@ from tests.e2e.harness import (  # noqa: E402
 )
 from tests.localcluster import disruption  # noqa: E402
 from tests.localcluster.cluster import LocalCluster  # noqa: E402
-from tests.localcluster.controlplane import ControlPlane  # noqa: E402
-from tests.localcluster.kubelet.node import RealNodeConfig  # noqa: E402
 
 NAME, NS = "emg-cnn", "default"
 EVICTIONS = 5
 SAMPLES = 4096  # 96 steps an epoch: long enough to be evicted mid-epoch five times
 OUT = ROOT / "bench" / "results" / "recovery.json"
-
-
-def start(kind: str, work: Path, cp: ControlPlane) -> tuple[LocalCluster, dict[str, Any]]:
-    """A cluster with one node of `kind`; the spec fields its job needs."""
-    cp.start()
-    if kind == "node agent":
-        cluster = LocalCluster(cp, work / "cluster")  # fork_python off: a real start
-        cluster.start()
-        return cluster, {}
-    cluster = LocalCluster(cp, work / "cluster", nodes=[])
-    cluster.start()
-    images = dict(built_archive(name) for name in ("trainer-cpu", "pause"))
-    cluster.add_real_node(RealNodeConfig(name="gpu-node-0", images=images, taints=[]))
-    return cluster, {"image": f"tuneop/trainer:{image_tag()}-cpu"}
 
 
 def trained_after_restore(kubectl: Kubectl, cluster: LocalCluster, old_uid: str) -> bool:
@@ -99,32 +79,14 @@ def evict_and_recover(
 
 
 def measure(kind: str) -> list[tuple[float, float]]:
-    work = Path(tempfile.mkdtemp(prefix="tuneop-bench-recovery-"))
-    cp = ControlPlane(work / "controlplane")
-    cluster: LocalCluster | None = None
-    operator: Operator | None = None
-    try:
-        cluster, spec = start(kind, work, cp)
-        kubectl = Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig)
-        kubectl.install_crds()
-        operator = Operator(cp.kubeconfig, work / "operator.log").start()
-        wait_for(
-            lambda: kubectl("get", "cm", "kube-root-ca.crt", "-n", NS, check=False).returncode == 0,
-            60,
-            "kube-root-ca.crt",
-        )
-        job = sample(NAME, NS, **spec)
+    with cluster_with_operator(NS, real_node=kind == "real node") as run:
+        job = sample(NAME, NS, **run.spec)
         job["spec"]["data"]["synthetic"]["samples"] = SAMPLES
-        kubectl.apply(job)
+        run.kubectl.apply(job)
         steps = int(SAMPLES * (1 - job["spec"]["data"]["validationSplit"])) // 32
-        return [evict_and_recover(kubectl, cluster, steps, n) for n in range(1, EVICTIONS + 1)]
-    finally:
-        if operator is not None:
-            operator.stop()
-        if cluster is not None:
-            cluster.stop()
-        cp.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        return [
+            evict_and_recover(run.kubectl, run.cluster, steps, n) for n in range(1, EVICTIONS + 1)
+        ]
 
 
 def main() -> int:
