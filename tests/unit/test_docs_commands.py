@@ -355,3 +355,34 @@ def test_broken_links_fail(tmp_path: Path) -> None:
     assert len(problems) == len(expected), problems
     for fragment, problem in zip(expected, problems, strict=True):
         assert fragment in problem, problems
+
+
+def fence_problems(text: str) -> list[str]:
+    """Code fences that render wrong: a closing fence with text after it (CommonMark then
+    keeps the block open, and everything below renders as code), or a fence left open."""
+    problems, opened = [], 0
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped.startswith("```"):
+            continue
+        if not opened:
+            opened = number
+        elif stripped != "```":
+            problems.append(f"line {number}: text after a closing fence: {stripped[:40]!r}")
+        else:
+            opened = 0
+    if opened:
+        problems.append(f"line {opened}: a code fence is never closed")
+    return problems
+
+
+@pytest.mark.parametrize("doc", [str(d.relative_to(ROOT)) for d in markdown_docs()])
+def test_code_fences_close(doc: str) -> None:
+    problems = fence_problems((ROOT / doc).read_text())
+    assert not problems, f"{doc}:\n" + "\n".join(problems)
+
+
+def test_a_fence_closed_with_text_fails() -> None:
+    assert fence_problems("```yaml\na: 1\n```\n") == []
+    assert fence_problems("```yaml\na: 1\n``` More text\n```sh\nx\n```\n")[0].startswith("line 3")
+    assert fence_problems("```sh\nx\n") == ["line 1: a code fence is never closed"]
