@@ -13,6 +13,7 @@ reconcile the TuningJobs of other tests sharing the session's cluster.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -350,6 +351,107 @@ def on_the_real_node(node: KubeletNode, release: str, watched: str) -> dict[str,
     }
 
 
+@dataclasses.dataclass
+class ChartRelease:
+    """A release of the chart on the local cluster, watching one namespace of its own."""
+
+    cp: ControlPlane
+    name: str
+    watched: str
+    health_port: int = dataclasses.field(default_factory=free_port)
+    metrics_port: int = dataclasses.field(default_factory=free_port)
+
+    def install(self, values: dict[str, Any], tmp_path: Path) -> None:
+        self.cp.kubectl("create", "namespace", self.watched, check=False)
+        helm(self.cp, "uninstall", self.name, "--namespace", self.name, check=False)
+        path = tmp_path / "values.yaml"
+        path.write_text(yaml.safe_dump(values))
+        helm(
+            self.cp, "install", self.name, str(CHART), "--namespace", self.name,
+            "--create-namespace", "--values", str(path),
+            "--set", f"health.port={self.health_port}",
+            "--set", f"metrics.port={self.metrics_port}",
+        )  # fmt: skip
+
+    def uninstall(self) -> None:
+        # TuningJobs deleted while the operator still runs, so kopf's finalizer is released.
+        self.cp.kubectl("-n", self.watched, "delete", "tj", "--all", "--timeout=90s", check=False)
+        helm(self.cp, "uninstall", self.name, "--namespace", self.name, "--wait", "--timeout", "2m")
+        self.cp.kubectl("delete", "clusterkopfpeering", self.name, "--ignore-not-found")
+        self.cp.kubectl("delete", "namespace", self.watched, "--wait=false", check=False)
+
+    def can(self, *args: str) -> bool:
+        sa = f"system:serviceaccount:{self.name}:{self.name}"
+        result = self.cp.kubectl("auth", "can-i", *args, "--as", sa, check=False)
+        return result.stdout.strip() == "yes"
+
+    def running_pods(self) -> list[dict[str, str]] | None:
+        """Both operator pods, once Running with an IP: name, phase, ip, node."""
+        out = self.cp.kubectl(
+            "-n", self.name, "get", "pods", "-l", f"app.kubernetes.io/instance={self.name}",
+            "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.podIP}"
+            " {.spec.nodeName}{'\\n'}{end}",
+        ).stdout.splitlines()  # fmt: skip
+        keys = ("name", "phase", "ip", "node")
+        pods = [dict(zip(keys, line.split(), strict=False)) for line in out]
+        running = [p for p in pods if p.get("phase") == "Running" and p.get("ip")]
+        return running if len(running) == 2 else None
+
+    def wait(self, predicate: Any, timeout: float, what: str) -> Any:
+        """wait_for, failing with the operator pods and their logs."""
+        try:
+            return wait_for(predicate, timeout, what, every=1.0)
+        except TimeoutError as err:
+            pods = self.cp.kubectl("-n", self.name, "get", "pods", "-o", "wide", check=False)
+            logs = self.cp.kubectl("-n", self.name, "logs", "-l",
+                                   f"app.kubernetes.io/instance={self.name}", "--tail=40",
+                                   check=False)  # fmt: skip
+            raise AssertionError(f"{err}\n{pods.stdout}\n{logs.stdout}{logs.stderr}") from None
+
+    def answers(self, pods: list[dict[str, str]], port: int, path: str) -> bytes | None:
+        """The bodies of every pod's `path` joined, or None while one does not answer 200."""
+        bodies = b""
+        with contextlib.suppress(OSError):
+            for pod in pods:
+                url = f"http://{pod['ip']}:{port}{path}"
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status != 200:
+                        return None
+                    bodies += response.read()
+            return bodies
+        return None
+
+    def joined(self, pods: list[dict[str, str]]) -> bool:
+        status = self.cp.kubectl("-n", self.watched, "get", "kopfpeering", self.name,
+                                 "-o", "jsonpath={.status}").stdout  # fmt: skip
+        return all(pod["name"] in status for pod in pods)
+
+    def job_phase(self, name: str) -> str:
+        return str(self.cp.kubectl("-n", self.watched, "get", "tj", name,
+                                   "-o", "jsonpath={.status.phase}").stdout.strip())  # fmt: skip
+
+
+NAMESPACED_RIGHTS = [
+    ("watch", "tuningjobs.tuneop.io"),
+    ("create", "pods"),
+    ("patch", "configmaps"),
+    ("watch", "kopfpeerings.kopf.dev"),
+]
+
+
+def sample_on(node: KubeletNode, namespace: str) -> str:
+    """The sample TuningJob in `namespace`, its trainer a container of the CPU image on
+    `node`."""
+    job = yaml.safe_load((MANIFESTS / "samples" / "tuningjob-emg.yaml").read_text())
+    job["metadata"]["namespace"] = namespace
+    job["spec"].update(
+        image=f"tuneop/trainer:{APP_VERSION}-cpu",
+        tolerations=[TOLERATION],
+        nodeSelector={"kubernetes.io/hostname": node.config.name},
+    )
+    return str(yaml.safe_dump(job))
+
+
 def test_the_charts_deployment_runs_the_operator_in_the_cluster(
     cluster: LocalCluster, real_node: KubeletNode, tmp_path: Path
 ) -> None:
@@ -359,132 +461,40 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
     `kubernetes` Service), serves its liveness endpoint and joins the chart's KopfPeering
     under its pod name (POD_ID); the sample TuningJob, its trainer a container of the CPU
     trainer image on the same node, runs to completion. It watches only a namespace of
-    its own."""
+    its own: its rights on TuningJobs and their children are a Role there, cluster-wide
+    only the cluster-scoped reads."""
     cp = cluster.control_plane
     apply_crds(cp)
-    release, watched = "tuneop-e2e-pod", "tuneop-e2e-pod-watched"
-    health_port, metrics_port = free_port(), free_port()
-    cp.kubectl("create", "namespace", watched, check=False)
-    helm(cp, "uninstall", release, "--namespace", release, check=False)
-    values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(on_the_real_node(real_node, release, watched)))
-    helm(
-        cp, "install", release, str(CHART), "--namespace", release, "--create-namespace",
-        "--values", str(values), "--set", f"health.port={health_port}",
-        "--set", f"metrics.port={metrics_port}",
-    )  # fmt: skip
+    release = ChartRelease(cp, "tuneop-e2e-pod", "tuneop-e2e-pod-watched")
+    release.install(on_the_real_node(real_node, release.name, release.watched), tmp_path)
     try:
-        # Namespaced mode: rights on TuningJobs and their children only in the watched
-        # namespace (a Role there); cluster-wide only the cluster-scoped reads.
-        operator_sa = f"system:serviceaccount:{release}:{release}"
-
-        def can(*args: str) -> bool:
-            result = cp.kubectl("auth", "can-i", *args, "--as", operator_sa, check=False)
-            return result.stdout.strip() == "yes"
-
-        namespaced = [
-            ("watch", "tuningjobs.tuneop.io"),
-            ("create", "pods"),
-            ("patch", "configmaps"),
-            ("watch", "kopfpeerings.kopf.dev"),
-        ]
-        for verb, resource in namespaced:
-            assert can(verb, resource, "-n", watched), (verb, resource)
-            assert not can(verb, resource, "-n", "default"), (verb, resource)
-        assert can("get", "nodes") and can("watch", "namespaces")
-        assert not can("create", "clusterkopfpeerings.kopf.dev")
-        selector = f"app.kubernetes.io/instance={release}"
-
-        KEYS = ("name", "phase", "ip", "node")
-
-        def running_pods() -> list[dict[str, str]] | None:
-            out = cp.kubectl(
-                "-n", release, "get", "pods", "-l", selector, "-o",
-                "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.podIP}"
-                " {.spec.nodeName}{'\\n'}{end}",
-            ).stdout.splitlines()  # fmt: skip
-            pods = [dict(zip(KEYS, line.split(), strict=False)) for line in out]
-            running = [p for p in pods if p.get("phase") == "Running" and p.get("ip")]
-            return running if len(running) == 2 else None
-
-        def diagnose(err: Exception) -> AssertionError:
-            pods = cp.kubectl("-n", release, "get", "pods", "-o", "wide", check=False).stdout
-            logs = cp.kubectl("-n", release, "logs", "-l", selector, "--tail=40", check=False)
-            return AssertionError(f"{err}\n{pods}\n{logs.stdout}{logs.stderr}")
-
-        try:
-            pods = wait_for(running_pods, 120, "both operator pods Running")
-        except TimeoutError as err:
-            raise diagnose(err) from None
+        for verb, resource in NAMESPACED_RIGHTS:
+            assert release.can(verb, resource, "-n", release.watched), (verb, resource)
+            assert not release.can(verb, resource, "-n", "default"), (verb, resource)
+        assert release.can("get", "nodes") and release.can("watch", "namespaces")
+        assert not release.can("create", "clusterkopfpeerings.kopf.dev")
+        pods = release.wait(release.running_pods, 120, "both operator pods Running")
         assert {p["node"] for p in pods} == {real_node.config.name}, pods
-        image = cp.kubectl("-n", release, "get", "pod", pods[0]["name"], "-o",
+        image = cp.kubectl("-n", release.name, "get", "pod", pods[0]["name"], "-o",
                            "jsonpath={.status.containerStatuses[0].image}").stdout  # fmt: skip
         assert image == f"docker.io/tuneop/operator:{APP_VERSION}", image
-
-        def healthy() -> bool:
-            with contextlib.suppress(OSError):
-                for pod in pods:
-                    url = f"http://{pod['ip']}:{health_port}/healthz"
-                    with urllib.request.urlopen(url, timeout=2) as response:
-                        if response.status != 200:
-                            return False
-                return True
-            return False
-
-        try:
-            wait_for(healthy, 180, "both operator pods' /healthz")
-        except TimeoutError as err:
-            raise diagnose(err) from None
-
-        def joined() -> bool:
-            status = cp.kubectl(
-                "-n", watched, "get", "kopfpeering", release, "-o", "jsonpath={.status}"
-            ).stdout
-            return all(pod["name"] in status for pod in pods)
-
-        try:
-            wait_for(joined, 60, "both operator pods in the KopfPeering status")
-        except TimeoutError as err:
-            raise diagnose(err) from None
-        for pod in pods:
-            with urllib.request.urlopen(
-                f"http://{pod['ip']}:{metrics_port}/metrics", timeout=5
-            ) as response:
-                assert b"tuneop_" in response.read()
-
+        healthy = lambda: release.answers(pods, release.health_port, "/healthz") is not None  # noqa: E731
+        release.wait(healthy, 180, "both operator pods' /healthz")
+        release.wait(lambda: release.joined(pods), 60, "both pods in the KopfPeering status")
+        assert b"tuneop_" in (release.answers(pods, release.metrics_port, "/metrics") or b"")
         # A TuningJob in the watched namespace runs to completion under this operator:
-        # its children (PVC, ConfigMap, trainer ServiceAccount/Role/RoleBinding, pod) are
-        # created with the chart's RBAC, and the trainer reports progress with its Role.
+        # its children are created with the chart's RBAC, and the trainer reports
+        # progress with its Role.
         if other_live_operators(cp):
             pytest.skip("another cluster-wide tuneop operator is live in this session")
-        job = yaml.safe_load((MANIFESTS / "samples" / "tuningjob-emg.yaml").read_text())
-        job["metadata"]["namespace"] = watched
-        job["spec"].update(
-            image=f"tuneop/trainer:{APP_VERSION}-cpu",
-            tolerations=[TOLERATION],
-            nodeSelector={"kubernetes.io/hostname": real_node.config.name},
-        )
-        cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(job))
-
-        def finished() -> bool:
-            return cp.kubectl(
-                "-n", watched, "get", "tj", "emg-cnn", "-o", "jsonpath={.status.phase}"
-            ).stdout.strip() in ("Succeeded", "Failed")
-
-        try:
-            wait_for(finished, 300, "the sample TuningJob to finish", every=2.0)
-        except TimeoutError as err:
-            raise diagnose(err) from None
-        status = cp.kubectl("-n", watched, "get", "tj", "emg-cnn", "-o", "json").stdout
-        assert '"phase": "Succeeded"' in status, status
-        assert '"bestTrial"' in status
+        cp.kubectl("apply", "-f", "-", input=sample_on(real_node, release.watched))
+        done = ("Succeeded", "Failed")
+        release.wait(lambda: release.job_phase("emg-cnn") in done, 300, "the sample to finish")
+        status = cp.kubectl("-n", release.watched, "get", "tj", "emg-cnn", "-o", "json").stdout
+        assert '"phase": "Succeeded"' in status and '"bestTrial"' in status, status
         for pod in pods:
-            logs = cp.kubectl("-n", release, "logs", pod["name"], check=False)
+            logs = cp.kubectl("-n", release.name, "logs", pod["name"], check=False)
             assert logs.returncode == 0, logs.stderr
             assert "Forbidden" not in logs.stdout and " 403 " not in logs.stdout, logs.stdout
     finally:
-        # Deleted while its operator still runs, so kopf's finalizer is released.
-        cp.kubectl("-n", watched, "delete", "tj", "--all", "--timeout=90s", check=False)
-        helm(cp, "uninstall", release, "--namespace", release, "--wait", "--timeout", "2m")
-        cp.kubectl("delete", "clusterkopfpeering", release, "--ignore-not-found")
-        cp.kubectl("delete", "namespace", watched, "--wait=false", check=False)
+        release.uninstall()
