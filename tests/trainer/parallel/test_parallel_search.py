@@ -8,6 +8,7 @@ search must end with exactly the undisturbed one's trials, scores and best weigh
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections import Counter
 from typing import Any
@@ -110,31 +111,61 @@ def test_group_killed_mid_trial_resumes_its_own_trial(tmp_path: Any, undisturbed
     assert res["best"] == results(undisturbed.ckpt)["best"]
 
 
+def _ended(search: Search) -> set[str]:
+    try:
+        return set(search.oracle_state()["end_order"])
+    except (OSError, ValueError, KeyError):
+        return set()
+
+
+def _mid_trial(search: Search, group: str, ended: set[str]) -> bool:
+    """`group` trains a trial not yet ended, past a committed mid-epoch checkpoint."""
+    progress = search.progress(group)
+    if not progress or progress.trial_id is None or progress.trial_id in ended:
+        return False
+    return mid_epoch_checkpoint(search.ckpt, progress.trial_id) > 0
+
+
+def hold_both_mid_trial(search: Search) -> list[str]:
+    """Once a trial is done, stop (SIGSTOP) each group as it is found mid-trial, until
+    both are: their ends (and next requests) then fall in the oracle's absence. Without
+    the hold, on a loaded machine one group runs ahead and both are seldom mid-trial at
+    once. A group whose trial ended before its stop landed is let go and waited for
+    again. Returns the held groups (the caller continues them)."""
+    held: list[str] = []
+    try:
+        while True:
+            ended = _ended(search)
+            for group in [g for g in held if not _mid_trial(search, g, ended)]:
+                search.procs[group].send_signal(signal.SIGCONT)
+                held.remove(group)
+            if len(held) == len(GROUPS):
+                return held
+
+            def next_group() -> str | None:
+                ended = _ended(search)
+                return next(
+                    (g for g in GROUPS if g not in held and ended and _mid_trial(search, g, ended)),
+                    None,
+                )
+
+            group = search.wait_until(next_group, what="a trial done, a group mid-trial")
+            search.procs[group].send_signal(signal.SIGSTOP)
+            held.append(group)
+    except BaseException:
+        for group in held:
+            search.procs[group].send_signal(signal.SIGCONT)
+        raise
+
+
 def test_oracle_killed_mid_search_restarts_without_loss(tmp_path: Any, undisturbed: Search) -> None:
     search = Search(tmp_path)
     search.start_all()
-
-    def both_mid_trial() -> bool:
-        """A trial done and both groups training a later one: their ends (and next
-        requests) fall in the oracle's absence. (Early in the search: on a loaded
-        machine one group may run ahead, and later both are seldom mid-trial at once.)"""
-        try:
-            ended = set(search.oracle_state()["end_order"])
-        except (OSError, ValueError, KeyError):
-            return False
-        if not ended:
-            return False
-        for group in GROUPS:
-            progress = search.progress(group)
-            if not progress or progress.trial_id in ended or progress.trial_id is None:
-                return False
-            if mid_epoch_checkpoint(search.ckpt, progress.trial_id) == 0:
-                return False
-        return True
-
-    search.wait_until(both_mid_trial, what="a trial done, both groups mid-trial")
+    held = hold_both_mid_trial(search)
     search.procs[ORACLE].kill()
     search.procs[ORACLE].wait()
+    for group in held:
+        search.procs[group].send_signal(signal.SIGCONT)
     time.sleep(5.0)  # longer than a trial: the groups end theirs while it is away
     search.start(ORACLE)
     codes = search.wait()
