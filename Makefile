@@ -4,8 +4,9 @@ SHELL := /bin/bash
 
 CACHE ?= $(HOME)/.cache/tuneop
 export TUNEOP_CACHE := $(CACHE)
-# Evaluated once, on first use, so `make help` installs nothing.
-VENV = $(eval VENV := $(shell hack/venv.sh requirements/dev.lock))$(VENV)
+# Evaluated once, on first use, so `make help` installs nothing. TUNEOP_CACHE is passed
+# by hand: make 4.3 does not give $(shell) the variables it exports.
+VENV = $(eval VENV := $(shell TUNEOP_CACHE=$(CACHE) hack/venv.sh requirements/dev.lock))$(VENV)
 PY = $(VENV)/bin/python
 # The repo's packages come from the work tree, so any clone works with the cached venv.
 export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/operator:$(CURDIR)/trainer_image:$(CURDIR)
