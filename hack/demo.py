@@ -33,7 +33,7 @@ for sub in ("contract", "operator", "trainer_image", "."):
     sys.path.insert(0, str(ROOT / sub))
 
 from hack import demo_plot  # noqa: E402
-from hack.images import BuildError, built_archive, image_tag  # noqa: E402
+from hack.images import BuildError, image_tag  # noqa: E402
 from tests.e2e.harness import (  # noqa: E402
     Kubectl,
     claim_dir,
@@ -44,7 +44,7 @@ from tests.e2e.harness import (  # noqa: E402
 from tests.localcluster import disruption  # noqa: E402
 from tests.localcluster.cluster import LocalCluster  # noqa: E402
 from tests.localcluster.controlplane import ControlPlane  # noqa: E402
-from tests.localcluster.kubelet.node import KubeletNode, RealNodeConfig  # noqa: E402
+from tests.localcluster.kubelet.node import KubeletNode, real_node_config  # noqa: E402
 
 NAME, NAMESPACE = "emg-cnn", "default"
 RELEASE = "tuneop"  # helm release and namespace of the operator
@@ -299,8 +299,8 @@ def start_cluster(work: Path, cp: ControlPlane) -> tuple[LocalCluster, KubeletNo
     cp.start()
     cluster = LocalCluster(cp, work / "cluster", nodes=[])
     cluster.start()
-    images = dict(built_archive(name) for name in ("trainer-cpu", "operator", "pause"))
-    node = cluster.add_real_node(RealNodeConfig(name="gpu-node-0", images=images, taints=[]))
+    config = real_node_config("trainer-cpu", "operator", name="gpu-node-0", taints=[])
+    node = cluster.add_real_node(config)
     return cluster, node
 
 

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hack.images import built_archive, image_tag
+from hack.images import image_tag
 from tests.e2e.harness import Kubectl, Operator, wait_for
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.controlplane import ControlPlane
-from tests.localcluster.kubelet.node import RealNodeConfig
+from tests.localcluster.kubelet.node import real_node_config
 
 
 @dataclasses.dataclass
@@ -32,8 +32,7 @@ def _nodes(cp: ControlPlane, work: Path, real_node: bool) -> tuple[LocalCluster,
         return cluster, {}
     cluster = LocalCluster(cp, work / "cluster", nodes=[])
     cluster.start()
-    images = dict(built_archive(name) for name in ("trainer-cpu", "pause"))
-    cluster.add_real_node(RealNodeConfig(name="gpu-node-0", images=images, taints=[]))
+    cluster.add_real_node(real_node_config("trainer-cpu", name="gpu-node-0", taints=[]))
     return cluster, {"image": f"tuneop/trainer:{image_tag()}-cpu"}
 
 

@@ -23,11 +23,10 @@ from types import FrameType
 
 import pytest
 
-from hack.images import built_archive
 from tests.localcluster import tools
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.controlplane import ControlPlane
-from tests.localcluster.kubelet.node import KubeletNode, RealNodeConfig
+from tests.localcluster.kubelet.node import KubeletNode, real_node_config
 from tests.localcluster.kueue import Kueue
 from tests.localcluster.nodeagent.agent import POD_NETWORK_ENV
 
@@ -88,13 +87,6 @@ def kueue(control_plane: ControlPlane) -> Iterator[Kueue]:
     finally:
         k.stop()
     assert pid is not None and control_plane.leftover_pids([pid]) == [], "kueue left behind"
-
-
-def real_node_config(*images: str) -> RealNodeConfig:
-    """A real node's config with `images` (names in hack/images.py) and the pause image
-    imported, as `make images-cpu` built them for this work tree."""
-    archives = dict(built_archive(name) for name in (*images, "pause"))
-    return RealNodeConfig(images=archives)
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from hack.images import built_archive
 from tests.localcluster.controlplane import ControlPlane, _die_with_parent, free_port
 from tests.localcluster.kubelet import network
 from tests.localcluster.kubelet.runtime import Containerd, mounts_under, unmount_under
@@ -55,6 +56,14 @@ class RealNodeConfig:
     labels: dict[str, str] = field(default_factory=dict)
     # TAINT by default: in the suite's cluster only pods that ask land here
     taints: list[dict[str, str]] = field(default_factory=lambda: [TAINT])
+
+
+def real_node_config(*images: str, **fields: Any) -> RealNodeConfig:
+    """A real node's config with `images` (names in hack/images.py) and the pause image
+    imported, as `make images-cpu` built them for this work tree; `fields` set the rest
+    (name, taints, ...)."""
+    archives = dict(built_archive(name) for name in (*images, "pause"))
+    return RealNodeConfig(images=archives, **fields)
 
 
 class KubeletNode:
