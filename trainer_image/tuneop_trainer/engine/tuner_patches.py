@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import logging
 import os
 import warnings
@@ -40,10 +41,10 @@ import numpy as np
 from keras_tuner.src.engine import base_tuner, tuner_utils
 from keras_tuner.src.engine import tuner as tuner_module
 from keras_tuner.src.engine.trial import TrialStatus
-from tuneop_contract import ENV_TUNER_ID, TUNER_DIR
+from tuneop_contract import ENV_TUNER_ID, TUNER_DIR, write_atomic
 
 from .. import failed_trials, parallel, preemption, scope, seeds
-from ..checkpoint import CheckpointStore, replace_synced, volume_errors
+from ..checkpoint import CheckpointStore, volume_errors
 from ..results import planned_trials, search_progress
 from . import loops, runtime
 from .inputs import iterations
@@ -315,20 +316,30 @@ def _patch_save_best_epoch() -> None:
         if not rt.write:
             return
         path = Path(self.filepath)
-        for stale in path.parent.glob(f".tmp-*-{path.name}"):  # left by a killed process
-            stale.unlink(missing_ok=True)
-        tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")  # keeps the .weights.h5 suffix
+        for pattern in (f".tmp-*-{path.name}", f".{path.name}.*.tmp"):  # a killed writer's
+            for stale in path.parent.glob(pattern):
+                stale.unlink(missing_ok=True)
         # A full volume is the infrastructure's failure, not the trial's: VolumeError
         # passes keras-tuner (exit 75, the previous best epoch intact).
-        with volume_errors(tmp):
-            try:
-                self.model.save_weights(str(tmp))
-                replace_synced(tmp, path)
-            except BaseException:
-                tmp.unlink(missing_ok=True)  # give the space back
-                raise
+        with volume_errors(path):
+            write_atomic(path, _weights_h5(self.model))
 
     tuner_utils.SaveBestEpoch._save_model = _save_model
+
+
+def _weights_h5(model: Any) -> bytes:
+    """`model.save_weights(<x>.weights.h5)`'s bytes, made in memory: HDF5 writing to a
+    volume that fills under it can crash the process (SIGSEGV while closing the file)
+    instead of raising, so the file is written by Python, where ENOSPC is an OSError."""
+    from keras.src.saving import saving_lib
+
+    buffer = io.BytesIO()
+    store = saving_lib.H5IOStore(buffer, mode="w")
+    saving_lib._save_state(
+        model, weights_store=store, assets_store=None, inner_path="", visited_saveables=set()
+    )
+    store.close()
+    return buffer.getvalue()
 
 
 def _patch_hyperband_build() -> None:
