@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from tuneop_contract import ENV_LOGICAL_CPU_DEVICES
 
 from tests.forkserver import ENV_SWITCH as FORKSERVER_SWITCH
 from tests.localcluster.cluster import LocalCluster, node_configs, wait_for
-from tests.localcluster.nodeagent import memory, podspec
+from tests.localcluster.nodeagent import podspec
 from tests.localcluster.nodeagent.agent import NodeConfig, remove_mountpoints
 from tests.localcluster.nodeagent.logserver import tail
 from tests.localcluster.nodeagent.pods import LAUNCH_PY
@@ -127,42 +126,6 @@ def test_quantities_and_node_list() -> None:
     nodes = node_configs("a:2, b")
     assert [(n.name, n.gpus) for n in nodes] == [("a", 2), ("b", 4)]
     assert tail(b"1\n2\n3\n", 2) == b"2\n3\n"
-
-
-HOLD_MEMORY = """
-import sys, time
-ballast = bytearray(int(sys.argv[1]) << 20)  # zero-filled: resident
-print("holding", flush=True)
-time.sleep(60)
-"""
-
-
-def test_memory_watchdog_measures_the_whole_process_group() -> None:
-    """What the watchdog sums: every process of the container's session (here a process
-    holding 150 MiB and its child holding 100 MiB)."""
-    assert memory.memory_limit({"resources": {"limits": {"memory": "64Mi"}}}) == 64 << 20
-    assert memory.memory_limit({"resources": {"requests": {"memory": "1Gi"}}}) is None
-    parent_script = (
-        "import subprocess, sys\n"
-        f"child = subprocess.Popen([sys.executable, '-c', {HOLD_MEMORY!r}, '100'])\n" + HOLD_MEMORY
-    )
-    parent = subprocess.Popen(
-        [sys.executable, "-c", parent_script, "150"], stdout=subprocess.PIPE,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        assert parent.stdout is not None
-        assert [parent.stdout.readline() for _ in range(2)] == [b"holding\n"] * 2
-        rss = memory.group_rss(parent.pid)
-        assert 250 << 20 <= rss <= 400 << 20, rss
-        # a forked container's measure: the private part (the ballasts), within its RSS
-        assert 250 << 20 <= memory.group_rss(parent.pid, private=True) <= rss
-        assert (memory.over_limit(parent.pid, 200 << 20) or 0) >= 250 << 20
-        assert memory.over_limit(parent.pid, 1 << 30) is None
-        assert memory.over_limit(parent.pid, None) is None
-    finally:
-        os.killpg(parent.pid, signal.SIGKILL)
-        parent.wait()
 
 
 def test_local_path_volume_is_prebound_to_the_claim(tmp_path: Path) -> None:
@@ -275,29 +238,6 @@ def test_mountpoints_still_mounted_elsewhere_are_kept(tmp_path: Path) -> None:
 
 
 # --- on the session cluster ------------------------------------------------------------
-
-
-@pytest.mark.cluster
-def test_a_container_past_its_memory_limit_is_oomkilled(cluster: LocalCluster) -> None:
-    ns = cluster.create_namespace("agent-oom")
-    limits = {"resources": {"limits": {"memory": "128Mi"}}}
-    over = HOLD_MEMORY.replace("time.sleep(60)", "time.sleep(30)")
-    create(cluster, ns, python_pod("over", over, container={**limits, "args": ["300"]}))
-    under = HOLD_MEMORY.replace("time.sleep(60)", "pass")
-    create(cluster, ns, python_pod("under", under, container={**limits, "args": ["16"]}))
-
-    def terminated(name: str) -> dict[str, Any] | None:
-        pod = cluster.core.read_namespaced_pod(name, ns)
-        statuses = pod.status.container_statuses or []
-        state = statuses[0].state.terminated if statuses else None
-        return None if state is None else {"code": state.exit_code, "reason": state.reason}
-
-    over_end = cluster.wait_for(lambda: terminated("over"), 60, "the pod past its limit killed")
-    assert over_end == {"code": 137, "reason": "OOMKilled"}
-    assert cluster.wait_for(lambda: terminated("under"), 60, "the pod under it done") == {
-        "code": 0,
-        "reason": "Completed",
-    }
 
 
 @pytest.mark.cluster

@@ -18,10 +18,7 @@ What it does, per node:
   from :data:`.agent.POD_NETWORK_ENV`, reported as ``status.podIP``) and reports
   truthful pod status; honours restartPolicy and the deletion grace period (SIGTERM,
   wait, SIGKILL, then delete with grace 0);
-- serves container logs over HTTPS on the kubelet port, so ``kubectl logs [-f]`` works;
-- emulates ``resources.limits.memory`` with a watchdog (:mod:`.memory`): a container
-  whose processes' resident memory passes it is SIGKILLed and reported exit 137,
-  reason OOMKilled.
+- serves container logs over HTTPS on the kubelet port, so ``kubectl logs [-f]`` works.
 
 Image mapping rule (images are never pulled): see :func:`.podspec.container_argv`.
 A command starting with ``python``/``python3`` runs with the agent's own interpreter
@@ -33,8 +30,8 @@ container without ``workingDir`` starts in its image's writable WORKDIR
 (:data:`.podspec.IMAGE_WORKDIRS`, a fresh directory each run), else in ``/``.
 
 Ignored (documented, not faked): images, probes (containers count as ready once
-started), cpu limits and memory requests (no cgroups; the memory limit is emulated as
-above, by sampling), runAsUser/runAsGroup
+started), cpu and memory requests and limits (no cgroups: a memory limit and its
+OOMKilled are tested on real nodes, tests/e2e/test_real_containers.py), runAsUser/runAsGroup
 (the repository virtualenv lives under /root), network isolation (pods share the host
 network namespace; distinct pod IPs only), Services' cluster IPs (no kube-proxy).
 """

@@ -28,7 +28,7 @@ from kubernetes import client
 
 from tests.forkserver import ForkedProcess
 
-from . import memory, podspec
+from . import podspec
 from .volumes import NotReady, VolumeBuilder, remove_tree
 
 if TYPE_CHECKING:
@@ -63,8 +63,6 @@ class ContainerRun:
     backoff: float = BACKOFF_START
     done: bool = False
     killed: bool = False
-    oom_killed: bool = False
-    """The memory watchdog (memory.py) killed the last run past limits.memory."""
     runs: int = 0
 
     @property
@@ -209,7 +207,6 @@ class PodWorker(threading.Thread):
         policy = self.pod["spec"].get("restartPolicy", "Always")
         inits = [c for c in self.containers if c.init]
         mains = [c for c in self.containers if not c.init]
-        self._enforce_memory_limits()
         # Collect exits.
         for c in self.containers:
             if c.proc is not None and c.proc.poll() is not None and "running" in c.state:
@@ -363,22 +360,6 @@ class PodWorker(threading.Thread):
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
             )  # fmt: skip
 
-    def _enforce_memory_limits(self) -> None:
-        """SIGKILL a container's processes past its limits.memory (memory.py)."""
-        for c in self.containers:
-            if not c.running or c.oom_killed:
-                continue
-            assert c.proc is not None
-            forked = isinstance(c.proc, ForkedProcess)
-            rss = memory.over_limit(c.proc.pid, memory.memory_limit(c.spec), private=forked)
-            if rss is not None:
-                log.warning(
-                    "pod %s/%s container %s: %d MiB resident, past its memory limit: OOMKilled",
-                    self.namespace, self.pod_name, c.name, rss >> 20,
-                )  # fmt: skip
-                c.oom_killed = True
-                self._kill_group(c, signal.SIGKILL)
-
     def _record_exit(self, c: ContainerRun) -> None:
         assert c.proc is not None
         code = c.proc.returncode
@@ -404,9 +385,7 @@ class PodWorker(threading.Thread):
                 message = ""
         terminated: dict[str, Any] = {
             "exitCode": code,
-            "reason": memory.OOM_REASON
-            if c.oom_killed and code == memory.OOM_EXIT_CODE
-            else podspec.exit_reason(code, c.killed),
+            "reason": podspec.exit_reason(code),
             "startedAt": c.started_at,
             "finishedAt": now(),
             "containerID": self._container_id(c),

@@ -276,11 +276,10 @@ def restart_wanted(policy: str, exit_code: int) -> bool:
     return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
 
 
-def exit_reason(exit_code: int, killed_by_agent: bool) -> str:
-    """containerStatuses[].state.terminated.reason of an exit the memory watchdog did
-    not cause (memory.py reports those OOMKilled): a SIGKILL from elsewhere is Error,
-    as the kubelet reports one the kernel's OOM killer did not send."""
-    del killed_by_agent
+def exit_reason(exit_code: int) -> str:
+    """containerStatuses[].state.terminated.reason: a SIGKILL is Error, as the kubelet
+    reports one the kernel's OOM killer did not send (the agent has no memory limit;
+    OOMKilled comes from real nodes' cgroups)."""
     return "Completed" if exit_code == 0 else "Error"
 
 
