@@ -5,6 +5,7 @@ tests/e2e/test_operator_api.py checks those."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -46,6 +47,26 @@ def test_every_field_has_a_description():
         and not str(node.get("description", "")).strip()
         and not path.endswith("{}")
     ]
+    assert missing == []
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else str(value).lower()
+
+
+def test_kubectl_explain_shows_each_default_and_bound():
+    """`kubectl explain` prints a field's description, not its schema's default or
+    minimum/maximum: each description says them."""
+    missing = []
+    for path, node in walk(schema()["properties"]["spec"], ".spec"):
+        description = " ".join(str(node.get("description", "")).split())
+        default = node.get("default")
+        scalar = default is not None and not isinstance(default, dict | list)
+        if scalar and f"Default {_shown(default)}" not in description:
+            missing.append(f"{path}: default {default}")
+        for bound in ("minimum", "maximum"):
+            if bound in node and str(node[bound]) not in description:
+                missing.append(f"{path}: {bound} {node[bound]}")
     assert missing == []
 
 
@@ -319,3 +340,36 @@ def test_checkpoint_interval_seconds_is_an_integer_or_auto():
     sample = yaml.safe_load(SAMPLE.read_text())
     sample["spec"]["checkpoint"]["intervalSeconds"] = contract.CHECKPOINT_INTERVAL_AUTO
     assert check(sample, schema()) == []
+
+
+def _status_keys(prefix: str = "", exclude: tuple[str, ...] = ()) -> set[str]:
+    """The values of operator/tuneop/api/status.py's key constants named `prefix*`."""
+    from tuneop.api import status as st
+
+    return {
+        value
+        for name, value in vars(st).items()
+        if name.isupper() and name.startswith(prefix) and isinstance(value, str)
+        if not name.startswith(exclude)
+    }
+
+
+def test_status_schema_declares_every_key_the_operator_writes():
+    status = schema()["properties"]["status"]["properties"]
+    top = _status_keys(exclude=("PHASE", "COND_", "GROUP_", "GOODPUT_", "REFUSED_"))
+    assert top - set(status) == set()
+    group_entry = status["groups"]["items"]["properties"]
+    per_group = _status_keys("GROUP_") | {
+        "attempt", "startTime", "nextRetryTime", "podsRefused", "restoredAttempt",
+        "restoreBaseline", "lastProgressTime", "lastCheckpointTime", "preemptions",
+        "failures", "restarts", "restores", "queueEvictions", "message",
+    }  # fmt: skip
+    assert per_group - set(group_entry) == set()
+    assert _status_keys("GOODPUT_") - set(status["goodput"]["properties"]) == set()
+    refused = status["podsRefused"]["properties"]
+    assert _status_keys("REFUSED_") - set(refused) == set()
+    from tuneop.api import status as st
+
+    described = status["conditions"]["description"]
+    assert [t for t in st.CONDITION_TYPES if t not in described] == []
+    assert [p for p in st.PHASES if p not in status["phase"]["description"]] == []
