@@ -136,6 +136,23 @@ def test_every_alert_has_a_complete_runbook_section() -> None:
         assert "kubectl" in body, name
 
 
+def _failed_reasons() -> set[str]:
+    """The reasons of the Failed condition, as the operator's code finishes a job."""
+    code = "\n".join(p.read_text() for p in (ROOT / "operator" / "tuneop").rglob("*.py"))
+    finished = re.findall(r'finish\(\s*(?:[^()]|\([^()]*\))*?reason="(\w+)"', code)
+    return set(finished) - {"Completed"}
+
+
+def test_the_job_failed_alert_and_its_runbook_name_every_failure_reason() -> None:
+    reasons = _failed_reasons()
+    assert {"FailureBudgetExceeded", "InvalidSpec", "Stalled"} <= reasons  # the scan works
+    (rule,) = [r for r in rules() if r["alert"] == "TuneopJobFailed"]
+    section = RUNBOOKS.read_text().split("## TuneopJobFailed", 1)[1].split("\n## ", 1)[0]
+    for reason in sorted(reasons):
+        assert reason in rule["annotations"]["description"], reason
+        assert f"`{reason}`" in section, reason
+
+
 # --- a real Prometheus scraping the operator's real metrics collector -------------------
 def _rfc3339(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -103,8 +103,10 @@ groups:
           summary: TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} failed.
           description: >-
             TuningJob {{`{{ $labels.namespace }}/{{ $labels.tuningjob }}`}} is in phase Failed:
-            its failure or preemption budget ran out, or its spec is invalid. The reason
-            of its Failed condition says which. The alert resolves {{ $r.jobFailed.windowSeconds }} s
+            its failure, preemption or trial OOM budget ran out (FailureBudgetExceeded,
+            PreemptionBudgetExceeded, TrialOOMBudgetExceeded), its spec is invalid
+            (InvalidSpec), or it stalled under stallPolicy Fail (Stalled); the reason of its
+            Failed condition says which. The alert resolves {{ $r.jobFailed.windowSeconds }} s
             after the failure.
           runbook_url: {{ $r.runbookBaseUrl }}#tuneopjobfailed
       - alert: TuneopPreemptionStorm
