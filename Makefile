@@ -46,9 +46,19 @@ lint: ## Ruff, mypy (strict on the operator), the operator's layers and function
 # Images, tagged with the chart's appVersion, built with buildah from the Dockerfiles on a
 # Debian base made here (no registry, no daemon; hack/images.py), cached under
 # $(CACHE)/containers and $(CACHE)/images by what goes into them.
+# REGISTRY and TAG name the published images: $(REGISTRY)/trainer:$(TAG) (GPU),
+# $(REGISTRY)/trainer:$(TAG)-cpu, $(REGISTRY)/operator:$(TAG); TAG defaults to appVersion.
+REGISTRY ?= docker.io/tuneop
+TAG ?=
+IMAGE_NAMES = --registry $(REGISTRY) $(if $(TAG),--tag $(TAG))
+
 .PHONY: images
-images: ## Build tuneop/trainer:TAG (GPU), tuneop/trainer:TAG-cpu, tuneop/operator:TAG (buildah)
-	@python3 hack/images.py --variants trainer-cpu,trainer-gpu,operator
+images: ## Build $(REGISTRY)/trainer:TAG (GPU), trainer:TAG-cpu and operator:TAG (buildah)
+	@python3 hack/images.py --variants trainer-cpu,trainer-gpu,operator $(IMAGE_NAMES)
+
+.PHONY: push
+push: ## Build and push the three images to REGISTRY (log in first: buildah login HOST)
+	@python3 hack/images.py --variants trainer-cpu,trainer-gpu,operator $(IMAGE_NAMES) --push
 
 .PHONY: images-cpu
 images-cpu: ## Build the images the suite runs: tuneop/trainer:TAG-cpu, tuneop/operator:TAG (+ the local pause)

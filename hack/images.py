@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Build the images from their Dockerfiles with buildah: no daemon, no registry (`make images`).
 
-    python3 hack/images.py [--variants trainer-cpu,operator] [--list]
+    python3 hack/images.py [--variants trainer-cpu,operator] [--registry R] [--tag T] [--push]
+
+Published names: `<registry>/trainer:<tag>` (GPU), `<registry>/trainer:<tag>-cpu`,
+`<registry>/operator:<tag>` (default registry docker.io/tuneop, tag the chart's
+appVersion); `--push` pushes them with buildah (log in first: `buildah login <registry>`).
 
 The Dockerfiles name a public base (``ARG BASE=python:3.11-slim``). No registry answers
 here, so the base is made from Debian packages: a ``debootstrap --variant=minbase``
@@ -287,15 +291,51 @@ def built_archive(name: str) -> tuple[str, Path]:
     return image.reference, archive
 
 
-def main(argv: list[str]) -> int:
+SHIPPED = ("trainer-gpu", "trainer-cpu", "operator")
+DEFAULT_REGISTRY = "docker.io/tuneop"
+
+
+def published(image: Image, registry: str, tag: str) -> str:
+    """`image`'s name in `registry` (a repository prefix: `<registry>/trainer:<tag>[-cpu]`,
+    `<registry>/operator:<tag>`); the local cluster's pause keeps its own."""
+    if image.name not in SHIPPED:
+        return image.reference
+    repository, _, canonical_tag = image.reference.rpartition(":")
+    suffix = "-cpu" if canonical_tag.endswith("-cpu") else ""
+    return f"{registry.rstrip('/')}/{repository.rsplit('/', 1)[1]}:{tag}{suffix}"
+
+
+def publish(image: Image, reference: str, push: bool) -> None:
+    """Tag the built image as `reference` and, with `push`, push it there (buildah
+    push: credentials from `buildah login` or REGISTRY_AUTH_FILE)."""
+    if reference != image.reference:
+        run(["buildah", "tag", image.reference, reference], f"tagging {reference}")
+    if push:
+        print(f"images: pushing {reference}", file=sys.stderr)
+        run(["buildah", "push", reference, f"docker://{reference}"], f"pushing {reference}")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", default="trainer-cpu,trainer-gpu,operator")
-    opts = parser.parse_args(argv)
+    parser.add_argument(
+        "--registry", default=DEFAULT_REGISTRY, help="prefix of the published names (%(default)s)"
+    )
+    parser.add_argument("--tag", default="", help="their tag (default: the chart's appVersion)")
+    parser.add_argument("--push", action="store_true", help="push them to the registry")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    opts = _parser().parse_args(argv)
     catalog = images(image_tag())
     wanted = [v for v in opts.variants.split(",") if v]
     unknown = [v for v in wanted if v not in catalog]
     if unknown:
         print(f"images: unknown {unknown}; one of {sorted(catalog)}", file=sys.stderr)
+        return 2
+    if opts.push and not set(wanted) <= set(SHIPPED):
+        print(f"images: only {', '.join(SHIPPED)} are pushed", file=sys.stderr)
         return 2
     os.chdir(ROOT)
     try:
@@ -303,11 +343,14 @@ def main(argv: list[str]) -> int:
         key = base_key()
         base = make_base(key)
         built = [(catalog[n], build(catalog[n], base, image_key(catalog[n], key))) for n in wanted]
+        names = [published(image, opts.registry, opts.tag or image_tag()) for image, _ in built]
+        for (image, _), reference in zip(built, names, strict=True):
+            publish(image, reference, opts.push)
     except BuildError as exc:
         print(f"images: {exc}", file=sys.stderr)
         return 1
-    for image, archive in built:
-        print(f"{image.reference} {archive}")
+    for (_, archive), reference in zip(built, names, strict=True):
+        print(f"{reference} {archive}")
     return 0
 
 

@@ -12,6 +12,7 @@ belong to prometheus-operator, are skipped by kubeconform and checked structural
 from __future__ import annotations
 
 import copy
+import dataclasses
 import filecmp
 import hashlib
 import json
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tuneop"
 MANIFESTS = ROOT / "manifests"
 RENDERED_DIRS = ("rbac", "operator", "prometheus", "admission")
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 STANDARD_LABELS = (
     "helm.sh/chart",
     "app.kubernetes.io/name",
@@ -407,7 +409,16 @@ def test_deployment_env_is_what_the_operator_config_reads(helm: str) -> None:
     assert default.request_timeout_seconds == Config.request_timeout_seconds  # one default
     assert default.error_backoff_max_seconds == Config.error_backoff_max_seconds
     assert default.progress_interval_seconds == Config.progress_interval_seconds
-    assert default.trainer_defaults == Config().trainer_defaults  # none
+    # the trainer image beside the operator's; no other trainer default
+    assert default.trainer_defaults == dataclasses.replace(
+        Config().trainer_defaults, image=f"tuneop/trainer:{APP_VERSION}"
+    )
+    moved = by_kind(template(helm, "image.repository=registry.example.com/ml/operator",
+                             "image.tag=2.0"))["Deployment"]  # fmt: skip
+    env = {
+        e["name"]: e.get("value") for e in moved["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["TUNEOP_OPERATOR_TRAINER_IMAGE"] == "registry.example.com/ml/trainer:2.0"
 
 
 def test_namespaced_mode_creates_a_kopf_peering_per_watched_namespace(helm: str) -> None:

@@ -47,6 +47,18 @@ app.kubernetes.io/part-of: tuneop
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/* The trainer image jobs without spec.image run: trainer.image, else the trainer
+beside the operator's image (same registry path and tag). */}}
+{{- define "tuneop.trainerImage" -}}
+{{- if .Values.trainer.image }}
+{{- .Values.trainer.image }}
+{{- else }}
+{{- $repo := .Values.image.repository }}
+{{- $prefix := ternary (printf "%s/" (dir $repo)) "" (contains "/" $repo) }}
+{{- printf "%strainer:%s" $prefix (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
 {{- define "tuneop.metricsServiceName" -}}
 {{- printf "%s-metrics" (include "tuneop.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
