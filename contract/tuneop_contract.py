@@ -51,6 +51,14 @@ DEFAULT_PROGRESS_INTERVAL_SECONDS = 60.0
 ENV_POD_NAME = "TUNEOP_POD_NAME"
 ENV_WORKER_INDEX = "TUNEOP_WORKER_INDEX"
 ENV_TF_CONFIG = "TF_CONFIG"
+ENV_SCRIPT_WORKDIR = "TUNEOP_SCRIPT_WORKDIR"
+"""Script mode: the directory the script runs in, on the checkpoint volume, so what it
+writes to relative paths (a saved model, a CSV log) outlives preemptions and the pod.
+The operator sets it to DEFAULT_CHECKPOINT_DIR/OUTPUTS_DIR unless the job's pod template
+gives the trainer container a workingDir. The writing process of the search runs there;
+another trial group in `<dir>/<tuner id>`; a non-chief worker in a scratch directory of
+its pod (its copies are lost with it, as Keras's multi-worker guide has them). Unset:
+the script runs where it was started."""
 ENV_FAILED_TRIALS = "TUNEOP_FAILED_TRIALS"
 """Trials an earlier pod group could not finish and that must not be retried, as
 `<trialId>:<reason>` entries separated by commas (`format_failed_trials`). The trainer
@@ -131,6 +139,8 @@ RESULTS_FILE = "results.json"
 BEST_MODEL_FILE = "best_model.keras"
 TUNER_DIR = "tuner"
 TRIALS_DIR = "trials"
+OUTPUTS_DIR = "outputs"
+"""Script mode: the script's working directory on the volume (ENV_SCRIPT_WORKDIR)."""
 TENSORBOARD_DIR = "tensorboard"
 """TensorBoard logs: script mode's callbacks under their log_dir, spec mode's runs
 <trial>/execution<n> (`spec.tuner.tensorboard`); hack/tensorboard.sh serves it."""

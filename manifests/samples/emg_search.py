@@ -64,3 +64,6 @@ tuner.search(
 )
 tuner.results_summary()
 print("best hyperparameters:", tuner.get_best_hyperparameters(1)[0].values)
+# Under tuneop the script runs in `outputs/` on the job's checkpoint claim: this file
+# outlives the pod (`hack/fetch-results.sh JOB` copies it).
+tuner.get_best_models(1)[0].save("best_model.keras")

@@ -21,6 +21,7 @@ import yaml
 from kubernetes import client
 from tuneop.api.names import GROUP, PLURAL, VERSION
 
+from hack.images import image_tag
 from tests.localcluster.cluster import LocalCluster, wait_for
 from tests.localcluster.controlplane import free_port
 
@@ -300,6 +301,8 @@ class Operator:
             "TUNEOP_OPERATOR_METRICS_PORT": str(self.metrics_port),
             "TUNEOP_OPERATOR_HEALTH_PORT": str(self.health_port),
             "TUNEOP_OPERATOR_RECONCILE_SECONDS": "1",
+            # the chart's default trainer image: the samples name none
+            "TUNEOP_OPERATOR_TRAINER_IMAGE": f"tuneop/trainer:{image_tag()}",
             # trainers report steady progress every 3 s (the product's default is 60):
             # the tests wait on it
             "TUNEOP_OPERATOR_PROGRESS_INTERVAL_SECONDS": "3",
@@ -530,3 +533,15 @@ class Env:
                 parts.append(f"--- logs {pod_name}:\n" + "\n".join(logs.splitlines()[-30:]))
         parts.append("--- operator log:\n" + self.operator.log_tail(40))
         return "\n".join(parts)
+
+
+def fetch_results(e2e: Env, ns: str, job: str, dest: Path) -> subprocess.CompletedProcess[str]:
+    """hack/fetch-results.sh as README shows it, with this cluster's kubectl."""
+    kubectl = f"{e2e.kubectl.binary} --kubeconfig {e2e.kubectl.kubeconfig}"
+    return subprocess.run(
+        [str(ROOT / "hack" / "fetch-results.sh"), job, ns, str(dest)],
+        env={**os.environ, "KUBECTL": kubectl, "TIMEOUT": "120"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +15,19 @@ import tuneop_contract as contract
 from tuneop.api.status import parse_time
 
 from tests.checkpoints import committed
-from tests.e2e.harness import ROOT, SEARCH, Env, Operator, required_condition, sample, wait_for
+from tests.e2e.harness import (
+    SEARCH,
+    Env,
+    Operator,
+    fetch_results,
+    required_condition,
+    sample,
+    wait_for,
+)
 from tests.localcluster import disruption
 from tests.localcluster.nodeagent.agent import NodeConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
-
-
-def fetch_results(e2e: Env, ns: str, job: str, dest: Path) -> subprocess.CompletedProcess[str]:
-    """hack/fetch-results.sh as README shows it, with this cluster's kubectl."""
-    kubectl = f"{e2e.kubectl.binary} --kubeconfig {e2e.kubectl.kubeconfig}"
-    return subprocess.run(
-        [str(ROOT / "hack" / "fetch-results.sh"), job, ns, str(dest)],
-        env={**os.environ, "KUBECTL": kubectl, "TIMEOUT": "120"},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
 
 
 def sha256(path: Path) -> str:

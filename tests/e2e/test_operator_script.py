@@ -14,16 +14,20 @@ import re
 import subprocess
 import urllib.parse
 import urllib.request
+import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import tuneop_contract as contract
 from tuneop.api import names
 
 from tests.e2e.harness import (
     ROOT,
     SCRIPT_SEARCH,
     Env,
+    fetch_results,
     required_condition,
     wait_for,
     wait_mid_epoch,
@@ -38,7 +42,9 @@ INTERVAL_STEPS = SCRIPT_SEARCH["checkpoint"]["intervalSteps"]
 """Small (3), so the trial running at the eviction has a checkpoint at a step > 0."""
 
 
-def test_a_script_evicted_mid_trial_resumes_at_its_step_and_completes(e2e: Env):
+def test_a_script_evicted_mid_trial_resumes_at_its_step_and_completes(
+    e2e: Env, tmp_path: Path
+) -> None:
     ns = e2e.namespace("script")
     e2e.create_script_configmap(ns)
     e2e.submit_script(ns)
@@ -77,6 +83,13 @@ def test_a_script_evicted_mid_trial_resumes_at_its_step_and_completes(e2e: Env):
     # the user's script itself ran to its end (its last line prints this)
     logs = e2e.kubectl("logs", "-n", ns, pod, check=False).stdout
     assert "best hyperparameters:" in logs, logs[-3000:]
+    # what it saved to a relative path is on the claim, in its working directory there
+    saved = e2e.claim_dir(ns) / contract.OUTPUTS_DIR / "best_model.keras"
+    assert zipfile.is_zipfile(saved), sorted(p.name for p in saved.parent.iterdir())
+    fetched = fetch_results(e2e, ns, "search", tmp_path)
+    assert fetched.returncode == 0, fetched.stderr
+    copy = tmp_path / contract.OUTPUTS_DIR / "best_model.keras"
+    assert copy.read_bytes() == saved.read_bytes()
     # its TensorBoard callback's logs, served from the claim: every trial, each epoch once
     # (the evicted trial's too), and the HParams dashboard lists every trial
     runs = [f"logs/{t['id']}/execution0/{s}" for t in final["topTrials"] for s in RUNS]

@@ -110,6 +110,7 @@ def start_exec(
     cwd: Path | None = None,
     fresh: bool = False,
     options: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
 ) -> TrainerProcess:
     """`python -m tuneop_trainer exec --deterministic [options]` on a user script (script
     mode), `args` its arguments."""
@@ -120,7 +121,8 @@ def start_exec(
         )
     command = ["-m", "tuneop_trainer", "exec", "--dir", str(ckpt)]
     command += ["--spec", str(settings), "--deterministic", *options, str(script), *args]
-    return launch(command, env(devices), log, cwd=cwd or ckpt.parent, fresh=fresh)
+    environ = {**env(devices), **(extra_env or {})}
+    return launch(command, environ, log, cwd=cwd or ckpt.parent, fresh=fresh)
 
 
 def kill_exec_when(

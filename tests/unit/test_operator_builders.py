@@ -221,6 +221,20 @@ def test_no_script_volume_in_spec_mode_or_with_a_script_path():
         assert {m["mountPath"] for m in mounts} - {"/dev/shm"} == {"/checkpoints", "/etc/tuneop"}
 
 
+def test_a_script_runs_in_its_outputs_directory_on_the_claim_unless_the_template_says():
+    workdir = f"{contract.DEFAULT_CHECKPOINT_DIR}/{contract.OUTPUTS_DIR}"
+    script = script_spec(configMap={"name": "my-search"})
+    pod = trainer_pods.build_pod(JOB, script, 0, 0)
+    assert env_of(pod)[contract.ENV_SCRIPT_WORKDIR] == {
+        "name": contract.ENV_SCRIPT_WORKDIR,
+        "value": workdir,
+    }
+    trainer = {"name": names.TRAINER_CONTAINER, "workingDir": "/data"}
+    own = JobSpec.from_dict({**script.raw, "template": {"spec": {"containers": [trainer]}}})
+    for spec in (spec_with(), own):
+        assert contract.ENV_SCRIPT_WORKDIR not in env_of(trainer_pods.build_pod(JOB, spec, 0, 0))
+
+
 def test_gpu_pods_get_an_in_memory_dev_shm_of_the_configured_size():
     def shm(dist: dict) -> tuple[dict | None, dict | None]:
         spec = JobSpec.from_dict({**JOB["spec"], "distribution": dist})

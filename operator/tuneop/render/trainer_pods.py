@@ -105,6 +105,10 @@ def build_env(
             "value": str(round(mtbf_seconds(job, spec, now or dt.datetime.now(dt.UTC)))),
         },
     ]
+    if spec.script is not None and not _template_working_dir(spec):
+        # the script's relative writes (a saved model, a CSV log) kept on the claim
+        workdir = f"{contract.DEFAULT_CHECKPOINT_DIR}/{contract.OUTPUTS_DIR}"
+        env.append({"name": contract.ENV_SCRIPT_WORKDIR, "value": workdir})
     failed = st.oom_trials(job.get("status") or {})
     if failed:
         # the trainer records these FAILED in the oracle instead of retrying them
@@ -125,6 +129,13 @@ def build_env(
             {"name": contract.ENV_TF_CONFIG, "value": build_tf_config(job, group.pod_names, index)}
         )
     return env + [dict(var) for var in spec.env]
+
+
+def _template_working_dir(spec: JobSpec) -> bool:
+    """The job's pod template gives the trainer container a workingDir of its own."""
+    template = spec.raw.get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or []
+    return any(c.get("name") == names.TRAINER_CONTAINER and c.get("workingDir") for c in containers)
 
 
 def build_resources(spec: JobSpec, group: PodGroup | None = None) -> Obj:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from trainer_helpers import SCRIPTS, env, events, once_each, signal_when, start_exec, trial_fit
-from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED
+from tuneop_contract import ENV_SCRIPT_WORKDIR, EXIT_COMPLETED, EXIT_PREEMPTED, OUTPUTS_DIR
 
 from tests.checkpoints import committed
 from tests.forkserver import launch
@@ -67,8 +67,11 @@ def test_logs_are_kept_on_the_volume_as_plain_keras_writes_them(
 def test_killed_in_and_between_fits_shows_every_step_once(
     reference: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    """Run as in a pod: in its working directory on the volume (TUNEOP_SCRIPT_WORKDIR),
+    where its relative log_dir is linked to the volume's tensorboard/ all the same."""
     ref, _ = reference
     ckpt, log = tmp_path / "ckpt", tmp_path / "log"
+    workdir = {ENV_SCRIPT_WORKDIR: str(ckpt / OUTPUTS_DIR)}
     trial_0, final_fit = ckpt / trial_fit("0"), ckpt / "fits" / "fit-0"
     kills = [  # (signal, where): mid-epoch in a trial, in the next trial, the final fit;
         # a SIGKILL once the fit has a checkpoint committed (the resumed run restores it)
@@ -85,11 +88,14 @@ def test_killed_in_and_between_fits_shows_every_step_once(
         ),
     ]
     for sig, where in kills:
-        code = signal_when(start_exec(SCRIPT, ckpt, log), ckpt, where, sig)
+        code = signal_when(start_exec(SCRIPT, ckpt, log, extra_env=workdir), ckpt, where, sig)
         assert code == (-signal.SIGKILL if sig == signal.SIGKILL else EXIT_PREEMPTED), (
             log.read_text()[-3000:]
         )
-    proc = start_exec(SCRIPT, ckpt, log)
+    proc = start_exec(SCRIPT, ckpt, log, extra_env=workdir)
     assert proc.wait(timeout=300) == EXIT_COMPLETED, log.read_text()[-3000:]
     assert log.read_text().count("restored ckpt-") >= 3
     assert events(ckpt / "tensorboard") == events(ref / "ckpt" / "tensorboard")
+    link = ckpt / OUTPUTS_DIR / "tb_logs"
+    assert link.is_symlink() and link.resolve() == (ckpt / "tensorboard/tb_logs").resolve()
+    assert not (tmp_path / "tb_logs").exists()  # nothing where the process was started

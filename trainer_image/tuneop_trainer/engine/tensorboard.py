@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tuneop_contract import TENSORBOARD_DIR
+from tuneop_contract import ENV_SCRIPT_WORKDIR, TENSORBOARD_DIR
 
 from ..event_logs import EventLogs
 from . import runtime
@@ -82,8 +82,7 @@ def volume_dir(rt: runtime.Runtime, log_dir: str) -> Path:
 
 def link(rt: runtime.Runtime, log_dir: str) -> None:
     path = Path(log_dir)
-    root = rt.root.resolve()
-    if path.resolve() == root or root in path.resolve().parents:
+    if _on_volume(rt.root, path.resolve()):
         return  # the script logs to the volume itself
     target = volume_dir(rt, log_dir)
     if path.is_symlink():
@@ -104,6 +103,19 @@ def link(rt: runtime.Runtime, log_dir: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(target, path, target_is_directory=True)
     log.info("TensorBoard log_dir %r is kept on the volume: %s", log_dir, target)
+
+
+def _on_volume(root: Path, path: Path) -> bool:
+    """`path` is on the volume, outside the script's working directory there (whose
+    relative log_dirs go to DIR/tensorboard like any other)."""
+    workdir = os.environ.get(ENV_SCRIPT_WORKDIR)
+    if workdir and _within(Path(workdir).resolve(), path):
+        return False
+    return _within(root.resolve(), path)
+
+
+def _within(parent: Path, path: Path) -> bool:
+    return path == parent or parent in path.parents
 
 
 def _warn_once(key: str, message: str) -> None:

@@ -8,15 +8,20 @@ exits 2), and the one line an error ends with (the script's innermost frame).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import runpy
 import sys
+import tempfile
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
-from tuneop_contract import EXIT_INVALID_SPEC
+from tuneop_contract import ENV_SCRIPT_WORKDIR, EXIT_INVALID_SPEC
 
-from .. import fingerprint
+from .. import fingerprint, parallel, strategy
+from ..checkpoint import volume_errors
 from ..engine.runner import Program, outcome, run_program
 from ..exits import fail, summary
 from ..spec import CheckpointSpec, SpecError
@@ -100,14 +105,40 @@ def _execute(
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *args]
     sys.path[:0] = [str(script.parent), *python_path]
+
+    def body() -> None:
+        with _in_workdir():
+            runpy.run_path(str(script), run_name="__main__")
+
     try:
-        return outcome(
-            lambda: runpy.run_path(str(script), run_name="__main__"),
-            script.name,
-            lambda exc: _summary(script, exc),
-        )
+        return outcome(body, script.name, lambda exc: _summary(script, exc))
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+
+
+@contextlib.contextmanager
+def _in_workdir() -> Iterator[None]:
+    """Run in TUNEOP_SCRIPT_WORKDIR (the contract says which part of it is whose), so
+    the files a script writes to relative paths are kept on the volume."""
+    base = os.environ.get(ENV_SCRIPT_WORKDIR)
+    if not base:
+        yield
+        return
+    role = parallel.current()
+    if not strategy.is_chief():
+        workdir = Path(tempfile.mkdtemp(prefix="tuneop-worker-"))
+    elif role.parallel and not role.runs_post_search:
+        workdir = Path(base) / str(role.tuner_id)
+    else:
+        workdir = Path(base)
+    with volume_errors(workdir):
+        workdir.mkdir(parents=True, exist_ok=True)
+    saved = os.getcwd()
+    os.chdir(workdir)
+    try:
+        yield
+    finally:
+        os.chdir(saved)
 
 
 def _summary(script: Path, exc: BaseException) -> str:
