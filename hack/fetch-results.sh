@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Copy best_model.keras and results.json of a succeeded TuningJob off its checkpoint claim:
+# Copy the results of a succeeded TuningJob off its checkpoint claim: results.json, the
+# trainer's best_model.keras (spec mode) and the script's outputs/ (script mode: what the
+# script wrote to relative paths, e.g. its own best_model.keras):
 #
 #   hack/fetch-results.sh JOB [NAMESPACE] [DEST_DIR]
 #
-# Needs only kubectl rights to create, read the logs of and delete a pod in the job's
-# namespace (no `kubectl exec`, which `kubectl cp` needs and many clusters forbid). A
-# short-lived pod of the job's own image mounts the claim read-only, packs the two files
-# and prints them base64-encoded with their SHA-256 on its log; this script decodes the
-# log, checks the digest and unpacks into DEST_DIR (default: the current directory), then
-# deletes the pod. The pod meets the restricted Pod Security level, like the trainer's.
-# An archive larger than MAX_BYTES is refused with a message (kubelets rotate a container
-# log at containerLogMaxSize, 10Mi by default, which would cut it): copy such a model with
-# `kubectl cp` from a pod that mounts the claim instead (docs/design/operator.md,
-# "Results a user can reach").
+# A short-lived pod of the job's trainer image mounts the claim read-only and packs those
+# files into one archive with its SHA-256; this script copies it, checks the digest,
+# unpacks into DEST_DIR (default: the current directory) and deletes the pod. The pod
+# meets the restricted Pod Security level, like the trainer's. How the archive travels:
+# up to MAX_BYTES (default 7000000) base64 on the pod's log, which needs only the rights
+# to create, read the logs of and delete a pod (many clusters forbid `kubectl exec`);
+# above it (a kubelet rotates a container log at containerLogMaxSize, 10Mi by default,
+# and would cut it) through `kubectl exec ... cat`, which needs pods/exec: any size.
 #
 # KUBECTL: the kubectl command (default: kubectl; may carry flags, e.g. --kubeconfig F).
-# IMAGE: the helper pod's image (default: the job's spec.image; it needs sh, tar, base64
-# and sha256sum, which the trainer image has). TIMEOUT: seconds to wait for the pod (300).
+# IMAGE: the helper pod's image (default: the job's spec.image, else its trainer pod's;
+# it needs sh, tar, base64 and sha256sum, which the trainer image has). TIMEOUT: seconds to wait for the pod (300).
 # RUN_AS_USER: the helper's uid (default: the job template's runAsUser, else 1000, the
 # operator's default TUNEOP_OPERATOR_TRAINER_UID; the trainer's files are world-readable
 # under the default umask, so any non-root uid reads them).
@@ -36,7 +36,6 @@ phase=$(k get tuningjob "$job" -o jsonpath='{.status.phase}')
 mkdir -p "$dest"
 pod=$job-results-$RANDOM  # at most 45 + 14 characters, under the 63 of a pod name
 
-# The pod exits 3 rather than print an archive the kubelet's log rotation would cut.
 manifest=$(cat <<EOF
 apiVersion: v1
 kind: Pod
@@ -46,6 +45,8 @@ metadata:
 spec:
   restartPolicy: Never
   automountServiceAccountToken: false
+  $pull_secrets_yaml
+  $prefer_node_yaml
   securityContext:
     runAsNonRoot: true
     runAsUser: $user
@@ -56,7 +57,7 @@ spec:
   containers:
   - name: results
     image: "$image"
-    env: [{name: MAX_BYTES, value: "$max_bytes"}]
+    env: [{name: MAX_BYTES, value: "$max_bytes"}, {name: HOLD_SECONDS, value: "$timeout"}]
     resources: {requests: {cpu: 10m, memory: 32Mi}}
     securityContext:
       allowPrivilegeEscalation: false
@@ -69,14 +70,17 @@ spec:
     - |
       set -eu
       cd /results
-      tar -czf /out/results.tgz best_model.keras results.json
-      size=\$(wc -c </out/results.tgz)
-      if [ "\$size" -gt "\$MAX_BYTES" ]; then
-        echo "archive of \$size bytes is above MAX_BYTES=\$MAX_BYTES; copy it with kubectl cp" >&2
-        exit 3
+      # results.json, the trainer's best_model.keras (spec mode) and what a script saved
+      # in its working directory on the claim (script mode: outputs/)
+      files=""
+      for f in results.json best_model.keras outputs; do [ -e "\$f" ] && files="\$files \$f"; done
+      tar -czf /out/results.tgz \$files
+      echo "archive \$(wc -c </out/results.tgz) \$(sha256sum /out/results.tgz | cut -d' ' -f1)"
+      if [ "\$(wc -c </out/results.tgz)" -gt "\$MAX_BYTES" ]; then
+        echo "copy with exec"   # too large for the log: wait to be copied, then deleted
+        exec sleep "\$HOLD_SECONDS"
       fi
       base64 /out/results.tgz
-      echo "sha256 \$(sha256sum /out/results.tgz | cut -d' ' -f1)"
   volumes:
   - {name: claim, persistentVolumeClaim: {claimName: $claim, readOnly: true}}
   - {name: out, emptyDir: {}}
@@ -85,22 +89,29 @@ EOF
 k create -f - >/dev/null <<<"$manifest"
 trap 'k delete pod "$pod" --ignore-not-found --wait=false >/dev/null 2>&1 || true' EXIT
 
+log=$(mktemp)
+archive=$(mktemp)
+trap 'rm -f "$log" "$archive"; k delete pod "$pod" --ignore-not-found --wait=false >/dev/null 2>&1 || true' EXIT
 deadline=$((SECONDS + timeout))
-while :; do
+while :; do  # done (the archive on the log) or holding it for exec
   state=$(k get pod "$pod" -o jsonpath='{.status.phase}')
   [[ $state == Succeeded ]] && break
   [[ $state == Failed ]] && fail "pod $namespace/$pod failed: $(k logs "$pod" --tail=5 2>&1)"
+  [[ $state == Running ]] && k logs "$pod" 2>/dev/null | grep -q '^copy with exec$' && break
   ((SECONDS < deadline)) || fail "pod $namespace/$pod still ${state:-Pending} after ${timeout}s"
   sleep 1
 done
 
-log=$(mktemp)
-archive=$(mktemp)
-trap 'rm -f "$log" "$archive"; k delete pod "$pod" --ignore-not-found --wait=false >/dev/null 2>&1 || true' EXIT
 k logs "$pod" >"$log"
-want=$(sed -n 's/^sha256 //p' "$log")
-grep -v '^sha256 ' "$log" | base64 -d >"$archive"
+read -r _ size want < <(grep '^archive ' "$log")
+if grep -q '^copy with exec$' "$log"; then
+  k exec "$pod" -- cat /out/results.tgz >"$archive" 2>"$log.err" ||
+    fail "the archive is $size bytes, above MAX_BYTES=$max_bytes, so it is copied with kubectl exec, which failed: $(tail -n1 "$log.err")"
+else
+  grep -v -e '^archive ' "$log" | base64 -d >"$archive"
+fi
+rm -f "$log.err"
 got=$(sha256sum "$archive" | cut -d' ' -f1)
-[[ -n $want && $got == "$want" ]] || fail "the archive read from the log is damaged (sha256 $got, pod said ${want:-nothing})"
+[[ -n ${want:-} && $got == "$want" ]] || fail "the archive copied is damaged (sha256 $got, pod said ${want:-nothing})"
 tar -xzf "$archive" -C "$dest"
-echo "fetch-results: wrote $dest/best_model.keras and $dest/results.json (from claim $claim)"
+echo "fetch-results: wrote $(tar -tzf "$archive" | cut -d/ -f1 | sort -u | tr '\n' ' ')to $dest ($size bytes, sha256 $got, from claim $claim)"

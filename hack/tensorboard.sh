@@ -13,7 +13,7 @@
 # mounted on one node only). The pod meets the restricted Pod Security level.
 #
 # KUBECTL: the kubectl command (default: kubectl; may carry flags, e.g. --kubeconfig F).
-# IMAGE: the pod's image (default: the job's spec.image, which has TensorBoard).
+# IMAGE: the pod's image (default: the job's spec.image, else its trainer pod's; it has TensorBoard).
 # TIMEOUT: seconds to wait for the pod (300). RUN_AS_USER: as in hack/fetch-results.sh.
 # NO_FORWARD=1: print the pod's name and IP and leave it running instead of forwarding
 # (for clusters where the pod network is reachable; delete the pod when done).
@@ -42,6 +42,7 @@ metadata:
 spec:
   restartPolicy: Never
   automountServiceAccountToken: false
+  $pull_secrets_yaml
   $placement
   securityContext:
     runAsNonRoot: true

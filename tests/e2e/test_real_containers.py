@@ -6,7 +6,8 @@ What only a real node shows: the trainer is PID 1 and SIGTERM reaches it (it che
 and exits 75 inside the grace period); uid 1000 writes the claim through fsGroup; the
 script ConfigMap's mount is read-only; `kubectl exec`, `cp`, `logs` and `port-forward`
 work; a memory limit is enforced by the kernel's cgroup and ends in OOMKilled, recorded
-as a FAILED trial (not a preemption).
+as a FAILED trial (not a preemption); what a script saves to a relative path lands on
+the claim, and hack/fetch-results.sh copies results of any size.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ import re
 import subprocess
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tuneop.api import names
-from tuneop_contract import EXIT_PREEMPTED, RESULTS_FILE, SCRIPT_DIR
+from tuneop_contract import EXIT_PREEMPTED, OUTPUTS_DIR, RESULTS_FILE, SCRIPT_DIR
 
-from tests.e2e.harness import Env, wait_for, wait_mid_epoch
+from tests.e2e.harness import Env, fetch_results, wait_for, wait_mid_epoch
 from tests.localcluster import disruption
 from tests.localcluster.kubelet.node import TOLERATION, KubeletNode
 
@@ -78,6 +80,24 @@ def test_a_script_trainer_container_checkpoints_on_sigterm_and_resumes(
     assert final["trialsCompleted"] == final["trialsTotal"] == 3
     logs = e2e.kubectl("logs", "-n", ns, pod, check=False).stdout
     assert "best hyperparameters:" in logs, logs[-3000:]
+    check_the_results(e2e, ns, tmp_path)
+
+
+def check_the_results(e2e: Env, ns: str, tmp_path: Path) -> None:
+    """What the script saved to a relative path is on the claim, written by uid 1000;
+    hack/fetch-results.sh brings results of any size back whole: with 60 MB beside it,
+    through `kubectl exec` (above the log's MAX_BYTES)."""
+    outputs = e2e.claim_dir(ns) / OUTPUTS_DIR
+    saved = outputs / "best_model.keras"
+    assert zipfile.is_zipfile(saved) and saved.stat().st_uid == 1000
+    big = outputs / "weights.bin"
+    big.write_bytes(os.urandom(60 << 20))
+    fetched = fetch_results(e2e, ns, "search", tmp_path / "results")
+    assert fetched.returncode == 0, fetched.stderr
+    copy = tmp_path / "results" / OUTPUTS_DIR
+    assert (copy / "weights.bin").read_bytes() == big.read_bytes()
+    assert (copy / "best_model.keras").read_bytes() == saved.read_bytes()
+    assert (tmp_path / "results" / RESULTS_FILE).is_file()
 
 
 def check_the_container(e2e: Env, ns: str, pod: str, tmp_path: Path) -> None:
