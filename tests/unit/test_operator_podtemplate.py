@@ -516,6 +516,7 @@ def test_the_operator_applies_its_defaults_when_it_reads_a_job():
 def test_the_data_set_sample_is_valid_and_its_template_accepted():
     sample = yaml.safe_load((ROOT / "manifests/samples/tuningjob-dataset.yaml").read_text())
     assert check(sample, schema()) == []
+    sample = podtemplate.with_defaults(sample, DEFAULTS)  # its image: the operator's default
     spec = JobSpec.from_dict(sample["spec"])
     assert validate(spec) == []
     pod = trainer_pods.build_pod({**JOB, "spec": sample["spec"]}, spec, 0, 0)

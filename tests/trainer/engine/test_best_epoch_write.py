@@ -12,6 +12,7 @@ import keras
 import keras_tuner
 import numpy as np
 import pytest
+import tuneop_contract
 from keras_tuner.src.engine import tuner_utils
 from tuneop_trainer.engine import runtime, tuner_patches
 
@@ -48,22 +49,24 @@ def test_a_crash_during_a_best_epoch_write_leaves_the_previous_one(
     best._save_model()
     assert _read(path) == 1.0
 
-    replace = tuner_patches.replace_synced
-
-    def killed(tmp: Path, target: Path) -> None:
+    def killed(src: str, dst: str) -> None:  # between the write and the rename
         raise _Killed()
 
-    monkeypatch.setattr(tuner_patches, "replace_synced", killed)
+    monkeypatch.setattr(tuneop_contract.os, "replace", killed)
     best.set_model(_model(2.0))
     with pytest.raises(_Killed):
         best._save_model()
-    assert _read(path) == 1.0  # killed between the write and the rename
-    leftover = path.with_name(f".tmp-99999-{path.name}")  # a killed process's torn write
-    leftover.write_bytes(path.read_bytes()[:100])
+    monkeypatch.undo()  # os.replace back; the patched _save_model stays below
+    monkeypatch.setattr(tuner_utils.SaveBestEpoch, "_save_model", original)
+    tuner_patches._patch_save_best_epoch()
+    monkeypatch.setattr(runtime, "_current", types.SimpleNamespace(write=True, root=tmp_path))
+    assert _read(path) == 1.0
+    # torn writes a killed process leaves behind (this and the earlier naming)
+    for name in (f".{path.name}.k1ll3d.tmp", f".tmp-99999-{path.name}"):
+        (path.parent / name).write_bytes(path.read_bytes()[:100])
     assert _read(path) == 1.0
 
-    monkeypatch.setattr(tuner_patches, "replace_synced", replace)
     best.set_model(_model(3.0))
     best._save_model()
     assert _read(path) == 3.0
-    assert list(path.parent.iterdir()) == [path]  # the torn file is gone too
+    assert list(path.parent.iterdir()) == [path]  # the torn files are gone too
