@@ -9,7 +9,7 @@ export TUNEOP_CACHE := $(CACHE)
 VENV = $(eval VENV := $(shell TUNEOP_CACHE=$(CACHE) hack/venv.sh requirements/dev.lock))$(VENV)
 PY = $(VENV)/bin/python
 # The repo's packages come from the work tree, so any clone works with the cached venv.
-export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/operator:$(CURDIR)/trainer_image:$(CURDIR)
+export PYTHONPATH := $(CURDIR)/contract:$(CURDIR)/operator:$(CURDIR)/trainer_image:$(CURDIR)/client:$(CURDIR)
 PYTEST_ARGS ?=
 # `make test` runs the suite in this many pytest-xdist workers (tests/conftest.py groups them).
 TEST_WORKERS ?= 2
@@ -39,7 +39,7 @@ lock-images: venv ## Re-pin requirements/{trainer-gpu,trainer-cpu,operator}.lock
 lint: ## Ruff, mypy (strict on the operator), the operator's layers and function lengths, hadolint
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy contract/tuneop_contract.py $(wildcard operator/tuneop)
+	$(PY) -m mypy contract/tuneop_contract.py $(wildcard operator/tuneop) client/tuneop_client
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_operator_layers.py
 	@for f in $(wildcard */Dockerfile); do echo "hadolint $$f"; $(VENV)/bin/hadolint $$f || exit 1; done
 

@@ -21,6 +21,18 @@ from typing import Any
 
 CONTRACT_VERSION = 1
 
+# --- the TuningJob API: what the operator serves and the `tuneop` client submits ---
+API_GROUP = "tuneop.io"
+CRD_VERSION = "v1alpha1"
+API_VERSION = f"{API_GROUP}/{CRD_VERSION}"
+"""A TuningJob's apiVersion."""
+KIND = "TuningJob"
+PLURAL = "tuningjobs"
+LABEL_JOB = "tuneop.io/tuningjob"
+"""On every object the operator makes for a TuningJob (its pods among them): the job's name."""
+TRAINER_CONTAINER = "trainer"
+"""The trainer container's name in every trainer pod (spec.template extends it by name)."""
+
 # --- environment variables set on trainer containers by the operator ---------------
 ENV_LOGICAL_CPU_DEVICES = "TUNEOP_LOGICAL_CPU_DEVICES"
 """No GPU and N>1 here: MirroredStrategy over N logical CPU devices."""

@@ -30,7 +30,9 @@ CRD_DIR = ROOT / "manifests" / "crd"
 SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-emg.yaml"
 SCRIPT_SAMPLE = ROOT / "manifests" / "samples" / "tuningjob-script.yaml"
 SCRIPT_FILE = ROOT / "manifests" / "samples" / "emg_search.py"
-PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("contract", "operator", "trainer_image", "."))
+PYTHONPATH = os.pathsep.join(
+    str(ROOT / p) for p in ("contract", "operator", "trainer_image", "client", ".")
+)
 
 SEARCH: dict[str, Any] = {
     # Long enough (about 20 steps an epoch) to be disrupted mid-trial after a checkpoint,

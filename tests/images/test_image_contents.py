@@ -129,3 +129,35 @@ def test_a_trainer_fits_one_step_on_the_cpu_and_the_operator_has_no_tensorflow(
     pins = image_locks.read_pins(image_locks.lock_path(IMAGES[name][0]))
     tensorflow = pins.get("tensorflow") or pins["tensorflow-cpu"]
     assert proc.stdout.split()[-3:] == ["fit", tensorflow, "1"]
+
+
+DERIVED = ROOT / "manifests" / "samples" / "trainer-derived.Dockerfile"
+
+
+def test_the_derived_trainer_recipe_adds_a_package_and_keeps_the_lock(tmp_path: Path) -> None:
+    """manifests/samples/trainer-derived.Dockerfile built FROM the CPU trainer with the
+    builder of `make images`: the added package imports beside TensorFlow, as uid 1000,
+    and every package of the trainer's lock keeps its version."""
+    base = images.images(images.image_tag())["trainer-cpu"].reference
+    derived = "localhost/tuneop/trainer-derived:test"
+    env = {"CONTAINERS_STORAGE_CONF": str(images.storage_conf()), "PATH": "/usr/bin:/bin"}
+    built = subprocess.run(
+        ["buildah", "bud", "--isolation", "chroot", "--network", "host", "--pull-never",
+         "-f", str(DERIVED), "--build-arg", f"TRAINER={base}", "-t", derived, str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    shell = ImageShell(derived)
+    try:
+        probe = "import os, tabulate, tensorflow; print(os.getuid(), tabulate.__version__)"
+        ran = shell.run("python", "-c", probe)
+        assert ran.returncode == 0 and ran.stdout.split()[-2:] == ["1000", "0.9.0"], ran
+        listed = shell.run("pip", "list", "--format", "json")
+        assert listed.returncode == 0, listed.stderr
+        installed = {image_locks.canonical(p["name"]): p["version"]
+                     for p in json.loads(listed.stdout)}  # fmt: skip
+        pins = image_locks.read_pins(image_locks.lock_path("cpu"))
+        assert {n: installed.get(n) for n in pins} == pins
+    finally:
+        shell.close()
+        subprocess.run(["buildah", "rmi", derived], capture_output=True, env=env)

@@ -2,7 +2,8 @@
 
 A newcomer copies these blocks first, so a renamed sample, a dropped make target or a
 hack script that lost its executable bit must fail here rather than in their terminal.
-For every command in a ```sh block: `make X` targets have a rule in the Makefile; the
+For every command in a ```sh block: `make X` targets have a rule in the Makefile; a
+`tuneop` command parses with the client's own parser; the
 paths it names under manifests/, charts/ and hack/ exist (hack scripts executable); the
 files and heredocs given to `kubectl apply -f` parse as YAML objects with apiVersion and
 kind. A command none of this applies to must be listed in UNCHECKABLE with the reason,
@@ -216,13 +217,26 @@ def check(command: Command, root: Path = ROOT) -> list[str] | None:
     words = program(command.words)
     applies = words[:2] == ("kubectl", "apply")
     paths = repo_paths(words)
-    if not (words[:1] == ("make",) or applies or paths):
+    client = words[:1] == ("tuneop",)
+    if not (words[:1] == ("make",) or applies or paths or client):
         return None
     problems = make_problems(words, root) if words[:1] == ("make",) else []
+    problems += client_problems(words) if client else []
     problems += apply_problems(command, words, root) if applies else []
     # apply_problems already names a missing -f file; report each path once.
     applied = set(apply_files(words))
     return problems + path_problems([p for p in paths if p not in applied], root)
+
+
+def client_problems(words: tuple[str, ...]) -> list[str]:
+    """A `tuneop` command the client's own parser refuses (a renamed option)."""
+    from tuneop_client.cli import _parse
+
+    try:
+        _parse(list(words[1:]))
+    except SystemExit:
+        return ["the tuneop client refuses these arguments"]
+    return []
 
 
 def doc_problems(text: str, uncheckable: dict[str, str], root: Path = ROOT) -> list[str]:
@@ -386,3 +400,9 @@ def test_a_fence_closed_with_text_fails() -> None:
     assert fence_problems("```yaml\na: 1\n```\n") == []
     assert fence_problems("```yaml\na: 1\n``` More text\n```sh\nx\n```\n")[0].startswith("line 3")
     assert fence_problems("```sh\nx\n") == ["line 1: a code fence is never closed"]
+
+
+def test_a_tuneop_command_the_client_refuses_fails() -> None:
+    assert client_problems(("tuneop", "status", "search")) == []
+    assert client_problems(("tuneop", "statuz", "search")) != []
+    assert client_problems(("tuneop", "results", "search", "--bogus")) != []

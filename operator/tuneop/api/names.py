@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-GROUP = "tuneop.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "TuningJob"
-PLURAL = "tuningjobs"
+import tuneop_contract as contract
+
+GROUP = contract.API_GROUP
+VERSION = contract.CRD_VERSION
+API_VERSION = contract.API_VERSION
+KIND = contract.KIND
+PLURAL = contract.PLURAL
 
 COMPONENT = "tuneop-operator"
 """Event source component and field manager."""
@@ -18,7 +20,7 @@ LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
-LABEL_JOB = "tuneop.io/tuningjob"
+LABEL_JOB = contract.LABEL_JOB
 LABEL_WORKER_INDEX = "tuneop.io/worker-index"
 LABEL_ATTEMPT = "tuneop.io/attempt"
 LABEL_GROUP = "tuneop.io/group"
@@ -36,7 +38,7 @@ SPEC_KEY = "spec.yaml"
 SCRIPT_VOLUME = "script"
 SHM_VOLUME = "dshm"  # in-memory /dev/shm of GPU pods
 """Volume of the user's `spec.script.configMap` (mounted at tuneop_contract.SCRIPT_DIR)."""
-TRAINER_CONTAINER = "trainer"
+TRAINER_CONTAINER = contract.TRAINER_CONTAINER
 TRAINER_UID = 1000
 
 

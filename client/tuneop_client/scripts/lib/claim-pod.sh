@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by hack/fetch-results.sh and hack/tensorboard.sh (after their usage check,
+# Sourced by fetch-results.sh and tensorboard.sh (after their usage check,
 # with their arguments JOB [NAMESPACE] ...): kubectl in the job's namespace (`k`), the
 # one-line `fail`, and what a helper pod that mounts the job's checkpoint claim needs:
 # `claim`, `image` (IMAGE, else the job's spec.image, else its trainer pod's),
@@ -39,3 +39,7 @@ user=$(k get tuningjob "$job" -o jsonpath='{.spec.template.spec.securityContext.
 group=$(k get tuningjob "$job" -o jsonpath='{.spec.template.spec.securityContext.fsGroup}')
 user=${RUN_AS_USER:-${user:-1000}}
 group=${group:-$user}
+# The helper pod's part of the restricted Pod Security level and its tolerations (it
+# may have to reach a claim bound to a tainted GPU node); a pod spec's two keys.
+pod_security_yaml="securityContext: {runAsNonRoot: true, runAsUser: $user, runAsGroup: $group, fsGroup: $group, seccompProfile: {type: RuntimeDefault}}
+  tolerations: [{operator: Exists, effect: NoSchedule}]"
