@@ -1,7 +1,9 @@
 """Recovery benchmark (`make bench-recovery`): from an eviction to the trainer's next
 training step, on a real node (a container of the CPU trainer image: container start,
-TensorFlow import, restore) beside the node agent's host process it replaces in most of
-the suite (a fresh Python process: TensorFlow import, restore).
+TensorFlow import, restore) beside the node agent's host process (a fresh Python process:
+TensorFlow import, restore) and the node agent as most of the suite runs it (a process
+forked from one with TensorFlow imported: restore only), which is what that lane saves
+per pod.
 
 Each kind of node runs the sample job (more data, so that it outlasts the evictions) on
 a fresh local cluster with the operator as a subprocess, and evicts the trainer
@@ -78,8 +80,12 @@ def evict_and_recover(
     return seen, wait_for(operator_figure, 120, f"recovery {n} in the status", every=0.5)
 
 
+KINDS = ("node agent", "node agent, forked", "real node")
+
+
 def measure(kind: str) -> list[tuple[float, float]]:
-    with cluster_with_operator(NS, real_node=kind == "real node") as run:
+    real, forked = kind == "real node", kind == "node agent, forked"
+    with cluster_with_operator(NS, real_node=real, fork_python=forked) as run:
         job = sample(NAME, NS, **run.spec)
         job["spec"]["data"]["synthetic"]["samples"] = SAMPLES
         run.kubectl.apply(job)
@@ -91,7 +97,7 @@ def measure(kind: str) -> list[tuple[float, float]]:
 
 def main() -> int:
     rows = {}
-    for kind in ("node agent", "real node"):
+    for kind in KINDS:
         figures = measure(kind)
         seen, operator = [f[0] for f in figures], [f[1] for f in figures]
         rows[kind] = {
@@ -109,9 +115,9 @@ def main() -> int:
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{'node':12} {'evictions':>9} {'p50 s':>7} {'max s':>7} {'operator p50 s':>15}")
+    print(f"{'node':20} {'evictions':>9} {'p50 s':>7} {'max s':>7} {'operator p50 s':>15}")
     for kind, row in rows.items():
-        print(f"{kind:12} {row['evictions']:>9} {row['p50']:>7} {row['max']:>7} "
+        print(f"{kind:20} {row['evictions']:>9} {row['p50']:>7} {row['max']:>7} "
               f"{row['operator_p50']:>15}")  # fmt: skip
     print(f"(JSON: {OUT})")
     return 0

@@ -25,9 +25,12 @@ class Run:
     spec: dict[str, Any]  # TuningJob spec fields the node kind needs (the CPU image)
 
 
-def _nodes(cp: ControlPlane, work: Path, real_node: bool) -> tuple[LocalCluster, dict[str, Any]]:
+def _nodes(
+    cp: ControlPlane, work: Path, real_node: bool, fork_python: bool
+) -> tuple[LocalCluster, dict[str, Any]]:
     if not real_node:
-        cluster = LocalCluster(cp, work / "cluster")  # fork_python off: a trainer's real start
+        # fork_python off by default: a trainer's real start (the suite's lane forks)
+        cluster = LocalCluster(cp, work / "cluster", fork_python=fork_python)
         cluster.start()
         return cluster, {}
     cluster = LocalCluster(cp, work / "cluster", nodes=[])
@@ -37,16 +40,19 @@ def _nodes(cp: ControlPlane, work: Path, real_node: bool) -> tuple[LocalCluster,
 
 
 @contextlib.contextmanager
-def cluster_with_operator(namespace: str, real_node: bool = False) -> Iterator[Run]:
+def cluster_with_operator(
+    namespace: str, real_node: bool = False, fork_python: bool = False
+) -> Iterator[Run]:
     """One node `gpu-node-0` (the node agent's, or a real one), the operator running, and
-    `namespace` ready for pods."""
+    `namespace` ready for pods. `fork_python`: the node agent forks trainers from a
+    process with TensorFlow imported, as in the suite."""
     work = Path(tempfile.mkdtemp(prefix="tuneop-bench-"))
     cp = ControlPlane(work / "controlplane")
     cluster: LocalCluster | None = None
     operator: Operator | None = None
     try:
         cp.start()
-        cluster, spec = _nodes(cp, work, real_node)
+        cluster, spec = _nodes(cp, work, real_node, fork_python)
         kubectl = Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig)
         kubectl.install_crds()
         operator = Operator(cp.kubeconfig, work / "operator.log").start()
