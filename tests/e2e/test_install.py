@@ -485,6 +485,8 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
         # A TuningJob in the watched namespace runs to completion under this operator:
         # its children are created with the chart's RBAC, and the trainer reports
         # progress with its Role.
+        # The suite runs this before any test that starts the e2e harness's operator
+        # (the cluster's modules run in name order, in one worker): keep it that way.
         if other_live_operators(cp):
             pytest.skip("another cluster-wide tuneop operator is live in this session")
         cp.kubectl("apply", "-f", "-", input=sample_on(real_node, release.watched))
