@@ -75,11 +75,8 @@ class Cluster:
         self._call(self.core.create_namespaced_config_map, self.namespace, body)
 
     def delete_configmap(self, name: str) -> None:
-        try:
-            self.core.delete_namespaced_config_map(name, self.namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise ClientError(_reason(exc)) from None
+        """Delete it; one already gone is no error."""
+        self._call(self.core.delete_namespaced_config_map, name, self.namespace, missing_ok=True)
 
     def own_configmap(self, name: str, job: dict[str, Any]) -> None:
         """The job owns its script's ConfigMap: deleting the job deletes it."""
@@ -101,13 +98,15 @@ class Cluster:
     def _call_dict(self, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         found = self._call(method, *args, **kwargs)
         if not isinstance(found, dict):
-            found = client.ApiClient().sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
+            found = self.core.api_client.sanitize_for_serialization(found)
         return dict(found)
 
-    def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, method: Any, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
         except ApiException as exc:
+            if missing_ok and exc.status == 404:
+                return None
             raise ClientError(_reason(exc)) from None
         except (OSError, urllib3.exceptions.HTTPError) as exc:  # refused, DNS, TLS
             raise ClientError(f"cannot reach the API server: {exc}") from None

@@ -43,11 +43,8 @@ metadata:
   name: $pod
   labels: {app.kubernetes.io/name: tuneop-results, tuneop.io/results-of: $job}
 spec:
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  $pull_secrets_yaml
+  $helper_spec_yaml
   $prefer_node_yaml
-  $pod_security_yaml
   containers:
   - name: results
     image: "$image"
@@ -69,8 +66,9 @@ spec:
       files=""
       for f in results.json best_model.keras outputs; do [ -e "\$f" ] && files="\$files \$f"; done
       tar -czf /out/results.tgz \$files
-      echo "archive \$(wc -c </out/results.tgz) \$(sha256sum /out/results.tgz | cut -d' ' -f1)"
-      if [ "\$(wc -c </out/results.tgz)" -gt "\$MAX_BYTES" ]; then
+      size=\$(wc -c </out/results.tgz)
+      echo "archive \$size \$(sha256sum /out/results.tgz | cut -d' ' -f1)"
+      if [ "\$size" -gt "\$MAX_BYTES" ]; then
         echo "copy with exec"   # too large for the log: wait to be copied, then deleted
         exec sleep "\$HOLD_SECONDS"
       fi
@@ -80,12 +78,11 @@ spec:
   - {name: out, emptyDir: {}}
 EOF
 )
-k create -f - >/dev/null <<<"$manifest"
-trap 'k delete pod "$pod" --ignore-not-found --wait=false >/dev/null 2>&1 || true' EXIT
-
 log=$(mktemp)
+err=$(mktemp)
 archive=$(mktemp)
-trap 'rm -f "$log" "$archive"; k delete pod "$pod" --ignore-not-found --wait=false >/dev/null 2>&1 || true' EXIT
+trap 'rm -f "$log" "$err" "$archive"; k delete pod "$pod" --ignore-not-found --wait=false >/dev/null 2>&1 || true' EXIT
+k create -f - >/dev/null <<<"$manifest"
 deadline=$((SECONDS + timeout))
 while :; do  # done (the archive on the log) or holding it for exec
   state=$(k get pod "$pod" -o jsonpath='{.status.phase}')
@@ -99,12 +96,11 @@ done
 k logs "$pod" >"$log"
 read -r _ size want < <(grep '^archive ' "$log")
 if grep -q '^copy with exec$' "$log"; then
-  k exec "$pod" -- cat /out/results.tgz >"$archive" 2>"$log.err" ||
-    fail "the archive is $size bytes, above MAX_BYTES=$max_bytes, so it is copied with kubectl exec, which failed: $(tail -n1 "$log.err")"
+  k exec "$pod" -- cat /out/results.tgz >"$archive" 2>"$err" ||
+    fail "the archive is $size bytes, above MAX_BYTES=$max_bytes, so it is copied with kubectl exec, which failed: $(tail -n1 "$err")"
 else
   grep -v -e '^archive ' "$log" | base64 -d >"$archive"
 fi
-rm -f "$log.err"
 got=$(sha256sum "$archive" | cut -d' ' -f1)
 [[ -n ${want:-} && $got == "$want" ]] || fail "the archive copied is damaged (sha256 $got, pod said ${want:-nothing})"
 tar -xzf "$archive" -C "$dest"

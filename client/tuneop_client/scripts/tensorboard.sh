@@ -40,11 +40,8 @@ metadata:
   name: $pod
   labels: {app.kubernetes.io/name: tuneop-tensorboard, tuneop.io/tensorboard-of: $job}
 spec:
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  $pull_secrets_yaml
+  $helper_spec_yaml
   $placement
-  $pod_security_yaml
   containers:
   - name: tensorboard
     image: "$image"

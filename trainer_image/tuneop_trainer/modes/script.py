@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tuneop_contract import ENV_SCRIPT_WORKDIR, EXIT_INVALID_SPEC
 
-from .. import fingerprint, parallel, strategy
+from .. import fingerprint, parallel
 from ..checkpoint import volume_errors
 from ..engine.runner import Program, outcome, run_program
 from ..exits import fail, summary
@@ -48,7 +48,7 @@ def run_script(
         return fail(EXIT_INVALID_SPEC, str(exc))
     program = Program(
         name=script.name,
-        execute=lambda rt: _execute(script, source, args, python_path),
+        execute=lambda rt: _execute(script, source, args, python_path, rt.write),
         check=lambda root, write, wait: _check_record(
             root, script, source, args, continue_optimizer, write, wait
         ),
@@ -95,7 +95,7 @@ def _check_record(
 
 
 def _execute(
-    script: Path, source: str, args: list[str], python_path: tuple[str, ...]
+    script: Path, source: str, args: list[str], python_path: tuple[str, ...], write: bool
 ) -> tuple[int, str]:
     """(exit code, one-line message) of running the script as __main__."""
     try:
@@ -107,7 +107,7 @@ def _execute(
     sys.path[:0] = [str(script.parent), *python_path]
 
     def body() -> None:
-        with _in_workdir():
+        with _in_workdir(write):
             runpy.run_path(str(script), run_name="__main__")
 
     try:
@@ -117,15 +117,16 @@ def _execute(
 
 
 @contextlib.contextmanager
-def _in_workdir() -> Iterator[None]:
+def _in_workdir(write: bool) -> Iterator[None]:
     """Run in TUNEOP_SCRIPT_WORKDIR (the contract says which part of it is whose), so
-    the files a script writes to relative paths are kept on the volume."""
+    the files a script writes to relative paths are kept on the volume. `write`: this
+    process writes the volume (a multi-worker group's chief)."""
     base = os.environ.get(ENV_SCRIPT_WORKDIR)
     if not base:
         yield
         return
     role = parallel.current()
-    if not strategy.is_chief():
+    if not write:
         workdir = Path(tempfile.mkdtemp(prefix="tuneop-worker-"))
     elif role.parallel and not role.runs_post_search:
         workdir = Path(base) / str(role.tuner_id)

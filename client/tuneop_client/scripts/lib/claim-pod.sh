@@ -3,7 +3,7 @@
 # with their arguments JOB [NAMESPACE] ...): kubectl in the job's namespace (`k`), the
 # one-line `fail`, and what a helper pod that mounts the job's checkpoint claim needs:
 # `claim`, `image` (IMAGE, else the job's spec.image, else its trainer pod's),
-# `pull_secrets_yaml` (the trainer pod's imagePullSecrets), `prefer_node_yaml` (the
+# `helper_spec_yaml` (the spec lines every helper pod has), `prefer_node_yaml` (the
 # node its last trainer pod ran on, preferred) and the trainer's `user` and
 # `group` (RUN_AS_USER, else the job template's, else 1000, the operator's default
 # TUNEOP_OPERATOR_TRAINER_UID), so the helper reads what the trainer wrote.
@@ -39,7 +39,12 @@ user=$(k get tuningjob "$job" -o jsonpath='{.spec.template.spec.securityContext.
 group=$(k get tuningjob "$job" -o jsonpath='{.spec.template.spec.securityContext.fsGroup}')
 user=${RUN_AS_USER:-${user:-1000}}
 group=${group:-$user}
-# The helper pod's part of the restricted Pod Security level and its tolerations (it
-# may have to reach a claim bound to a tainted GPU node); a pod spec's two keys.
-pod_security_yaml="securityContext: {runAsNonRoot: true, runAsUser: $user, runAsGroup: $group, fsGroup: $group, seccompProfile: {type: RuntimeDefault}}
+# The helper pod's spec lines both scripts share (one line per key, indented for a
+# heredoc's `spec:`): never restarted, no API token, the trainer's pull secrets, its
+# part of the restricted Pod Security level, and tolerations (it may have to reach a
+# claim bound to a tainted GPU node).
+helper_spec_yaml="restartPolicy: Never
+  automountServiceAccountToken: false
+  $pull_secrets_yaml
+  securityContext: {runAsNonRoot: true, runAsUser: $user, runAsGroup: $group, fsGroup: $group, seccompProfile: {type: RuntimeDefault}}
   tolerations: [{operator: Exists, effect: NoSchedule}]"
