@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from tests.e2e.harness import Kubectl, sample
+from tests.localcluster import tools
 from tests.localcluster.controlplane import ControlPlane
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +39,7 @@ TEMPLATES = ("admission-policy.yaml", "admission-binding.yaml", "admission-param
 def render(cp: ControlPlane, *sets: str) -> str:
     """The policy, its binding and its params ConfigMap as helm renders them."""
     cmd = [str(cp.bin_dir / "helm"), "template", RELEASE, str(CHART), "-n", PARAMS_NAMESPACE]
+    cmd += tools.helm_kube_version()
     for template in TEMPLATES:
         cmd += ["--show-only", f"templates/{template}"]
     for s in sets:

@@ -280,9 +280,11 @@ class ControlPlane:
         return result
 
     def helm(self, *args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-        """Run the pinned helm against this cluster (admin)."""
+        """Run the pinned helm against this cluster (admin); `template` renders for the
+        pinned Kubernetes version, as install does for the API server's."""
+        extra = tools.helm_kube_version() if args[:1] == ("template",) else []
         return subprocess.run(
-            [str(self.bin_dir / "helm"), *args],
+            [str(self.bin_dir / "helm"), *args, *extra],
             capture_output=True, text=True, env=self.env(), timeout=timeout,
         )  # fmt: skip
 

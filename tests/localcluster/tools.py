@@ -54,6 +54,12 @@ def _digest(lines: list[str]) -> str:
     return hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()[:10]
 
 
+def helm_kube_version() -> list[str]:
+    """`helm template`'s flag for the pinned Kubernetes version: helm built from its module
+    renders for v1.20 by default, and the chart's kubeVersion asks for 1.30 or newer."""
+    return ["--kube-version", versions()["KUBERNETES_VERSION"]]
+
+
 def version_key() -> str:
     lines = VERSIONS_FILE.read_text().splitlines()
     digest = _digest([line for line in lines if KUEUE_MARK not in line])

@@ -171,8 +171,11 @@ def kubeconform(
 
 
 # --- helm --------------------------------------------------------------------------------
+KUBE_VERSION = tools.helm_kube_version()
+
+
 def template(helm: str, *sets: str, crds: bool = False) -> str:
-    cmd = [helm, "template", "tuneop", str(CHART), "--namespace", "tuneop-system"]
+    cmd = [helm, "template", "tuneop", str(CHART), "--namespace", "tuneop-system", *KUBE_VERSION]
     for s in sets:
         cmd += ["--set", s]
     if crds:
@@ -196,7 +199,7 @@ def by_kind(rendered: str) -> dict[str, dict[str, Any]]:
 
 
 def helm_error(helm: str, *sets: str) -> str:
-    cmd = [helm, "template", "tuneop", str(CHART)]
+    cmd = [helm, "template", "tuneop", str(CHART), *KUBE_VERSION]
     for s in sets:
         cmd += ["--set", s]
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -224,6 +227,17 @@ def test_default_values_render_the_operator_only(helm: str) -> None:
         "Service",
         "ServiceAccount",
     ]
+
+
+def test_chart_refuses_a_cluster_older_than_its_admission_policy(helm: str) -> None:
+    """kubeVersion: helm names the constraint on a 1.29 cluster, and takes the
+    pre-release suffix managed clusters report."""
+    cmd = [helm, "template", "tuneop", str(CHART), "--kube-version"]
+    old = subprocess.run([*cmd, "v1.29.9"], capture_output=True, text=True)
+    assert old.returncode != 0
+    assert "requires kubeVersion: >=1.30.0-0" in old.stderr, old.stderr
+    managed = subprocess.run([*cmd, "v1.30.2-eks-1552ad0"], capture_output=True, text=True)
+    assert managed.returncode == 0, managed.stderr
 
 
 @pytest.mark.parametrize("toggle", sorted(TOGGLES))
