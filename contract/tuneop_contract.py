@@ -153,6 +153,9 @@ TUNER_DIR = "tuner"
 TRIALS_DIR = "trials"
 OUTPUTS_DIR = "outputs"
 """Script mode: the script's working directory on the volume (ENV_SCRIPT_WORKDIR)."""
+PACKAGES_DIR = "packages"
+"""Script mode: what `spec.script.requirements` adds to the image, one directory per
+requirements file and image (`<key>/`), shared by every pod of the job."""
 TENSORBOARD_DIR = "tensorboard"
 """TensorBoard logs: script mode's callbacks under their log_dir, spec mode's runs
 <trial>/execution<n> (`spec.tuner.tensorboard`); hack/tensorboard.sh serves it."""

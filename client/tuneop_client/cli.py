@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=1, help="pods per trial (default 1)")
     run.add_argument("--image", default="", help="trainer image (default: the operator's)")
     run.add_argument("--data", default="", help="CLAIM[:PATH]: a claim mounted read-only")
+    run.add_argument("--requirements", type=Path, help="a pip requirements file: what the "
+                     "script needs beyond the image, installed once per job")  # fmt: skip
+    run.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                     help="a variable for the trainer (repeat it; e.g. PIP_INDEX_URL)")  # fmt: skip
     run.add_argument("--queue", default="", help="a Kueue LocalQueue")
     run.add_argument("--elastic", action="store_true", help="go on with fewer GPUs when needed")
     run.add_argument("--parallel", type=int, default=1, help="trials run at once (default 1)")
@@ -44,9 +48,10 @@ def _parser() -> argparse.ArgumentParser:
                        ("follow", "show a job's progress until it ends")):  # fmt: skip
         sub.add_parser(name, help=text).add_argument("name")
     sub.add_parser("list", help="the namespace's TuningJobs")
-    logs = sub.add_parser("logs", help="the running trainer's log")
+    logs = sub.add_parser("logs", help="the trainer's log (worker 0 of each trial group)")
     logs.add_argument("name")
-    logs.add_argument("-f", "--follow", action="store_true")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="stream it and each later pod until the job ends")  # fmt: skip
     results = sub.add_parser("results", help="copy results.json, the model and outputs/")
     results.add_argument("name")
     results.add_argument("dest", nargs="?", default=".", type=Path)
@@ -122,4 +127,5 @@ def _request(args: argparse.Namespace) -> RunRequest:
         script=args.script, args=tuple(args.args), name=args.name, gpus=args.gpus,
         workers=args.workers, image=args.image, data=args.data, queue=args.queue,
         elastic=args.elastic, parallel=args.parallel, deterministic=args.deterministic,
+        requirements=args.requirements, env=tuple(args.env),
     )  # fmt: skip

@@ -12,9 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import tuneop_contract as contract
-
-from . import show
+from . import log_stream, show
 from .kube import ClientError, Cluster
 from .submit import RunRequest, configmap, job_name, script_files, tuning_job
 
@@ -25,7 +23,7 @@ def run(request: RunRequest, cluster: Cluster) -> dict[str, Any]:
     """Create the script's ConfigMap, then the TuningJob that owns it. A job that cannot
     be created leaves nothing behind (its ConfigMap is deleted again)."""
     name = job_name(request)
-    files = script_files(request.script)
+    files = script_files(request.script, request.requirements)
     job = tuning_job(request, name, cluster.namespace)
     body = configmap(name, cluster.namespace, files)
     cluster.create_configmap(body)
@@ -75,15 +73,11 @@ def results(cluster: Cluster, name: str, dest: Path) -> str:
 
 
 def logs(cluster: Cluster, name: str, follow_logs: bool = False) -> int:
-    """The running trainer's log (worker 0 of the job's newest pod group)."""
-    pods = cluster.pods(name)
-    trainers = [p for p in pods if p["metadata"]["name"].endswith("-worker-0")]
-    if not trainers:
-        raise ClientError(f"{cluster.namespace}/{name} has no trainer pod (yet)")
-    newest = max(trainers, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
-    cmd = [*_kubectl(cluster), "logs", "-n", cluster.namespace, newest["metadata"]["name"],
-           "-c", contract.TRAINER_CONTAINER, *(["-f"] if follow_logs else [])]  # fmt: skip
-    return subprocess.run(cmd, check=False).returncode
+    """The trainer's log (worker 0 of each trial group); with `follow_logs`, every
+    trainer pod as it starts, across preemptions, until the job ends."""
+    if follow_logs:
+        return log_stream.follow_logs(cluster, name, _kubectl(cluster), printer())
+    return log_stream.print_logs(cluster, name, _kubectl(cluster), printer())
 
 
 def tensorboard(cluster: Cluster, name: str, port: int) -> int:

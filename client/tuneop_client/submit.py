@@ -38,6 +38,10 @@ class RunRequest:
     elastic: bool = False
     parallel: int = 1
     deterministic: bool = False
+    requirements: Path | None = None
+    """A pip requirements file, sent in the ConfigMap (spec.script.requirements)."""
+    env: tuple[str, ...] = ()
+    """NAME=VALUE pairs for the trainer container (e.g. PIP_INDEX_URL of a mirror)."""
 
 
 def job_name(request: RunRequest) -> str:
@@ -51,12 +55,16 @@ def job_name(request: RunRequest) -> str:
     return name
 
 
-def script_files(script: Path) -> dict[str, str]:
+def script_files(script: Path, requirements: Path | None = None) -> dict[str, str]:
     """The script and every Python module beside it (one directory; a ConfigMap key
-    cannot hold a '/'), by file name."""
+    cannot hold a '/'), by file name; and the requirements file, if any."""
     if script.suffix != ".py" or not script.is_file():
         raise SubmitError(f"SCRIPT: {str(script)!r} is not a Python file (*.py)")
     files = {p.name: p.read_text() for p in sorted(script.parent.glob("*.py")) if p.is_file()}
+    if requirements is not None:
+        if requirements.suffix == ".py" or not requirements.is_file():
+            raise SubmitError(f"--requirements: {str(requirements)!r} is not a requirements file")
+        files[requirements.name] = requirements.read_text()
     size = sum(len(text.encode()) for text in files.values())
     if size > CONFIGMAP_LIMIT:
         raise SubmitError(
@@ -89,6 +97,8 @@ def tuning_job(request: RunRequest, name: str, namespace: str) -> dict[str, Any]
         "args": list(request.args),
         "deterministic": request.deterministic,
     }
+    if request.requirements is not None:
+        script["requirements"] = request.requirements.name
     distribution: dict[str, Any] = {"workers": request.workers, "gpusPerWorker": request.gpus}
     if request.elastic:
         distribution["elastic"] = {"shapes": _smaller_shapes(request.workers, request.gpus)}
@@ -99,6 +109,8 @@ def tuning_job(request: RunRequest, name: str, namespace: str) -> dict[str, Any]
         spec["parallelTrials"] = request.parallel
     if request.data:
         spec["template"] = _data_template(request.data)
+    if request.env:
+        spec["env"] = [_env_var(pair) for pair in request.env]
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if request.queue:
         metadata["labels"] = {QUEUE_LABEL: request.queue}
@@ -132,3 +144,11 @@ def _data_template(data: str) -> dict[str, Any]:
             ],
         }
     }  # fmt: skip
+
+
+def _env_var(pair: str) -> dict[str, str]:
+    """spec.env's entry (the API server refuses the names the trainer keeps for itself)."""
+    name, sep, value = pair.partition("=")
+    if not sep or not name:
+        raise SubmitError(f"--env: {pair!r} is not NAME=VALUE")
+    return {"name": name, "value": value}

@@ -131,6 +131,11 @@ SCRIPT = {"configMap": {"name": "my-search"}}
             {"script": {**SCRIPT, "continueOptimizerState": "yes"}},
             "spec.script.continueOptimizerState",
         ),
+        (
+            {"script": {"path": "/opt/s.py", "requirements": "requirements.txt"}},
+            "spec.script.requirements: a key needs spec.script.configMap",
+        ),
+        ({"script": {**SCRIPT, "requirements": "dir/reqs.txt"}}, "spec.script.requirements"),
     ],
 )
 def test_invalid_script_specs_are_rejected_with_a_clear_message(kubectl, change, message):
@@ -145,7 +150,8 @@ def test_invalid_script_specs_are_rejected_with_a_clear_message(kubectl, change,
 
 def test_script_jobs_are_accepted_and_their_mode_is_immutable(kubectl):
     by_path = script_sample("by-path", "default")
-    by_path["spec"]["script"] = {"path": "/checkpoints/code/search.py", "args": ["--epochs", "3"]}
+    by_path["spec"]["script"] = {"path": "/checkpoints/code/search.py", "args": ["--epochs", "3"],
+                                 "requirements": "/checkpoints/code/requirements.txt"}  # fmt: skip
     out = kubectl(
         "create", "--dry-run=server", "-o", "json", "-f", "-", input=yaml.safe_dump(by_path)
     ).stdout

@@ -1,6 +1,7 @@
 """The `tuneop` client against the real API server and operator, as a user runs it:
-`tuneop run search.py --follow` with a module beside the script, then `status`, `list`,
-`results` and `delete`; a request the API server refuses leaves nothing behind."""
+`tuneop run search.py --follow` with a module beside the script, a requirement from a
+package index and `logs --follow` beside it, then `status`, `list`, `results` and
+`delete`; a request the API server refuses leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -14,23 +15,55 @@ import pytest
 import tuneop_contract as contract
 
 from tests.e2e.harness import PYTHONPATH, Env, wait_for
+from tests.wheels import write_wheel
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.slow]
 
 SCRIPT = Path(__file__).parent / "scripts" / "client_search" / "search.py"
+DESCRIBE = (
+    "import json\n\n\ndef describe(values):\n"
+    "    return 'described by tuneop_e2e_extra: ' + json.dumps(values, sort_keys=True)\n"
+)
 
 
-def tuneop(e2e: Env, ns: str, *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+def _command(e2e: Env, ns: str, *args: str) -> tuple[list[str], dict[str, str]]:
     """`tuneop -n NS ...` (the client's module, as its console script runs it)."""
     env = {**os.environ, "PYTHONPATH": PYTHONPATH, "KUBECTL": str(e2e.kubectl.binary)}
     cmd = [sys.executable, "-m", "tuneop_client", "--kubeconfig", str(e2e.kubectl.kubeconfig),
            "-n", ns, *args]  # fmt: skip
+    return cmd, env
+
+
+def tuneop(e2e: Env, ns: str, *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    cmd, env = _command(e2e, ns, *args)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_run_follow_results_and_delete(e2e: Env, tmp_path: Path) -> None:
+def test_run_follow_logs_results_and_delete(e2e: Env, tmp_path: Path) -> None:
     ns = e2e.namespace("client")
-    ran = tuneop(e2e, ns, "run", str(SCRIPT), "--gpus", "1", "--follow", "--", "--epochs", "1")
+    index = tmp_path / "index"  # the package index the trainer pods reach (host processes)
+    index.mkdir()
+    write_wheel(index, "tuneop_e2e_extra", "0.1.0", DESCRIBE)
+    cmd, env = _command(
+        e2e, ns, "run", str(SCRIPT), "--gpus", "1", "--follow",
+        "--requirements", str(SCRIPT.parent / "requirements.txt"),
+        "--env", "PIP_NO_INDEX=1", "--env", f"PIP_FIND_LINKS={index}",
+        "--", "--epochs", "1",
+    )  # fmt: skip
+    running = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(lambda: e2e.kubectl.job(ns, "search") is not None, 60, "the job")
+        streamed = tuneop(e2e, ns, "logs", "search", "--follow")  # until the job ends
+        out, err = running.communicate(timeout=120)
+    finally:
+        running.kill()
+    assert streamed.returncode == 0, streamed.stderr
+    assert streamed.stdout.startswith("==> search-worker-0 (started "), streamed.stdout
+    assert "best hyperparameters: {" in streamed.stdout, streamed.stdout[-2000:]
+    assert "described by tuneop_e2e_extra: {" in streamed.stdout  # its requirement, installed
+    ran = subprocess.CompletedProcess(cmd, running.returncode, out, err)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     lines = ran.stdout.splitlines()
     assert lines[0] == f"tuningjob {ns}/search created (script in ConfigMap search-script)"
@@ -39,7 +72,9 @@ def test_run_follow_results_and_delete(e2e: Env, tmp_path: Path) -> None:
     assert lines[-3].split() == ["trial", "score", "hyperparameters"], ran.stdout
     assert "units=" in lines[-2] and "learning_rate=" in lines[-2], ran.stdout
     cm = e2e.kubectl.json("get", "configmap", "search-script", "-n", ns)
-    assert sorted(cm["data"]) == ["model_lib.py", "search.py"]
+    assert sorted(cm["data"]) == ["model_lib.py", "requirements.txt", "search.py"]
+    (packages,) = (e2e.claim_dir(ns) / contract.PACKAGES_DIR).iterdir()
+    assert (packages / "tuneop_e2e_extra" / "__init__.py").read_text() == DESCRIBE
     owner = cm["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == (contract.KIND, "search")
 

@@ -49,12 +49,15 @@ def test_the_job_is_what_the_crd_accepts_with_every_option(tmp_path: Path) -> No
     request = RunRequest(
         script=script, args=("--epochs", "3"), gpus=2, workers=2, image="r/trainer:1",
         data="emg-data:/datasets", queue="team-a", elastic=True, parallel=2,
+        requirements=tmp_path / "notes.txt", env=("PIP_INDEX_URL=https://m.example/simple",),
     )  # fmt: skip
     job = tuning_job(request, "my-search", "ml")
     assert check(job["spec"], schema()["properties"]["spec"], ".spec") == []
     spec = job["spec"]
     assert spec["script"]["configMap"] == {"name": "my-search-script", "key": "My_Search.py"}
     assert spec["script"]["args"] == ["--epochs", "3"]
+    assert spec["script"]["requirements"] == "notes.txt"
+    assert spec["env"] == [{"name": "PIP_INDEX_URL", "value": "https://m.example/simple"}]
     assert spec["distribution"]["elastic"]["shapes"] == [
         {"workers": 1, "gpusPerWorker": 2}, {"workers": 1, "gpusPerWorker": 1},
     ]  # fmt: skip
@@ -66,3 +69,13 @@ def test_the_job_is_what_the_crd_accepts_with_every_option(tmp_path: Path) -> No
     assert "image" not in plain["spec"] and "template" not in plain["spec"]
     with pytest.raises(SubmitError, match="--data"):
         tuning_job(RunRequest(script=script, data="claim:relative"), "x", "ml")
+    with pytest.raises(SubmitError, match="--env: 'PIP' is not NAME=VALUE"):
+        tuning_job(RunRequest(script=script, env=("PIP",)), "x", "ml")
+
+
+def test_the_requirements_file_goes_in_the_configmap_beside_the_script(tmp_path: Path) -> None:
+    script = _script(tmp_path)
+    files = script_files(script, tmp_path / "notes.txt")
+    assert sorted(files) == ["My_Search.py", "model_lib.py", "notes.txt"]
+    with pytest.raises(SubmitError, match=r"--requirements: .* is not a requirements file"):
+        script_files(script, tmp_path / "missing.txt")

@@ -177,6 +177,7 @@ def test_script_mode_shape_and_rules():
         "args",
         "deterministic",
         "continueOptimizerState",
+        "requirements",
     }
     assert set(script["properties"]["configMap"]["properties"]) == {"name", "key"}
     assert script["properties"]["configMap"]["required"] == ["name"]
@@ -185,6 +186,7 @@ def test_script_mode_shape_and_rules():
     assert [r["rule"] for r in script["x-kubernetes-validations"]] == [
         "has(self.configMap) != has(self.path)",
         "self == oldSelf",
+        "!has(self.requirements) || self.requirements.startsWith('/') || has(self.configMap)",
     ]
     rules = spec_rules()
     assert "has(self.hypermodel) != has(self.script)" in rules

@@ -146,6 +146,31 @@ def test_the_script_configmap_must_hold_the_entry_script(key, configmap, expecte
     assert (str(error) if error else None) == expected
 
 
+@pytest.mark.parametrize(
+    ("requirements", "configmap", "expected"),
+    [
+        ("requirements.txt", {"data": {"mine.py": "", "requirements.txt": ""}}, None),
+        ("/image/reqs.txt", {"data": {"mine.py": ""}}, None),
+        (
+            "reqs.txt",
+            {"data": {"mine.py": ""}},
+            "spec.script.requirements: ConfigMap 's' has no key 'reqs.txt' (it has: mine.py)",
+        ),
+        (
+            "r.txt",
+            {"data": {"r.txt": ""}},
+            "spec.script.configMap: ConfigMap 's' is empty (no script)",
+        ),
+    ],
+)
+def test_the_requirements_key_is_in_the_configmap_and_not_the_entry_script(
+    requirements, configmap, expected
+):
+    script = {"configMap": {"name": "s"}, "requirements": requirements}
+    error = check_script_configmap(JobSpec.from_dict({**SCRIPT, "script": script}), configmap)
+    assert (str(error) if error else None) == expected
+
+
 def test_the_configmap_check_ignores_other_modes():
     assert check_script_configmap(JobSpec.from_dict(BASE), {}) is None
     by_path = JobSpec.from_dict({"image": "img", "script": {"path": "/s.py"}})

@@ -33,7 +33,8 @@ from . import preemption
 from .cadence import mtbf_from_env
 from .checkpoint import VolumeError, volume_errors
 from .exits import fail
-from .spec import SpecError, TrainerSpec, load_spec_file
+from .modes import script_packages
+from .spec import ScriptSpec, SpecError, TrainerSpec, load_spec_file
 
 log = logging.getLogger("tuneop_trainer")
 
@@ -88,22 +89,43 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         return fail(EXIT_FAILED, f"cannot use the checkpoint volume {args.dir}: {exc}")
     if spec.script is not None:
-        from .modes.script import run_script
-
-        return run_script(
-            Path(spec.script.path),
-            list(spec.script.args),
-            Path(args.dir),
-            spec.checkpoint,
-            deterministic=spec.script.deterministic,
-            continue_optimizer=spec.script.continue_optimizer,
-            strategy_name=spec.strategy,
-            field=spec.script.field,
-            python_path=spec.python_path,
-        )
+        return _run_script(spec, spec.script, Path(args.dir))
     from .modes import spec as spec_mode
 
     return spec_mode.run(spec, Path(args.dir))
+
+
+def _run_script(spec: TrainerSpec, script: ScriptSpec, claim: Path) -> int:
+    """`run` of a spec.script: its own packages installed (on first use), then the
+    script under the engine."""
+    from .modes.script import run_script
+
+    try:
+        python_path = (*spec.python_path, *_script_packages(script, claim))
+    except SpecError as exc:
+        return fail(EXIT_INVALID_SPEC, str(exc))
+    except script_packages.PackagesError as exc:
+        return fail(EXIT_FAILED, str(exc))
+    return run_script(
+        Path(script.path),
+        list(script.args),
+        claim,
+        spec.checkpoint,
+        deterministic=script.deterministic,
+        continue_optimizer=script.continue_optimizer,
+        strategy_name=spec.strategy,
+        field=script.field,
+        python_path=python_path,
+    )
+
+
+def _script_packages(script: ScriptSpec, claim: Path) -> tuple[str, ...]:
+    """The directory of the script's own packages, installed on first use; () without
+    spec.script.requirements."""
+    if not script.requirements:
+        return ()
+    target = script_packages.install(Path(script.requirements), claim, "spec.script.requirements")
+    return (str(target),)
 
 
 def _exec(args: argparse.Namespace) -> int:

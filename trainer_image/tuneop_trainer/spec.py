@@ -105,6 +105,7 @@ class ScriptSpec:
     deterministic: bool = False
     field: str = "spec.script.path"  # named in errors about the file
     continue_optimizer: bool = False  # spec.script.continueOptimizerState
+    requirements: str = ""  # resolved path of spec.script.requirements, "" = none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,26 +201,36 @@ def _parse_script(doc: dict[str, Any]) -> ScriptSpec | None:
     keep = s.get("continueOptimizerState", False)
     if not isinstance(keep, bool):
         raise SpecError("spec.script.continueOptimizerState", f"{_q(keep)} must be true or false")
+    requirements = _str(s, "requirements", "spec.script.requirements", "")
     if "path" in s:
         path = _str(s, "path", "spec.script.path", "")
         if not path.startswith("/"):
             raise SpecError("spec.script.path", f"{_q(path)} must be an absolute path")
-        return ScriptSpec(path, tuple(args), deterministic, "spec.script.path", keep)
+        if requirements and not requirements.startswith("/"):
+            raise SpecError(
+                "spec.script.requirements",
+                f"{_q(requirements)} must be an absolute path with spec.script.path",
+            )
+        return ScriptSpec(path, tuple(args), deterministic, "spec.script.path", keep, requirements)
     cm = _map(s, "configMap", "spec.script.configMap")
     key = cm.get("key")
     if key is None:
-        key = _only_key(Path(SCRIPT_DIR)) or DEFAULT_SCRIPT_KEY
+        key = _only_key(Path(SCRIPT_DIR), besides=requirements) or DEFAULT_SCRIPT_KEY
     if not isinstance(key, str) or not key or "/" in key:
         raise SpecError("spec.script.configMap.key", f"{_q(key)} must be a ConfigMap key")
+    if requirements and not requirements.startswith("/"):
+        requirements = str(Path(SCRIPT_DIR) / requirements)
     return ScriptSpec(
-        str(Path(SCRIPT_DIR) / key), tuple(args), deterministic, "spec.script.configMap.key", keep
-    )
+        str(Path(SCRIPT_DIR) / key), tuple(args), deterministic, "spec.script.configMap.key",
+        keep, requirements,
+    )  # fmt: skip
 
 
-def _only_key(directory: Path) -> str | None:
-    """The single key of a mounted ConfigMap (its volume also holds `..data` links)."""
+def _only_key(directory: Path, besides: str = "") -> str | None:
+    """The single key of a mounted ConfigMap (its volume also holds `..data` links),
+    the requirements file's key aside."""
     try:
-        keys = [p.name for p in directory.iterdir() if not p.name.startswith(".")]
+        keys = [p.name for p in directory.iterdir() if p.name[0] != "." and p.name != besides]
     except OSError:
         return None
     return keys[0] if len(keys) == 1 else None

@@ -148,6 +148,8 @@ class Script:
     deterministic: bool = False
     continue_optimizer_state: bool = False
     """Hyperband promotions continue the optimizer state (the trainer's switch)."""
+    requirements: str = ""
+    """A pip requirements file: a key of the ConfigMap, or an absolute path in the pod."""
 
     @classmethod
     def from_dict(cls, script: dict[str, Any]) -> Script:
@@ -159,6 +161,7 @@ class Script:
             args=tuple(str(a) for a in script.get("args") or ()),
             deterministic=bool(script.get("deterministic", False)),
             continue_optimizer_state=bool(script.get("continueOptimizerState", False)),
+            requirements=str(script.get("requirements") or ""),
         )
 
 
@@ -524,10 +527,17 @@ def check_script_configmap(spec: JobSpec, configmap: dict[str, Any]) -> SpecErro
     name, key = spec.script.config_map, spec.script.key
     # both are mounted as files: `kubectl create configmap --from-file` puts a file
     # that is not UTF-8 into binaryData
-    keys = sorted({*(configmap.get("data") or {}), *(configmap.get("binaryData") or {})})
+    every = sorted({*(configmap.get("data") or {}), *(configmap.get("binaryData") or {})})
+    have = ", ".join(every) or "none"
+    requirements = spec.script.requirements
+    if requirements and not requirements.startswith("/") and requirements not in every:
+        return SpecError(
+            "spec.script.requirements",
+            f"ConfigMap {name!r} has no key {requirements!r} (it has: {have})",
+        )
+    keys = [k for k in every if k != requirements]  # the entry script is not the requirements
     if not keys:
         return SpecError("spec.script.configMap", f"ConfigMap {name!r} is empty (no script)")
-    have = ", ".join(keys)
     if key:
         if key in keys:
             return None
@@ -538,7 +548,7 @@ def check_script_configmap(spec: JobSpec, configmap: dict[str, Any]) -> SpecErro
         return None
     return SpecError(
         "spec.script.configMap.key",
-        f"unset, and ConfigMap {name!r} has {len(keys)} keys ({have}) but no "
+        f"unset, and ConfigMap {name!r} has {len(every)} keys ({have}) but no "
         f"{contract.DEFAULT_SCRIPT_KEY!r}: set spec.script.configMap.key to the entry script",
     )
 

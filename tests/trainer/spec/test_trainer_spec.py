@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from trainer_helpers import REPO, SCRIPTS, env, tiny_spec, write_spec
-from tuneop_contract import EXIT_INVALID_SPEC
+from tuneop_contract import EXIT_INVALID_SPEC, SCRIPT_DIR
 from tuneop_trainer.spec import SpecError, load_spec_file, parse
 
 from tests.forkserver import launch
@@ -175,6 +175,13 @@ def test_script_spec() -> None:
         {"script": {"configMap": {"name": "m", "key": "train.py"}, "continueOptimizerState": True}}
     ).script
     assert cm is not None and cm.path.endswith("/train.py") and cm.continue_optimizer
+    assert cm.requirements == ""
+    with_reqs = parse(
+        {"script": {"configMap": {"name": "m", "key": "t.py"}, "requirements": "req.txt"}}
+    ).script
+    assert with_reqs is not None and with_reqs.requirements == f"{SCRIPT_DIR}/req.txt"
+    in_image = parse({"script": {"path": "/a.py", "requirements": "/opt/r.txt"}}).script
+    assert in_image is not None and in_image.requirements == "/opt/r.txt"
     for bad, message in [
         ({"script": {"path": "s.py"}}, "spec.script.path"),
         ({"script": {"path": "/a.py"}, "hypermodel": "a:B"}, "spec.hypermodel"),
@@ -183,6 +190,10 @@ def test_script_spec() -> None:
         (
             {"script": {"path": "/a.py", "continueOptimizerState": "yes"}},
             'spec.script.continueOptimizerState: "yes" must be true or false',
+        ),
+        (
+            {"script": {"path": "/a.py", "requirements": "r.txt"}},
+            'spec.script.requirements: "r.txt" must be an absolute path with spec.script.path',
         ),
     ]:
         with pytest.raises(SpecError, match=f"^{message}"):

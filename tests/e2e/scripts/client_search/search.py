@@ -1,5 +1,6 @@
 """A keras-tuner script as a user writes it: its model in a module beside it
-(model_lib.py), its own argument, a file it saves where it runs."""
+(model_lib.py), a package of its own (requirements.txt), its own argument, a file it
+saves where it runs."""
 
 import argparse
 import json
@@ -7,6 +8,7 @@ import json
 import keras_tuner
 import numpy as np
 from model_lib import build
+from tuneop_e2e_extra import describe
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=2)
@@ -24,3 +26,4 @@ best = tuner.get_best_hyperparameters(1)[0].values
 with open("best_hyperparameters.json", "w") as handle:
     json.dump(best, handle)
 print("best hyperparameters:", best)
+print(describe(best))
