@@ -42,6 +42,8 @@ UNCHECKABLE: dict[str, str] = {
     "kubectl get tj emg-cnn -o jsonpath={.status.topTrials}": "reads a job's status",
     "kubectl create configmap my-search --from-file=search.py": "search.py is the user's own",
     "kubectl get tj my-search -w": "reads a job on the cluster",
+    "REGISTRY=registry.example.com/ml": "the user's registry (tests/e2e/test_readme_quickstart.py)",
+    "pip install ./contract ./client": "installs the client (tests/unit/test_client_package.py)",
 }
 
 
