@@ -7,7 +7,8 @@
 #   charts/tuneop/dashboards/tuneop.json -> manifests/grafana/tuneop-dashboard.json (a copy
 #   to import into Grafana by hand; JSON has no comments, so no generated header)
 # Release "tuneop" in namespace "tuneop-system", default values plus the ServiceMonitor,
-# trainer PodMonitor and PrometheusRule; manifests/prometheus/tuneop-rules.yaml is the
+# trainer PodMonitor and PrometheusRule, without helm's hooks (the uninstall Job: with plain
+# manifests the TuningJobs are deleted before the operator, docs/operator-guide.md); manifests/prometheus/tuneop-rules.yaml is the
 # PrometheusRule's spec as a plain Prometheus rules file. tests/unit/test_chart.py
 # re-renders into a temp dir and fails on any difference.
 #
@@ -44,7 +45,7 @@ rendered=$(mktemp)
 trap 'rm -f "$rendered"' EXIT
 "$HELM" template "$release" "$chart" --namespace "$namespace" --kube-version "$kube_version" \
   --set metrics.serviceMonitor.enabled=true --set metrics.trainerPodMonitor.enabled=true \
-  --set prometheusRule.enabled=true >"$rendered"
+  --set prometheusRule.enabled=true --no-hooks >"$rendered"
 
 # The TuningJob admission policy (docs/security.md), rendered on its own with example
 # limits; an admin changes them in the cluster by editing the params ConfigMap

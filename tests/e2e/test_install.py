@@ -46,6 +46,8 @@ OP_RELEASE = "tuneop-e2e-op"
 OP_SERVICE_ACCOUNT = f"system:serviceaccount:{OP_RELEASE}:{OP_RELEASE}"
 PSA_WARNING = "would violate PodSecurity"
 APP_VERSION = image_tag()
+# The uninstall hook is a Job; on the bare control plane (no node) it would wait for ever.
+NO_NODE = ("--no-hooks",)
 
 
 def helm(cp: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -132,7 +134,7 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
 ) -> None:
     cp = control_plane
     apply_crds(cp)  # as another test may have; helm skips CRDs that exist
-    helm(cp, "uninstall", RELEASE, "--namespace", NAMESPACE, check=False)
+    helm(cp, "uninstall", RELEASE, "--namespace", NAMESPACE, *NO_NODE, check=False)
     installed = helm(
         cp,
         "install",
@@ -228,7 +230,17 @@ def test_helm_install_grants_the_operator_what_it_needs_and_no_more(
         assert "attempting to grant RBAC permissions not currently held" in refused.stderr
         cp.kubectl("delete", "namespace", grant_ns, "--wait=false")
     finally:
-        helm(cp, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")
+        helm(
+            cp,
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            *NO_NODE,
+            "--wait",
+            "--timeout",
+            "2m",
+        )
     gone = cp.kubectl("get", "clusterrole", RELEASE, check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
     # Helm keeps CRDs on uninstall (existing TuningJobs survive).
@@ -268,7 +280,7 @@ def test_the_real_operator_runs_with_only_the_charts_permissions(
     watched = "tuneop-e2e-watched"
     peering = "tuneop-e2e-rbac"
     cp.kubectl("create", "namespace", watched, check=False)
-    helm(cp, "uninstall", OP_RELEASE, "--namespace", OP_RELEASE, check=False)
+    helm(cp, "uninstall", OP_RELEASE, "--namespace", OP_RELEASE, *NO_NODE, check=False)
     helm(
         cp,
         "install",
@@ -319,7 +331,8 @@ def test_the_real_operator_runs_with_only_the_charts_permissions(
         if operator is not None:
             operator.stop()
         cp.kubectl("delete", "clusterkopfpeering", peering, "--ignore-not-found")
-        helm(cp, "uninstall", OP_RELEASE, "--namespace", OP_RELEASE, "--wait", "--timeout", "2m")
+        helm(cp, "uninstall", OP_RELEASE, "--namespace", OP_RELEASE, *NO_NODE, "--wait",
+             "--timeout", "2m")  # fmt: skip
         cp.kubectl("delete", "namespace", watched, "--wait=false", check=False)
 
 
@@ -376,7 +389,8 @@ class ChartRelease:
     def uninstall(self) -> None:
         # TuningJobs deleted while the operator still runs, so kopf's finalizer is released.
         self.cp.kubectl("-n", self.watched, "delete", "tj", "--all", "--timeout=90s", check=False)
-        helm(self.cp, "uninstall", self.name, "--namespace", self.name, "--wait", "--timeout", "2m")
+        helm(self.cp, "uninstall", self.name, "--namespace", self.name, "--wait", "--timeout", "2m",
+             "--ignore-not-found")  # fmt: skip
         self.cp.kubectl("delete", "clusterkopfpeering", self.name, "--ignore-not-found")
         self.cp.kubectl("delete", "namespace", self.watched, "--wait=false", check=False)
 
@@ -498,5 +512,29 @@ def test_the_charts_deployment_runs_the_operator_in_the_cluster(
             logs = cp.kubectl("-n", release.name, "logs", pod["name"], check=False)
             assert logs.returncode == 0, logs.stderr
             assert "Forbidden" not in logs.stdout and " 403 " not in logs.stdout, logs.stdout
+        _uninstalled_with_a_running_job_its_namespace_can_be_deleted(release, real_node)
     finally:
         release.uninstall()
+
+
+def _uninstalled_with_a_running_job_its_namespace_can_be_deleted(
+    release: ChartRelease, node: KubeletNode
+) -> None:
+    """`helm uninstall` while a job runs, its TuningJobs not deleted first: the
+    pre-delete hook stops the operator and releases its finalizer (the jobs stay, the
+    running one keeps its trainer), so deleting the namespace then takes the jobs and
+    their pods with it."""
+    cp, ns = release.cp, release.watched
+    running = sample_on(node, ns).replace("name: emg-cnn", "name: emg-cnn-running", 1)
+    cp.kubectl("apply", "-f", "-", input=running)
+    release.wait(lambda: release.job_phase("emg-cnn-running") == "Running", 180, "it runs")
+    helm(release.cp, "uninstall", release.name, "--namespace", release.name, "--wait",
+         "--timeout", "4m")  # fmt: skip
+    jobs = json.loads(cp.kubectl("-n", ns, "get", "tj", "-o", "json").stdout)["items"]
+    assert "emg-cnn-running" in [j["metadata"]["name"] for j in jobs]
+    assert all(not j["metadata"].get("finalizers") for j in jobs), jobs
+    trainers = cp.kubectl("-n", ns, "get", "pods", "-o", "name").stdout.split()
+    assert "pod/emg-cnn-running-worker-0" in trainers, trainers  # not stopped by it
+    cp.kubectl("delete", "namespace", ns, "--wait", "--timeout=180s")
+    gone = cp.kubectl("get", "namespace", ns, check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr, gone.stdout

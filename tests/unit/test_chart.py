@@ -174,12 +174,16 @@ def kubeconform(
 KUBE_VERSION = tools.helm_kube_version()
 
 
-def template(helm: str, *sets: str, crds: bool = False) -> str:
+def template(helm: str, *sets: str, crds: bool = False, hooks: bool = False) -> str:
+    """The chart as `helm install` creates it; `hooks`: with the objects of its hooks
+    (the uninstall Job, created only by `helm uninstall`)."""
     cmd = [helm, "template", "tuneop", str(CHART), "--namespace", "tuneop-system", *KUBE_VERSION]
     for s in sets:
         cmd += ["--set", s]
     if crds:
         cmd.append("--include-crds")
+    if not hooks:
+        cmd.append("--no-hooks")
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
@@ -461,6 +465,48 @@ def test_disruption_budget_keeps_a_standby_replica(helm: str) -> None:
     assert "PodDisruptionBudget" not in single  # would block every drain
 
 
+def _hook(helm: str, *sets: str) -> list[dict[str, Any]]:
+    return [o for o in objects(template(helm, *sets, hooks=True))
+            if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]  # fmt: skip
+
+
+def test_the_uninstall_hook_stops_the_operator_and_may_only_release_tuningjobs(
+    helm: str,
+) -> None:
+    """A pre-delete Job of the operator image runs tuneop.run.uninstall; its rights,
+    made before it and deleted after it: this release's Deployment scale and pods, and
+    get/list/patch of TuningJobs; its pod is not one the Deployment selects."""
+    hook = _hook(helm)
+    assert {o["metadata"]["annotations"]["helm.sh/hook"] for o in hook} == {"pre-delete"}
+    (job,) = [o for o in hook if o["kind"] == "Job"]
+    deploy = by_kind(template(helm))["Deployment"]
+    pod = job["spec"]["template"]
+    assert pod["spec"]["containers"][0]["image"] == deploy["spec"]["template"]["spec"][
+        "containers"][0]["image"]  # fmt: skip
+    assert pod["spec"]["containers"][0]["command"][:3] == ["python", "-m", "tuneop.run.uninstall"]
+    assert f"--deployment={deploy['metadata']['name']}" in pod["spec"]["containers"][0]["command"]
+    selector = deploy["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hook}
+    assert max(w for k, w in weights.items() if k != "Job") < weights["Job"]
+    rules = {o["kind"]: o["rules"] for o in hook if "rules" in o}
+    assert rules["ClusterRole"] == [
+        {"apiGroups": ["tuneop.io"], "resources": ["tuningjobs"], "verbs": ["get", "list", "patch"]}
+    ]
+    name = deploy["metadata"]["name"]
+    assert [(r["resources"], r.get("resourceNames"), r["verbs"]) for r in rules["Role"]] == [
+        (["deployments"], [name], ["get"]),
+        (["deployments/scale"], [name], ["patch"]),
+        (["pods"], None, ["list"]),
+    ]
+    namespaced = _hook(helm, "operator.watchNamespaces={ml,research}")
+    assert "ClusterRole" not in {o["kind"] for o in namespaced}
+    job_roles = [o for o in namespaced if o["kind"] == "Role" and o["rules"][0]["resources"] == [
+        "tuningjobs"]]  # fmt: skip
+    assert sorted(o["metadata"]["namespace"] for o in job_roles) == ["ml", "research"]
+    assert _hook(helm, "uninstall.releaseJobs=false") == []
+
+
 def test_two_replicas_need_peering(helm: str) -> None:
     err = helm_error(helm, "operator.peeringName=")
     assert "operator.peeringName is empty" in err
@@ -650,7 +696,7 @@ def test_kubeconform_strict_default_and_all_toggles(
     namespaced = [*ALL_ON, "operator.watchNamespaces={ml,research}"]
     for name, sets in {"default": [], "all-on": ALL_ON, "namespaced": namespaced}.items():
         out = tmp_path / f"{name}.yaml"
-        out.write_text(template(helm, *sets, crds=True))
+        out.write_text(template(helm, *sets, crds=True, hooks=True))
         report = kubeconform(bin_dir, schema_dirs, [out], skip=MONITORING_KINDS)
         summary = report["summary"]
         assert summary["invalid"] == 0 and summary["errors"] == 0, report

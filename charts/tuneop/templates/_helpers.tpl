@@ -30,9 +30,23 @@ app.kubernetes.io/component: operator
 {{- define "tuneop.labels" -}}
 helm.sh/chart: {{ include "tuneop.chart" . }}
 {{ include "tuneop.selectorLabels" . }}
+{{ include "tuneop.releaseLabels" . }}
+{{- end }}
+
+{{- define "tuneop.releaseLabels" -}}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: tuneop
+{{- end }}
+
+{{- /* The uninstall hook's objects: not the operator's selector, or its Job's pod would
+count as an operator pod still running. */}}
+{{- define "tuneop.uninstallLabels" -}}
+helm.sh/chart: {{ include "tuneop.chart" . }}
+app.kubernetes.io/name: {{ include "tuneop.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: uninstall
+{{ include "tuneop.releaseLabels" . }}
 {{- end }}
 
 {{- define "tuneop.serviceAccountName" -}}

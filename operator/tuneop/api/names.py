@@ -13,6 +13,9 @@ API_VERSION = contract.API_VERSION
 KIND = contract.KIND
 PLURAL = contract.PLURAL
 
+FINALIZER = f"{GROUP}/cleanup"
+"""kopf's finalizer on every TuningJob: the operator deletes the job's children first."""
+
 COMPONENT = "tuneop-operator"
 """Event source component and field manager."""
 

@@ -54,7 +54,7 @@ def retry_delay(
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
-    settings.persistence.finalizer = f"{names.GROUP}/cleanup"
+    settings.persistence.finalizer = names.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=names.GROUP, key="last-handled-configuration"
