@@ -70,7 +70,7 @@ image-gpu: venv ## Build the GPU trainer image and check it (contents, TensorFlo
 	TUNEOP_TEST_IMAGES=trainer-gpu $(PY) -m pytest tests/images
 
 .PHONY: test
-test: venv prometheus cluster-tools images-cpu lint ## Set everything up and run the whole suite
+test: venv prometheus registry cluster-tools images-cpu lint ## Set everything up and run the whole suite
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Flakiness shows only over many runs: `make repeat TEST=path::name N=20` reports passes/N.
@@ -87,6 +87,10 @@ test-unit: venv ## Unit tests only (seconds)
 .PHONY: prometheus
 prometheus: ## Install promtool/prometheus (Debian package) for the alert tests if missing
 	@hack/prometheus.sh >/dev/null
+
+.PHONY: registry
+registry: ## Install Debian's docker-registry (a local registry for the push test) if missing
+	@hack/debian-tool.sh docker-registry docker-registry >/dev/null
 
 .PHONY: manifests
 manifests: ## Render manifests/{rbac,operator,prometheus} and chart CRDs from charts/tuneop

@@ -42,7 +42,7 @@ import yaml
 from tuneop.api import names
 
 from tests.e2e.harness import Env, condition, wait_for
-from tests.localcluster import disruption
+from tests.localcluster import disruption, tools
 from tests.localcluster.nodeagent.agent import NodeConfig
 from tests.prometheus_server import Prometheus
 
@@ -63,7 +63,7 @@ def render_rules(helm: Path, out: Path) -> Path:
             str(helm), "template", "tuneop", str(CHART), "--namespace", "tuneop-system",
             "--show-only", "templates/prometheusrule.yaml",
             "--set", "prometheusRule.enabled=true",
-            "--set", "prometheusRule.jobStalled.for=2s",
+            "--set", "prometheusRule.jobStalled.for=2s", *tools.helm_kube_version(),
         ],
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip

@@ -207,7 +207,7 @@ def _uninstall(term: Terminal, cluster: LocalCluster) -> None:
         failed.extend([f"{command}\n{_said(done)}"] if done.returncode else [])
     assert not failed, failed
     left = cluster.control_plane.kubectl(
-        "get", "pods", "-A", "-l", f"{contract.LABEL_JOB}={JOB}", "-o", "name"
+        "get", "pods", "--namespace", "default", "-l", f"{contract.LABEL_JOB}={JOB}", "-o", "name"
     ).stdout
     assert not left.strip(), left
 
