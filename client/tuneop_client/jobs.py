@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,10 +30,10 @@ def run(request: RunRequest, cluster: Cluster) -> dict[str, Any]:
     cluster.create_configmap(body)
     try:
         created = cluster.create_job(job)
-        cluster.own_configmap(body["metadata"]["name"], created)
     except BaseException:
         cluster.delete_configmap(body["metadata"]["name"])
         raise
+    cluster.own_configmap(body["metadata"]["name"], created)
     return created
 
 
@@ -68,8 +69,7 @@ def delete(cluster: Cluster, name: str) -> None:
 def results(cluster: Cluster, name: str, dest: Path) -> str:
     """results.json, the model and the script's outputs/ copied into `dest` (any size,
     SHA-256 checked); what the copy printed."""
-    done = _script(cluster, "fetch-results.sh", name, cluster.namespace, str(dest))
-    return done.stdout.strip()
+    return str(_script(cluster, "fetch-results.sh", name, cluster.namespace, str(dest))).strip()
 
 
 def logs(cluster: Cluster, name: str, follow_logs: bool = False) -> int:
@@ -82,20 +82,33 @@ def logs(cluster: Cluster, name: str, follow_logs: bool = False) -> int:
 
 def tensorboard(cluster: Cluster, name: str, port: int) -> int:
     """Serve the job's TensorBoard logs on localhost:`port` until Ctrl-C."""
-    script = SCRIPTS / "tensorboard.sh"
-    cmd = ["bash", str(script), name, cluster.namespace, str(port)]
-    return subprocess.run(cmd, env=_script_env(cluster), check=False).returncode
+    return int(
+        _script(cluster, "tensorboard.sh", name, cluster.namespace, str(port), capture=False)
+    )
 
 
-def _script(cluster: Cluster, script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        ["bash", str(SCRIPTS / script), *args],
-        env=_script_env(cluster), capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise ClientError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else
-                          f"{script} exited {done.returncode}")  # fmt: skip
-    return done
+def _script(cluster: Cluster, script: str, *args: str, capture: bool = True) -> Any:
+    """Run a shipped script; with `capture`, its output (ClientError with its last line
+    when it fails), else its exit code. Ctrl-C reaches it as SIGINT and is waited for,
+    so its trap deletes the helper pod it made."""
+    pipe = subprocess.PIPE if capture else None
+    try:
+        proc = subprocess.Popen(["bash", str(SCRIPTS / script), *args], env=_script_env(cluster),
+                                stdout=pipe, stderr=pipe, text=True)  # fmt: skip
+    except OSError as exc:
+        raise ClientError(f"cannot run {script}: {exc}") from None
+    try:
+        out, err = proc.communicate()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+        raise
+    if not capture:
+        return proc.returncode
+    if proc.returncode != 0:
+        raise ClientError(err.strip().splitlines()[-1] if err.strip() else
+                          f"{script} exited {proc.returncode}")  # fmt: skip
+    return out
 
 
 def _kubectl(cluster: Cluster) -> list[str]:

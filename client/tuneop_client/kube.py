@@ -34,10 +34,13 @@ class Cluster:
     ) -> Cluster:
         try:
             config.load_kube_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
-            _, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError) as exc:
             raise ClientError(f"no cluster to talk to (kubeconfig): {exc}") from None
-        chosen = namespace or (active.get("context") or {}).get("namespace") or "default"
+        used = (
+            next((c for c in contexts if c.get("name") == context), active) if context else active
+        )
+        chosen = namespace or (used.get("context") or {}).get("namespace") or "default"
         api = client.ApiClient()
         return cls(chosen, kubeconfig, context, client.CoreV1Api(api), client.CustomObjectsApi(api))
 

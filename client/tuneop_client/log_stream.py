@@ -60,33 +60,45 @@ def follow_logs(
     cluster: Cluster, name: str, kubectl: list[str], say: Say, start: Start = subprocess.Popen
 ) -> int:
     """Stream every trainer pod of the job as it starts, until the job has ended and its
-    last streams have drained."""
+    last streams have drained: 0 when it succeeded, 1 when it failed. Any error or
+    Ctrl-C stops the streams started."""
     streams: dict[str, subprocess.Popen[bytes]] = {}
-    ended_at: float | None = None
+    try:
+        phase = _follow(cluster, name, kubectl, say, start, streams)
+    finally:
+        _stop(streams.values())
+    return 0 if phase == "Succeeded" else 1
+
+
+def _follow(
+    cluster: Cluster, name: str, kubectl: list[str], say: Say, start: Start,
+    streams: dict[str, subprocess.Popen[bytes]],
+) -> str:  # fmt: skip
+    """Start a stream per trainer pod as it starts; the job's phase once it ended and
+    its streams ended or had DRAIN_SECONDS to."""
+    job = cluster.job(name)
+    prefix = int((job.get("spec") or {}).get("parallelTrials") or 1) > 1
     while True:
-        job = cluster.job(name)
-        prefix = int((job.get("spec") or {}).get("parallelTrials") or 1) > 1
         for pod in started_trainers(cluster.pods(name)):
             uid = str(pod["metadata"].get("uid") or pod["metadata"]["name"])
             if uid not in streams:
                 say(header(pod))
                 streams[uid] = start([*_command(cluster, kubectl, pod, prefix), "--follow"])
-        if ended_at is None and (job.get("status") or {}).get("phase") in TERMINAL:
-            ended_at = time.monotonic()
-        if ended_at is not None and _drained(streams.values(), ended_at):
-            return 0
+        phase = str((job.get("status") or {}).get("phase") or "")
+        if phase in TERMINAL:
+            deadline = time.monotonic() + DRAIN_SECONDS
+            while any(s.poll() is None for s in streams.values()) and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS / 4)
+            return phase
         time.sleep(POLL_SECONDS)
+        job = cluster.job(name)
 
 
-def _drained(streams: Any, ended_at: float) -> bool:
-    """All streams ended, or the drain time is up (the rest are stopped)."""
-    running = [s for s in streams if s.poll() is None]
-    if running and time.monotonic() - ended_at < DRAIN_SECONDS:
-        return False
-    for stream in running:
-        stream.terminate()
-        stream.wait()
-    return True
+def _stop(streams: Any) -> None:
+    for stream in streams:
+        if stream.poll() is None:
+            stream.terminate()
+            stream.wait()
 
 
 def _command(

@@ -533,8 +533,10 @@ def _uninstalled_with_a_running_job_its_namespace_can_be_deleted(
     jobs = json.loads(cp.kubectl("-n", ns, "get", "tj", "-o", "json").stdout)["items"]
     assert "emg-cnn-running" in [j["metadata"]["name"] for j in jobs]
     assert all(not j["metadata"].get("finalizers") for j in jobs), jobs
-    trainers = cp.kubectl("-n", ns, "get", "pods", "-o", "name").stdout.split()
-    assert "pod/emg-cnn-running-worker-0" in trainers, trainers  # not stopped by it
+    trainer = json.loads(cp.kubectl("-n", ns, "get", "pod", "emg-cnn-running-worker-0",
+                                    "-o", "json").stdout)  # fmt: skip
+    assert trainer["status"]["phase"] == "Running", trainer["status"]  # not stopped by it
+    assert "deletionTimestamp" not in trainer["metadata"], trainer["metadata"]
     cp.kubectl("delete", "namespace", ns, "--wait", "--timeout=180s")
     gone = cp.kubectl("get", "namespace", ns, check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr, gone.stdout

@@ -36,23 +36,13 @@ phase=$(k get tuningjob "$job" -o jsonpath='{.status.phase}')
 mkdir -p "$dest"
 pod=$job-results-$RANDOM  # at most 45 + 14 characters, under the 63 of a pod name
 
-manifest=$(cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $pod
-  labels: {app.kubernetes.io/name: tuneop-results, tuneop.io/results-of: $job}
-spec:
-  $helper_spec_yaml
-  $prefer_node_yaml
+manifest=$(helper_pod_head results "$prefer_node_yaml"; cat <<EOF
   containers:
   - name: results
     image: "$image"
     env: [{name: MAX_BYTES, value: "$max_bytes"}, {name: HOLD_SECONDS, value: "$timeout"}]
     resources: {requests: {cpu: 10m, memory: 32Mi}}
-    securityContext:
-      allowPrivilegeEscalation: false
-      capabilities: {drop: [ALL]}
+    $container_security_yaml
     volumeMounts:
     - {name: claim, mountPath: /results, readOnly: true}
     - {name: out, mountPath: /out}

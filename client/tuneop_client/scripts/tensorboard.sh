@@ -33,15 +33,7 @@ pod=$job-tensorboard-$RANDOM
 placement=""
 [[ -n $node ]] && placement="nodeSelector: {kubernetes.io/hostname: $node}"
 
-manifest=$(cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $pod
-  labels: {app.kubernetes.io/name: tuneop-tensorboard, tuneop.io/tensorboard-of: $job}
-spec:
-  $helper_spec_yaml
-  $placement
+manifest=$(helper_pod_head tensorboard "$placement"; cat <<EOF
   containers:
   - name: tensorboard
     image: "$image"
@@ -50,18 +42,16 @@ spec:
     ports: [{name: http, containerPort: 6006}]
     env: [{name: HOME, value: /tmp}]
     resources: {requests: {cpu: 100m, memory: 256Mi}}
-    securityContext:
-      allowPrivilegeEscalation: false
-      capabilities: {drop: [ALL]}
+    $container_security_yaml
     volumeMounts:
     - {name: claim, mountPath: /claim, readOnly: true}
   volumes:
   - {name: claim, persistentVolumeClaim: {claimName: $claim, readOnly: true}}
 EOF
 )
-k create -f - >/dev/null <<<"$manifest"
 cleanup() { k delete pod "$pod" --ignore-not-found --wait=false >/dev/null 2>&1 || true; }
 trap cleanup EXIT
+k create -f - >/dev/null <<<"$manifest"
 
 deadline=$((SECONDS + timeout))
 while :; do

@@ -6,7 +6,8 @@
 # `helper_spec_yaml` (the spec lines every helper pod has), `prefer_node_yaml` (the
 # node its last trainer pod ran on, preferred) and the trainer's `user` and
 # `group` (RUN_AS_USER, else the job template's, else 1000, the operator's default
-# TUNEOP_OPERATOR_TRAINER_UID), so the helper reads what the trainer wrote.
+# TUNEOP_OPERATOR_TRAINER_UID), so the helper reads what the trainer wrote; and
+# `helper_pod_head`, the start of a helper pod's manifest.
 # Needs TOOL (the prefix of error messages). Sets `timeout` (TIMEOUT, default 300 s).
 job=$1
 read -r -a kubectl <<<"${KUBECTL:-kubectl}"
@@ -48,3 +49,21 @@ helper_spec_yaml="restartPolicy: Never
   $pull_secrets_yaml
   securityContext: {runAsNonRoot: true, runAsUser: $user, runAsGroup: $group, fsGroup: $group, seccompProfile: {type: RuntimeDefault}}
   tolerations: [{operator: Exists, effect: NoSchedule}]"
+
+# A container's part of the restricted Pod Security level.
+container_security_yaml="securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}"
+
+# `helper_pod_head ROLE PLACEMENT`: a helper pod's manifest up to its containers, named
+# $pod, labelled tuneop-ROLE (of the job); PLACEMENT is a spec line choosing its node, or "".
+helper_pod_head() {
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $pod
+  labels: {app.kubernetes.io/name: tuneop-$1, tuneop.io/$1-of: $job}
+spec:
+  $helper_spec_yaml
+  $2
+EOF
+}
