@@ -142,7 +142,7 @@ def count_failure(
     )
     slot.restart()
     slot.put(st.NEXT_RETRY_TIME, st.rfc3339(draft.now + dt.timedelta(seconds=delay)))
-    draft.decision.requeue_after = min(draft.decision.requeue_after or delay, float(delay))
+    draft.decision.wake_within(delay)
     return GroupResult(
         "recreate",
         "TrainerFailed",

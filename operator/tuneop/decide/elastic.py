@@ -80,7 +80,7 @@ def follow_shape(
     waited = idle_seconds(draft, None, slot.get(st.START_TIME)) or 0.0
     if waited < dist.elastic.wait_seconds:
         left = dist.elastic.wait_seconds - waited
-        draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
+        draft.decision.wake_within(left)
         return
     smaller = spec.at_shape(following)
     _stop(draft, spec, slot, groups.current[slot.group.name])
@@ -119,7 +119,7 @@ def follow_probe(
     ran = _running_seconds(draft, groups.current[slot.group.name].values())
     if ran < dist.elastic.wait_seconds:
         left = dist.elastic.wait_seconds - ran
-        draft.decision.requeue_after = min(draft.decision.requeue_after or left, left)
+        draft.decision.wake_within(left)
         return
     groups.keep_probes = True
     wanted, sets = _wanted_probes(draft, spec, groups.current[slot.group.name])

@@ -141,7 +141,11 @@ class Ledger:
         updated = st.parse_time(self.values.get(st.GOODPUT_UPDATED))
         stale = updated is None or (self.draft.now - updated).total_seconds() >= REFRESH_SECONDS
         live = sum(pod_gpu_seconds(pod, gpus, self.draft.now) for pod, gpus in live_pods)
-        if not (self.changed or (stale and live > 0)):
+        writes = self.changed or (stale and live > 0)
+        if live > 0:  # the running pods' share grows: refreshed when it is due
+            age = 0.0 if writes or updated is None else (self.draft.now - updated).total_seconds()
+            self.draft.decision.wake_within(REFRESH_SECONDS - age)
+        if not writes:
             return self.recoveries
         ended = float(self.values.get(st.GOODPUT_ENDED) or 0.0)
         lost = float(self.values.get(st.GOODPUT_LOST) or 0.0)

@@ -24,7 +24,7 @@ from .classify import (
     classify,
     classify_missing,
 )
-from .patch import Draft, PodRef
+from .patch import UNWATCHED_RECHECK_SECONDS, Draft, PodRef
 from .slot import GroupResult, Slot, gpus_per_pod
 
 Obj = dict[str, Any]
@@ -51,7 +51,7 @@ def backoff_wait(draft: Draft, slot: Slot) -> str | None:
     if retry is None or draft.now >= retry:
         return None
     wait = (retry - draft.now).total_seconds()
-    draft.decision.requeue_after = min(draft.decision.requeue_after or wait, wait)
+    draft.decision.wake_within(wait)
     return f"retrying at {st.rfc3339(retry)} (backoff after a failure)"
 
 
@@ -228,8 +228,11 @@ def release_held(draft: Draft, pods: list[Obj], keep: set[str], stopping: bool) 
 
 
 def queued_condition(draft: Draft, message: str | None) -> None:
-    """Condition Queued: True with Kueue's message while a group waits for admission."""
+    """Condition Queued: True with Kueue's message while a group waits for admission.
+    Admission ungates the pods (a pod event wakes the pass); the Workload's message is
+    not watched, so a queued job's pass re-reads it every UNWATCHED_RECHECK_SECONDS."""
     if message is not None:
         draft.cond(st.COND_QUEUED, True, queue.QUEUED, message)
+        draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)
     elif st.condition_is(draft.conditions, st.COND_QUEUED):
         draft.cond(st.COND_QUEUED, False, "Admitted", "")

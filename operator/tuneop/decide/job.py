@@ -18,7 +18,7 @@ from ..api.progress import from_configmap as progress_from_configmap
 from ..api.progress import read as read_progress
 from ..api.spec import JobSpec, SpecError, check_script_configmap
 from .classify import Classification, alive, classify
-from .patch import Draft, PodRef
+from .patch import UNWATCHED_RECHECK_SECONDS, Draft, PodRef
 from .slot import Slot
 
 Obj = dict[str, Any]
@@ -137,6 +137,8 @@ def finish(draft: Draft, *, succeeded: bool, reason: str, message: str) -> None:
     else:
         draft.cond(st.COND_FAILED, True, reason, message)
         draft.event("Warning", reason, message)
+    if reason == "InvalidSpec" and message.startswith(INVALID_SPEC_PREFIX):
+        draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)  # see reopen_or_stay
 
 
 def delete_alive(draft: Draft, pods: list[Obj], *, keep_ended: bool = False) -> None:
@@ -159,7 +161,7 @@ def ttl(draft: Draft, spec: JobSpec) -> None:
     if left <= 0:
         draft.decision.delete_job = True
     else:
-        draft.decision.requeue_after = left
+        draft.decision.wake_within(left)
 
 
 def script_missing(spec: JobSpec, configmaps: Mapping[str, Obj | None]) -> bool:
@@ -187,6 +189,7 @@ def wait_for_script(draft: Draft, spec: JobSpec) -> None:
     if running.get("reason") != SCRIPT_MISSING:
         draft.event("Warning", SCRIPT_MISSING, message)
     draft.cond(st.COND_RUNNING, False, SCRIPT_MISSING, message)
+    draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)
     draft.put(st.MESSAGE, message)
 
 
@@ -218,6 +221,8 @@ def reopen_or_stay(
     )
     if not reopen:
         draft.decision.finished = not operator_rejected
+        if operator_rejected:
+            draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)
         delete_alive(draft, current, keep_ended=phase != st.PHASE_FAILED)
         ttl(draft, spec)
         return True

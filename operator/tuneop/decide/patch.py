@@ -32,6 +32,12 @@ class PodRef(NamedTuple):
     uid: str | None
 
 
+UNWATCHED_RECHECK_SECONDS = 10.0
+"""How soon a job waiting on what no watch reports looks again: the user's script
+ConfigMap (missing, or found invalid by the operator), a quota that refused its pods,
+Kueue's message for its queued pods."""
+
+
 @dataclasses.dataclass
 class Decision:
     status: Obj = dataclasses.field(default_factory=dict)
@@ -54,6 +60,9 @@ class Decision:
     """Pods whose Kueue pod group is over (annotated retriable-in-group=false first)."""
     delete_job: bool = False
     requeue_after: float | None = None
+    """Seconds until the earliest deadline a rule of this job waits for (a stall or
+    pending timeout, a failure backoff, an elastic wait, the goodput refresh, the TTL):
+    the next pass runs then unless an event comes first (None: no deadline)."""
     finished: bool = False
     """The job is done and stays so until its spec changes (or TTL, or a pod event):
     no need to reconcile it every few seconds."""
@@ -62,6 +71,12 @@ class Decision:
     recoveries: list[tuple[str, float]] = dataclasses.field(default_factory=list)
     """(disruption reason, seconds from the loss to the next training step) measured in
     this pass, for the operator's recovery-time histogram."""
+
+    def wake_within(self, seconds: float) -> None:
+        """A rule's deadline: the next pass runs at the latest `seconds` from now."""
+        seconds = max(0.0, float(seconds))
+        held = self.requeue_after
+        self.requeue_after = seconds if held is None else min(held, seconds)
 
     @property
     def writes_children(self) -> bool:

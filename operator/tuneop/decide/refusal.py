@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..api import status as st
 from ..api.spec import JobSpec
-from .patch import Draft, Refusal
+from .patch import UNWATCHED_RECHECK_SECONDS, Draft, Refusal
 from .slot import GroupResult, Slot
 from .stall import Stuck
 
@@ -47,6 +47,7 @@ def hold_back(draft: Draft, slot: Slot, refusal: Refusal) -> GroupResult:
             {st.REFUSED_REASON: refusal.reason, st.REFUSED_SINCE: since or st.rfc3339(draft.now)},
         )
         draft.event("Warning", refusal.reason, refusal.message)
+    draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)  # a quota freed sends no event
     return GroupResult(
         "refused",
         refusal.reason,

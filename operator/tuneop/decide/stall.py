@@ -58,6 +58,10 @@ def judge_stall(draft: Draft, candidates: list[Stuck]) -> Stuck | None:
     with one Warning Event when it starts or its reason changes), False otherwise.
     Returns the group that became stalled in this pass, for the stall policy."""
     over = [c for c in candidates if c.idle is not None and c.idle > c.timeout]
+    for waiting in candidates:
+        if waiting.idle is not None and waiting.idle <= waiting.timeout:
+            # the pass that finds it over: a second past its timeout (idle > timeout)
+            draft.decision.wake_within(waiting.timeout - waiting.idle + 1)
     current = st.get_condition(draft.conditions, st.COND_STALLED) or {}
     if not over:
         if current.get("status") == "True" or not current:

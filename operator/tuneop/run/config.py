@@ -16,6 +16,7 @@ from typing import Any
 import tuneop_contract as contract
 
 from ..api.podtemplate import Defaults
+from .watched import RESYNC_SECONDS
 
 PREFIX = "TUNEOP_OPERATOR_"
 
@@ -39,7 +40,12 @@ class Config:
     last keep-alive (sent every lifetime - 5..10 s): how soon a standby takes over from
     a replica that crashed or froze. kopf's default."""
     reconcile_seconds: float = 2.0
-    """Longest time between two reconciliations of a job (pod events wake it sooner)."""
+    """Shortest time between two timed passes of a job: the soonest a pass after one
+    that wrote pods runs, and a deadline's floor (an event wakes the job at once)."""
+    resync_seconds: float = RESYNC_SECONDS
+    """Longest time between two passes of an unfinished job with no deadline and no
+    event (a level-based safety net, as an informer's resync): also how long what the
+    watches delivered is trusted before a pass reads it live again (run.watched)."""
     trainer_metrics_port: int = contract.DEFAULT_METRICS_PORT
     trainer_uid: int = 1000
     progress_interval_seconds: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS
@@ -80,6 +86,7 @@ class Config:
                 "PEERING_LIFETIME_SECONDS", cls.peering_lifetime_seconds, 2, 3600
             ),
             reconcile_seconds=interval,
+            resync_seconds=read.number("RESYNC_SECONDS", cls.resync_seconds, 10, 3600),
             trainer_metrics_port=read.integer(
                 "TRAINER_METRICS_PORT", contract.DEFAULT_METRICS_PORT, 0, 65535
             ),

@@ -1,6 +1,7 @@
 """Thin kopf handlers. The work happens in Runtime.reconcile_once (read, decide, apply),
-run by one daemon per TuningJob every few seconds and whenever one of its pods changes
-(a finished job only on a spec change, a pod event, its TTL, or rarely as a safety net);
+run by one daemon per TuningJob whenever one of its objects changes (its spec, a pod, its
+progress, a node under its pods) and at the earliest deadline its rules wait for, else
+rarely as a safety net (run.runtime.next_pass);
 kopf provides the watches, the finalizer for cleanup, peering and the liveness probe."""
 
 from __future__ import annotations
@@ -98,12 +99,12 @@ async def reconcile(
     trigger = runtime.trigger((namespace, name))
     errors = 0
     while not stopped:
-        errors, idle = await _pass(runtime, namespace, name, logger, errors)
+        errors, wait = await _pass(runtime, namespace, name, logger, errors)
         if errors:  # backing off: a pod event does not cut the wait short
             cap = config.error_backoff_max_seconds
             await pause(stopped, None, retry_delay(errors, config.reconcile_seconds, cap))
-        else:
-            await pause(stopped, trigger, max(idle or 0.0, config.reconcile_seconds))
+        else:  # until the job's next deadline, or an event of its objects
+            await pause(stopped, trigger, max(wait, config.reconcile_seconds))
         trigger.clear()
 
 
@@ -127,36 +128,36 @@ async def _pass(
     logger: Any,
     errors: int,
     loops: health.LoopHealth = health.LOOPS,
-) -> tuple[int, float | None]:
-    """One reconcile pass: the number of consecutive failed passes after it, and how
-    long the next may wait when longer than the normal interval (a finished job). A 409
-    (the job changed since it was read, or a pod group still going) is no error: the
-    next pass, at the normal interval, re-reads. Each outcome goes to `loops` (the
-    liveness probe and the per-job reconcile metrics)."""
+) -> tuple[int, float]:
+    """One reconcile pass: the number of consecutive failed passes after it, and the
+    seconds until the job's next timed pass (run.runtime.next_pass; 0: soon). A 409 (the
+    job changed since it was read, or a pod group still going) is no error: the next
+    pass re-reads soon. Each outcome goes to `loops` (the liveness probe and the
+    per-job reconcile metrics)."""
     job, key = f"{namespace}/{name}", (namespace, name)
     try:
-        idle = await asyncio.to_thread(runtime.reconcile_once, namespace, name, logger)
+        wait = await asyncio.to_thread(runtime.reconcile_once, namespace, name, logger)
     except executor.StaleGroup as err:
         log.info("%s: %s (waiting)", job, err)
         loops.succeeded(key)
-        return 0, None
+        return 0, 0.0
     except Frozen as err:
         log.warning("%s: %s", job, err)
-        return 0, None
+        return 0, 0.0
     except kube.ApiError as err:
         if err.status == 409:
             log.info("%s: %s (re-reading)", job, err)
             loops.succeeded(key)
-            return 0, None
+            return 0, 0.0
         log.warning("%s: reconcile: %s (failure %d, backing off)", job, err, errors + 1)
         _failed(loops, key)
-        return errors + 1, None
+        return errors + 1, 0.0
     except Exception as err:
         log.warning("%s: reconcile failed (failure %d, backing off)", job, errors + 1, exc_info=err)
         _failed(loops, key)
-        return errors + 1, None
+        return errors + 1, 0.0
     loops.succeeded(key)
-    return 0, idle
+    return 0, wait
 
 
 def _failed(loops: health.LoopHealth, key: tuple[str, str]) -> None:
@@ -231,8 +232,10 @@ async def progress_event(
 @kopf.on.event(*NODE_RESOURCE)
 async def node_event(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     """Nodes (trimmed to what classification reads): a node's loss is seen as it is
-    reported, with no per-pass read."""
-    _runtime(memo).watched.node_event(dict(body), type == "DELETED")
+    reported, with no per-pass read, and wakes the jobs with a pod on it."""
+    runtime = _runtime(memo)
+    for key in runtime.watched.node_event(dict(body), type == "DELETED"):
+        runtime.wake(key)
 
 
 @kopf.on.delete(*RESOURCE, id="cleanup")

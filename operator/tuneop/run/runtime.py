@@ -38,7 +38,7 @@ class Runtime:
     def __init__(self, config: Config, kube: kube_mod.Kube, watched: Watched | None = None) -> None:
         self.config = config
         self.kube = kube
-        self.watched = watched or Watched()
+        self.watched = watched or Watched(resync_seconds=config.resync_seconds)
         self._lock = threading.Lock()
         self._triggers: dict[Key, asyncio.Event] = {}
         self._seen: dict[Key, dict[str, Obj]] = {}
@@ -93,12 +93,12 @@ class Runtime:
         namespace: str,
         name: str,
         logger: Logger,
-    ) -> float | None:
+    ) -> float:
         """One level-based pass: the job, its pods (and the nodes their classification
         needs) and its progress ConfigMap as the watches delivered them (run.watched;
         read live when the cache cannot be trusted), the user's script ConfigMap when
-        the decision asks for it; decide; apply. Returns how long the next pass may wait
-        when that is longer than the normal interval (a finished job), else None. Its
+        the decision asks for it; decide; apply. Returns the seconds until the job's
+        next timed pass (`next_pass`; an event of its objects wakes it sooner). Its
         writes ask the fence (act.fence) whether the process was frozen since the pass
         began. A pass that fails leaves the next one reading live."""
         fence = self.kube.fence
@@ -113,11 +113,11 @@ class Runtime:
             if fence is not None:
                 fence.end()
 
-    def _reconcile(self, namespace: str, name: str, logger: Logger) -> float | None:
+    def _reconcile(self, namespace: str, name: str, logger: Logger) -> float:
         key = (namespace, name)
         view = self.watched.snapshot(key) or self._read_live(namespace, name)
         if view.job is None or view.job["metadata"].get("deletionTimestamp"):
-            return None
+            return 0.0
         # what the job leaves unset comes from the cluster-wide trainer defaults
         job = podtemplate.with_defaults(view.job, self.config.trainer_defaults)
         spec = job_spec(job)  # once per pass, passed down
@@ -158,7 +158,7 @@ class Runtime:
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
             metrics.JOBS.recovered(reason, seconds)
-        return _rest(decision, spec, pods)
+        return next_pass(decision, spec, pods, self.watched.resync_seconds)
 
     def _read_live(self, namespace: str, name: str) -> Snapshot:
         """The job, its pods and its progress ConfigMap from the API server, merged into
@@ -234,18 +234,21 @@ class _ScriptConfigMaps(Mapping[str, Obj | None]):
         return 1 if self._name else 0
 
 
-def _rest(decision: Decision, spec: JobSpec, pods: list[Obj]) -> float | None:
-    """How long the next pass may wait when that is longer than the normal interval (a
-    finished job, a suspended one with no pod left), else None."""
-    if decision.delete_job:
-        return None
-    if decision.finished:
-        return min(FINISHED_RECHECK_SECONDS, decision.requeue_after or FINISHED_RECHECK_SECONDS)
-    if spec.suspend and not pods:
-        # nothing runs and nothing can change by itself: resuming is a spec change
-        # and a new pod an event, both of which wake the loop
-        return FINISHED_RECHECK_SECONDS
-    return None
+def next_pass(decision: Decision, spec: JobSpec, pods: list[Obj], resync: float) -> float:
+    """Seconds until the job's next timed pass; its objects' events wake it sooner. 0
+    (the loop's floor, reconcile_seconds) after a pass that wrote pods or children: it
+    reads them back. Else the earliest deadline its rules wait for (Decision.
+    requeue_after), at most `resync` (the cache's resync, a level-based safety net) or,
+    for a finished job or a suspended one with no pod left, FINISHED_RECHECK_SECONDS."""
+    if decision.delete_job or decision.writes_children:
+        return 0.0
+    rest = resync
+    if decision.finished or (spec.suspend and not pods):
+        # nothing runs and nothing changes by itself: resuming is a spec change and a
+        # new pod an event, both of which wake the loop
+        rest = FINISHED_RECHECK_SECONDS
+    due = decision.requeue_after
+    return rest if due is None else min(rest, due)
 
 
 def job_of(pod: Obj) -> str | None:

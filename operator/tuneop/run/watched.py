@@ -31,6 +31,7 @@ Obj = dict[str, Any]
 Key = tuple[str, str]
 
 RESYNC_SECONDS = 300.0
+"""The default of run.config's resync_seconds."""
 TOMBSTONE_SECONDS = 600.0
 
 
@@ -138,11 +139,23 @@ class Watched:
             if not_older(configmap, held.progress):
                 held.progress = configmap
 
-    def node_event(self, node: Obj, deleted: bool) -> None:
+    def node_event(self, node: Obj, deleted: bool) -> list[Key]:
+        """Hold the node; the jobs with a pod on it when its readiness changed (it went,
+        is going, or its Ready condition turned): their passes judge its pods again."""
         name = (node.get("metadata") or {}).get("name")
-        if name:
-            with self._lock:
-                self._nodes[name] = (None if deleted else trim_node(node), self.clock())
+        if not name:
+            return []
+        trimmed = None if deleted else trim_node(node)
+        with self._lock:
+            held = self._nodes.get(name)
+            self._nodes[name] = (trimmed, self.clock())
+            if held is not None and _readiness(held[0]) == _readiness(trimmed):
+                return []
+            return [
+                key
+                for key, objects in self._jobs.items()
+                if any((p.get("spec") or {}).get("nodeName") == name for p in objects.pods.values())
+            ]
 
     def gone(self, key: Key) -> bool:
         """Whether the job was deleted (and no job of that name has appeared since)."""
@@ -268,6 +281,15 @@ class Watched:
             self._tombstones = {u: t for u, t in self._tombstones.items() if t[1] >= cutoff}
         if any(when < cutoff for when in self._gone.values()):
             self._gone = {k: when for k, when in self._gone.items() if when >= cutoff}
+
+
+def _readiness(node: Obj | None) -> tuple[bool, bool, str | None]:
+    """What of a trimmed node decides its pods' fate: there, going, Ready's status."""
+    if node is None:
+        return (False, False, None)
+    conditions: list[Obj] = node["status"]["conditions"]
+    ready = conditions[0].get("status") if conditions else None
+    return (True, bool(node["metadata"].get("deletionTimestamp")), ready)
 
 
 def _uid(obj: Obj | None) -> Any:
