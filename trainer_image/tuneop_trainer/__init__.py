@@ -24,8 +24,8 @@ Imports are at module level, except these, which are lazy on purpose:
   code (ground, checkpoint, report) import them at module level nowhere.
 - `cli` imports `modes.script` and `modes.tuningjob` when a command runs (both load
   TensorFlow through the runner).
-- `parallel.install` imports the oracle, client and group modules (keras-tuner at module
-  level) only for their role: `parallel.roles`, which the command line reads, stays light.
+- `parallel.local_oracle` imports keras-tuner's Oracle when called: the `parallel`
+  package, which the command line reads for the process's role, loads no keras-tuner.
 Inside the floors that train, a few TensorFlow imports sit in functions as they always
 have; Keras loads TensorFlow there anyway.
 """

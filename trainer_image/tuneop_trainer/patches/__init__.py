@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import parallel
+from ..parallel import client, group, oracle
 from . import (
     dataset_phases,
     dtype_policy,
@@ -57,6 +58,17 @@ def _atomic_json(ctx: Context) -> None:
     keras_tuner_files.set_writer(ctx.write)
 
 
+def _parallel_oracle(ctx: Context) -> None:
+    if ctx.role.is_oracle:
+        oracle.install(ctx.on_oracle_change)
+
+
+def _parallel_group(ctx: Context) -> None:
+    if ctx.role.is_group:  # never the oracle too
+        client.install()
+        group.install()
+
+
 PATCHES: tuple[tuple[str, Callable[[Context], None]], ...] = (
     # MWMS only: Keras's fit skips a symbolic build and reduces scalar logs the way MWMS
     # can, and a lost peer ends the trial as a preemption (exit 75), not a FAILED trial.
@@ -85,9 +97,12 @@ PATCHES: tuple[tuple[str, Callable[[Context], None]], ...] = (
     # Every keras-tuner tuner: its project on the volume, saved at construction, built in
     # the strategy scope with a per-trial seed, trials placed and stopped on SIGTERM.
     ("tuners", lambda ctx: tuners.install()),
-    # Parallel trials only: the oracle role's Oracle survives its restart, a trial
-    # group's OracleClient retries and its workers meet after each trial (parallel/).
-    ("parallel", lambda ctx: parallel.install(ctx.role, ctx.on_oracle_change)),
+    # The oracle of parallel trials only: keras-tuner's Oracle hands a returning group its
+    # trial, ends a trial once, knows the search is over after a restart (parallel/).
+    ("parallel oracle", _parallel_oracle),
+    # A trial group of parallel trials only: its OracleClient survives an oracle restart,
+    # its workers meet after each trial, STOPPED ends the search in order (parallel/).
+    ("parallel trial group", _parallel_group),
     # tf.distribute's strategy constructors return the trainer's one strategy (TF allows
     # one per process for collectives).
     ("strategies", lambda ctx: strategies.install(ctx.strategy, ctx.script)),
