@@ -2,14 +2,19 @@
 one order (`PATCHES`) by `install`, once per process, before the program's first line.
 
 Each module here holds one change and says why; `install` runs them in the order below.
-The order matters where two changes wrap the same function: multiworker and uneven both
-wrap `TensorFlowTrainer._maybe_symbolic_build` (uneven's wrapper runs first and hands
-anything but a MirroredStrategy to multiworker's), and dataset_phases stamps the input
-constructors before fit routes `Model.fit` through the resumable fit that counts on the
-stamps. A condition says when an entry changes nothing: multiworker only under a
-MultiWorkerMirroredStrategy, parallel only with parallel trials (by the process's role).
-The other changes apply in every process and only act while a Runtime is installed
-(engine/runtime.py) or on what the program constructs.
+The order matters where two changes wrap the same function, the later one outside:
+- multiworker, then uneven, wrap `TensorFlowTrainer._maybe_symbolic_build` (uneven's
+  wrapper runs first and calls multiworker's, with the first replica's batch under a
+  MirroredStrategy);
+- trial order, then the parallel oracle, replace `Oracle.reload` (the oracle's calls the
+  one that restores creation order);
+- tuners, then the parallel trial group, wrap `BaseTuner.search` and `on_trial_end`;
+- dataset phases stamps the input constructors before fit routes `Model.fit` through the
+  resumable fit that reads the stamps.
+A condition says when an entry changes nothing: multiworker only under a
+MultiWorkerMirroredStrategy, the parallel entries only in their role. The other changes
+apply in every process and act only while a Runtime is installed (engine/runtime.py) or
+on what the program constructs.
 """
 
 from __future__ import annotations
