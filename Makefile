@@ -36,11 +36,11 @@ lock-images: venv ## Re-pin requirements/{trainer-gpu,trainer-cpu,operator}.lock
 	$(PY) hack/image_locks.py
 
 .PHONY: lint
-lint: ## Ruff, mypy (strict on the operator), the operator's layers and function lengths, hadolint
+lint: ## Ruff, mypy (strict on the operator), the operator's and trainer's layers and function lengths, hadolint
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy contract/tuneop_contract.py $(wildcard operator/tuneop) client/tuneop_client
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_operator_layers.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_operator_layers.py tests/unit/test_trainer_layers.py
 	@for f in $(wildcard */Dockerfile); do echo "hadolint $$f"; $(VENV)/bin/hadolint $$f || exit 1; done
 
 # Images, tagged with the chart's appVersion, built with buildah from the Dockerfiles on a

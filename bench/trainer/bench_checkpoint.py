@@ -181,7 +181,7 @@ def auto_interval(estimated: float, measured: float) -> dict[str, Any]:
     + the writer's CPU time, what the trainer measures) beside the cost measured above,
     and per MTBF the interval and the expected waste per hour, also at the fixed 60 s."""
     import tuneop_contract as contract
-    from tuneop_trainer import cadence
+    from tuneop_trainer.checkpoint import cadence
 
     out: dict[str, Any] = {
         "estimated_cost_seconds": round(estimated, 3),

@@ -3,8 +3,8 @@
 A TFRecord set on disk as image pipelines read one: RECORDS records of a 32x32x3 uint8
 image and a label in 8 files, interleaved, shuffled (buffer SHUFFLE, reshuffled each
 iteration), decoded and normalised, batched by 64, prefetched, repeated. Measured for
-the trainer's method (tfdata.py: replay the iterators made before, then read the
-batches already trained) and for what TensorFlow offers instead:
+the trainer's method (data/inputs/stream.py: replay the iterators made before, then read
+the batches already trained) and for what TensorFlow offers instead:
 
 - replay: seconds to make and drop one iterator (per iterator an earlier epoch made);
 - read: seconds per 1,000 batches read to reach the checkpointed position (the cost
@@ -94,7 +94,8 @@ def timed(fn: Any, repeats: int = 3) -> float:
 
 def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import tensorflow as tf
-    from tuneop_trainer.engine.inputs import iterations, tfdata
+    from tuneop_trainer.data.inputs import iterations
+    from tuneop_trainer.data.inputs import stream as tfdata
 
     data_bytes = write_records(work / "records", args.records)
     dataset = pipeline(work / "records", args.shuffle)

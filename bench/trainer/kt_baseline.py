@@ -25,17 +25,19 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO)
 
     from tuneop_trainer import strategy as strategy_mod
+    from tuneop_trainer.patches import multiworker
     from tuneop_trainer.spec import load_spec_file
 
     spec = load_spec_file(args.spec)
     if spec.tuner.deterministic:
         os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
     strategy = strategy_mod.create(spec.strategy)
+    multiworker.apply(strategy)  # as the trainer does: Keras's fit under MWMS
     import keras
     import keras_tuner
     import tensorflow as tf
     from tuneop_trainer.data import load
-    from tuneop_trainer.modes.spec import resolve_hypermodel
+    from tuneop_trainer.modes.tuningjob import resolve_hypermodel
 
     if spec.tuner.deterministic:
         tf.config.experimental.enable_op_determinism()

@@ -4,7 +4,7 @@ search itself does not matter.
 
 The node agent runs it in place of `python -m tuneop_trainer` for a job whose spec.env
 is `env(...)` (podspec.MODULE_ENV names this module). Like the real trainer it
-reports through tuneop_trainer.progress.Reporter (progress.json on the volume, the
+reports through tuneop_trainer.report.progress.Reporter (progress.json on the volume, the
 job's progress ConfigMap, /progress), resumes from results.json on the volume (a
 restore), exits 75 on SIGTERM and, after its last trial, writes results.json and the
 final summary in its termination message and exits 0. A "trial" is a sleep; trial i
@@ -39,7 +39,7 @@ from tuneop_contract import (
     write_atomic,
     write_termination_message,
 )
-from tuneop_trainer.progress import Reporter
+from tuneop_trainer.report.progress import Reporter
 
 from tests.localcluster.nodeagent.podspec import MODULE_ENV
 

@@ -168,7 +168,7 @@ def fit_weights(ckpt: Path, fit_dir: str) -> str:
     return digest.hexdigest()
 
 
-SPEC_PROJECT = "search"  # spec mode's keras-tuner project (modes/spec.py PROJECT)
+SPEC_PROJECT = "search"  # spec mode's keras-tuner project (modes/tuningjob.py PROJECT)
 
 
 def spec_trial(trial_id: str) -> str:

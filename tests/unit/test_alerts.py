@@ -173,7 +173,7 @@ def test_real_prometheus_evaluates_the_alerts_on_operator_metrics(
     beside it, every query of the dashboard runs on that Prometheus and returns series."""
     from prometheus_client import CollectorRegistry, start_http_server
     from tuneop.run.metrics import JobMetrics
-    from tuneop_trainer.progress import Metrics as TrainerMetrics
+    from tuneop_trainer.report.progress import Metrics as TrainerMetrics
 
     prometheus = Path(promtool).with_name("prometheus")
     now = time.time()

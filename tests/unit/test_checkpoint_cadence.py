@@ -1,4 +1,4 @@
-"""The checkpoint cadence (tuneop_trainer.cadence): the expected-waste formula, the
+"""The checkpoint cadence (tuneop_trainer.checkpoint.cadence): the expected-waste formula, the
 Young/Daly interval and its caps, the cost average, when a save is due, and the parsing
 of `intervalSeconds` and TUNEOP_MTBF_SECONDS. Pure Python: no TensorFlow."""
 
@@ -8,8 +8,8 @@ import math
 
 import pytest
 import tuneop_contract as contract
-from tuneop_trainer import cadence
-from tuneop_trainer.cadence import Cadence, mtbf_from_env, optimal_interval
+from tuneop_trainer.checkpoint import cadence
+from tuneop_trainer.checkpoint.cadence import Cadence, mtbf_from_env, optimal_interval
 from tuneop_trainer.spec import CheckpointSpec, SpecError, parse
 
 HOUR = 3600.0

@@ -333,7 +333,7 @@ def test_checkpoint_interval_seconds_is_an_integer_or_auto():
     assert rule["message"].startswith("spec.checkpoint.intervalSeconds")
     assert f'"{contract.CHECKPOINT_INTERVAL_AUTO}"' in rule["message"]
     # what `kubectl explain` says of the caps is what the trainer applies
-    from tuneop_trainer import cadence
+    from tuneop_trainer.checkpoint import cadence
 
     described = node["description"]
     assert f"{cadence.OVERHEAD_BUDGET:.0%}".replace("%", " %") in described

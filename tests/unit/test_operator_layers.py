@@ -5,10 +5,11 @@ function is longer than a screen."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from tests.unit.layers import MAX_FUNCTION_LINES, imported, long_functions, modules
 
 ROOT = Path(__file__).resolve().parents[2] / "operator"
 PACKAGE = ROOT / "tuneop"
@@ -29,35 +30,6 @@ THIRD_PARTY: dict[str, set[str]] = {
     "prometheus_client": {"run"},
 }
 """Where each client library may be imported; the pure layers import none of them."""
-
-MAX_FUNCTION_LINES = 60
-
-
-def modules() -> dict[str, Path]:
-    """Every module of the operator by dotted name."""
-    found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
-
-
-def imported(module: str, source: str, *, package: bool = False) -> list[tuple[int, str]]:
-    """(line, dotted name) of everything `module` imports, anywhere in its `source`
-    (functions and TYPE_CHECKING blocks too); relative imports resolved, `from pkg
-    import mod` as `pkg.mod`. `package`: the module is a package's __init__."""
-    here = module.split(".") if package else module.split(".")[:-1]
-    out: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            out += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = here[: len(here) - node.level + 1]
-                base = ".".join([*parent, *([base] if base else [])])
-            out += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
-    return out
 
 
 def layer_of(module: str) -> str | None:
@@ -83,15 +55,19 @@ def violations(module: str, source: str, *, package: bool = False) -> list[tuple
 
 
 def test_every_module_is_in_a_layer():
-    loose = [m for m in modules() if layer_of(m) is None and m not in ("tuneop", "tuneop.__main__")]
+    loose = [
+        m
+        for m in modules(ROOT, PACKAGE)
+        if layer_of(m) is None and m not in ("tuneop", "tuneop.__main__")
+    ]
     assert loose == [], "put each module in one of " + ", ".join(ALLOWED)
-    assert {layer_of(m) for m in modules()} - {None} == set(ALLOWED)
+    assert {layer_of(m) for m in modules(ROOT, PACKAGE)} - {None} == set(ALLOWED)
 
 
 def test_each_layer_imports_only_the_layers_below_it():
     found = [
         f"{path.relative_to(ROOT)}:{line}: {what}"
-        for module, path in modules().items()
+        for module, path in modules(ROOT, PACKAGE).items()
         if layer_of(module) is not None
         for line, what in violations(module, path.read_text(), package=path.name == "__init__.py")
     ]
@@ -121,11 +97,5 @@ def test_the_check_sees_a_wrong_import(module: str, source: str, expected: list[
 
 
 def test_no_function_is_longer_than_a_screen():
-    long = [
-        f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1}"
-        for path in modules().values()
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES
-    ]
+    long = long_functions(list(modules(ROOT, PACKAGE).values()), ROOT)
     assert long == [], f"split these into named steps of at most {MAX_FUNCTION_LINES} lines"

@@ -217,7 +217,7 @@ def test_leadership_follows_kopfs_own_peering_decisions():
 
 
 def test_the_trainer_names_are_what_the_trainer_exports():
-    from tuneop_trainer.progress import Metrics
+    from tuneop_trainer.report.progress import Metrics
 
     exported = {
         sample.name

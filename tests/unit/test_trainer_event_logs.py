@@ -9,8 +9,8 @@ import os
 import time
 from pathlib import Path
 
-from tuneop_trainer import event_logs
-from tuneop_trainer.event_logs import START_RECORD, EventLogs
+from tuneop_trainer.checkpoint import event_logs
+from tuneop_trainer.checkpoint.event_logs import START_RECORD, EventLogs
 
 
 class Writer:

@@ -1,5 +1,5 @@
-"""The checkpoint volume's format version (tuneop_trainer/volume_format.py) without a
-trainer: who records it, what is refused and with which line, and that every checkpoint
+"""The checkpoint volume's format version (tuneop_trainer/checkpoint/volume_format.py)
+without a trainer: who records it, what is refused and with which line, and that every checkpoint
 carries it and is checked when loaded."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tuneop_trainer.checkpoint import META_FILE, CheckpointStore
-from tuneop_trainer.spec import SpecError
-from tuneop_trainer.volume_format import (
+from tuneop_trainer.checkpoint.volume_format import (
     FORMAT,
     FORMAT_FILE,
     META_KEY,
@@ -20,6 +19,7 @@ from tuneop_trainer.volume_format import (
     check_meta,
     check_volume,
 )
+from tuneop_trainer.spec import SpecError
 
 
 def test_the_writer_records_the_format_on_a_volume_without_one(tmp_path: Path) -> None:
@@ -70,8 +70,8 @@ def test_every_checkpoint_carries_the_format_and_another_stops_the_load(tmp_path
 def test_a_full_volume_is_a_retryable_volume_error_not_a_refusal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tuneop_trainer import cli, volume_format
-    from tuneop_trainer.checkpoint import VolumeError
+    from tuneop_trainer import cli
+    from tuneop_trainer.checkpoint import VolumeError, volume_format
     from tuneop_trainer.spec import TrainerSpec
 
     def full(path: Path, data: bytes) -> None:

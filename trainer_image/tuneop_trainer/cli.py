@@ -4,7 +4,7 @@
   [--continue-optimizer-state] SCRIPT [ARGS...]`
 
 FILE is a TuningJob manifest or just its spec; DIR is the checkpoint directory (the
-PersistentVolume mount in a pod). `run` runs the spec's search (modes/spec.py) or, with a
+PersistentVolume mount in a pod). `run` runs the spec's search (modes/tuningjob.py) or, with a
 `spec.script`, that script as `exec` does (modes/script.py): both under one engine.
 Exit codes come from tuneop_contract: 0 completed, 1 failed, 2 invalid spec (one-line
 message naming the field, also written to the termination-message path), 75 preempted
@@ -29,11 +29,12 @@ from tuneop_contract import (
     EXIT_PREEMPTED,
 )
 
-from . import preemption
-from .cadence import mtbf_from_env
-from .checkpoint import VolumeError, volume_errors
+from . import preemption, strategy
+from .checkpoint import VolumeError, ownership, volume_errors, volume_format
+from .checkpoint.cadence import mtbf_from_env
 from .exits import fail
 from .modes import script_packages
+from .parallel import roles
 from .spec import ScriptSpec, SpecError, TrainerSpec, load_spec_file
 
 log = logging.getLogger("tuneop_trainer")
@@ -90,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         return fail(EXIT_FAILED, f"cannot use the checkpoint volume {args.dir}: {exc}")
     if spec.script is not None:
         return _run_script(spec, spec.script, Path(args.dir))
-    from .modes import spec as spec_mode
+    from .modes import tuningjob
 
-    return spec_mode.run(spec, Path(args.dir))
+    return tuningjob.run(spec, Path(args.dir))
 
 
 def _run_script(spec: TrainerSpec, script: ScriptSpec, claim: Path) -> int:
@@ -168,13 +169,10 @@ def _check_installed(spec: TrainerSpec) -> None:
 
 
 def _check_volume(spec: TrainerSpec, root: Path, exec_mode: bool = False) -> None:
-    """The volume is in this trainer's format (volume_format.py) and its search is this
-    job's, or adopted on request (ownership.py). The writer is the process that records
+    """The volume is in this trainer's format (checkpoint/volume_format.py) and its search is this
+    job's, or adopted on request (checkpoint/ownership.py). The writer is the process that records
     the search: the chief, or a parallel search's oracle. A volume that fails (full, an
     I/O error) raises VolumeError."""
-    from . import ownership, strategy, volume_format
-    from .parallel import roles
-
     write = strategy.is_chief() and not roles.current().is_group
     script_mode = spec.script is not None or exec_mode
     reads = volume_format.SCRIPT_READS if script_mode else (volume_format.FORMAT,)

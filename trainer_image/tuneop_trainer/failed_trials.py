@@ -10,7 +10,8 @@ For each named trial the reloaded oracle still has RUNNING or queued for retry, 
 takes it off the queue, sets `status = "FAILED"` with a message and calls
 `oracle.end_trial(trial)`: keras-tuner's own way to end a trial for good (FAILED is never
 retried), which appends it to `end_order` and writes the trial and the oracle (through
-`ktpatch`, atomically; only the chief writes, every worker changes its oracle alike).
+patches/keras_tuner_files.py, atomically; only the chief writes, every worker changes
+its oracle alike).
 Ids the oracle does not have, or has ended already, are ignored, so a second start with
 the same variable changes nothing.
 

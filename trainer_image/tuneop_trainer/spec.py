@@ -93,7 +93,7 @@ class CheckpointSpec:
     so the checkpoint-age alert (a checkpoint older than that) keeps its meaning."""
     keep: int = 2
     adopt: bool = False
-    """Continue a search the volume records for another TuningJob (ownership.py)."""
+    """Continue a search the volume records for another TuningJob (checkpoint/ownership.py)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,9 @@ TF_CONFIG with several workers → MultiWorkerMirroredStrategy; several GPUs →
 MirroredStrategy; no GPU and TUNEOP_LOGICAL_CPU_DEVICES=N>1 → MirroredStrategy over N
 logical CPU devices (how tests exercise cross-replica code without GPUs); else the
 default strategy. Logical devices can only be configured before TF initialises its
-runtime, hence "before any TF op".
+runtime, hence "before any TF op". Beside it, what the rest of the trainer asks of a
+MultiWorkerMirroredStrategy group: is this one (`is_multiworker`), a barrier, the same
+value on every worker, and `PeerLost` for a worker gone (patches/multiworker.py raises it).
 """
 
 from __future__ import annotations
@@ -140,10 +142,6 @@ def create(requested: str = "Auto") -> Any:
         strategy.num_replicas_in_sync,
         describe_devices(),
     )
-    from . import multiworker
-
-    if multiworker.apply(strategy):
-        log.info("Keras patched for MultiWorkerMirroredStrategy (tuneop_trainer.multiworker)")
     _created.append(strategy)
     return strategy
 
@@ -169,3 +167,37 @@ def describe_devices() -> str:
 def is_chief() -> bool:
     """Only the chief writes the checkpoint directory (all workers compute the same)."""
     return tf_config_workers()[1] == 0
+
+
+class PeerLost(preemption.Preempted):
+    """A collective op failed because another worker of the group is gone."""
+
+
+def is_multiworker(strategy: Any) -> bool:
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def barrier(strategy: Any) -> None:
+    """Under MWMS: return once every worker got here (a cross-worker all-reduce)."""
+    if not is_multiworker(strategy):
+        return
+    import tensorflow as tf
+
+    ones = strategy.run(lambda: tf.constant(1.0))
+    strategy.reduce("SUM", ones, axis=None)
+
+
+def same_on_every_worker(strategy: Any, value: int) -> bool:
+    """Under MWMS: whether every worker holds `value` (one all-reduce: the sum over the
+    replicas equals this worker's value times their number only if no worker differs);
+    True elsewhere. Workers that disagree on, say, a fit's seed would each train their
+    replica on other batches, and the group would compute another result silently."""
+    if not is_multiworker(strategy):
+        return True
+    import tensorflow as tf
+
+    own = float(value % (1 << 24))  # exact in float64, summed over a few workers
+    total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(own, tf.float64)), axis=None)
+    return float(total) == own * strategy.num_replicas_in_sync

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import tuneop_contract
 from keras_tuner.src.engine import tuner_utils
-from tuneop_trainer.engine import runtime, tuner_patches
+from tuneop_trainer.engine import runtime
+from tuneop_trainer.patches import tuners
 
 
 def _model(value: float) -> keras.Model:
@@ -38,7 +39,7 @@ def test_a_crash_during_a_best_epoch_write_leaves_the_previous_one(
 ) -> None:
     original = tuner_utils.SaveBestEpoch._save_model
     monkeypatch.setattr(tuner_utils.SaveBestEpoch, "_save_model", original)  # undone after
-    tuner_patches._patch_save_best_epoch()
+    tuners._patch_save_best_epoch()
     monkeypatch.setattr(runtime, "_current", types.SimpleNamespace(write=True, root=tmp_path))
     path = tmp_path / "trial_0001" / "checkpoint.weights.h5"
     path.parent.mkdir()
@@ -58,7 +59,7 @@ def test_a_crash_during_a_best_epoch_write_leaves_the_previous_one(
         best._save_model()
     monkeypatch.undo()  # os.replace back; the patched _save_model stays below
     monkeypatch.setattr(tuner_utils.SaveBestEpoch, "_save_model", original)
-    tuner_patches._patch_save_best_epoch()
+    tuners._patch_save_best_epoch()
     monkeypatch.setattr(runtime, "_current", types.SimpleNamespace(write=True, root=tmp_path))
     assert _read(path) == 1.0
     # torn writes a killed process leaves behind (this and the earlier naming)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import keras_tuner
 from trainer_helpers import in_project
-from tuneop_trainer import ktpatch
+from tuneop_trainer.patches import keras_tuner_files
 
 TRIALS = 12
 
@@ -27,7 +27,8 @@ def _oracle(root: Path) -> keras_tuner.Oracle:
 
 
 def test_a_reloaded_oracle_breaks_ties_by_creation_order(tmp_path: Path) -> None:
-    ktpatch.install()
+    keras_tuner_files.install_atomic_json()
+    keras_tuner_files.install_trial_order()
     ran = _oracle(tmp_path)
     for _ in range(TRIALS):
         trial = ran.create_trial("tuner0")

@@ -18,7 +18,7 @@ from tuneop_contract import (
     expected_waste_per_hour,
     read_progress,
 )
-from tuneop_trainer import cadence
+from tuneop_trainer.checkpoint import cadence
 
 from tests.forkserver import launch
 

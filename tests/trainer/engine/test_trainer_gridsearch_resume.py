@@ -11,13 +11,15 @@ from pathlib import Path
 import keras_tuner
 import pytest
 from trainer_helpers import in_project
-from tuneop_trainer import gridsearch, ktpatch
+from tuneop_trainer.patches import gridsearch, keras_tuner_files
 
 GRID = {"units": [4, 8, 16], "rate": [0.1, 0.01], "depth": [1, 2]}  # 12 combinations
 
 
 def _oracle(root: Path) -> keras_tuner.Oracle:
-    ktpatch.install()
+    keras_tuner_files.install_atomic_json()
+    keras_tuner_files.install_trial_order()
+    gridsearch.install()
     hp = keras_tuner.HyperParameters()
     for name, values in GRID.items():
         hp.Choice(name, values)

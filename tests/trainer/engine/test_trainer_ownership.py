@@ -18,7 +18,7 @@ from tuneop_contract import (
     EXIT_INVALID_SPEC,
     OWNER_FILE,
 )
-from tuneop_trainer import ownership
+from tuneop_trainer.checkpoint import ownership
 from tuneop_trainer.spec import SpecError, parse
 
 OLD = {ENV_JOB_UID: "uid-old", ENV_JOB_NAMESPACE: "team", ENV_JOB_NAME: "search"}

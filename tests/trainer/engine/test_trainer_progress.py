@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from tuneop_contract import ENV_POD_NAME, PHASE_RUNNING, read_progress
-from tuneop_trainer.progress import Reporter
+from tuneop_trainer.report.progress import Reporter
 
 from tests.e2e.harness import fetch_progress
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import tuneop_contract as contract
 from tuneop_contract import Progress
-from tuneop_trainer import progress as progress_mod
-from tuneop_trainer.progress import _ProgressPatcher
+from tuneop_trainer.report import progress as progress_mod
+from tuneop_trainer.report.progress import _ProgressPatcher
 
 
 def _cert(tmp: Path) -> tuple[Path, Path]:

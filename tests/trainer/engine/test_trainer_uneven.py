@@ -1,7 +1,7 @@
 """Batches that do not split evenly across replicas (MirroredStrategy, 2 logical CPUs).
 
 Keras 3 averages the first batch of every fit/evaluate across replicas to get shapes for
-its symbolic build, which fails when that batch splits unevenly (tuneop_trainer/uneven.py).
+its symbolic build, which fails when that batch splits unevenly (tuneop_trainer/patches/uneven.py).
 Here the validation set has a partial batch that splits 7/6 - as the only batch, and as the
 last of two. The training set is whole batches: a partial training batch split unevenly
 trains with each replica's mean loss weighted equally (Keras's rule, docs/design/trainer.md

@@ -102,11 +102,12 @@ BEST_EPOCH_ON_A_FULL_VOLUME = textwrap.dedent("""
     import keras, keras_tuner, numpy as np
     from keras_tuner.src.engine import tuner_utils
     from tuneop_trainer.checkpoint import VolumeError
-    from tuneop_trainer.engine import runtime, tuner_patches
+    from tuneop_trainer.engine import runtime
+    from tuneop_trainer.patches import tuners
 
     path, filler = Path(sys.argv[1]), Path(sys.argv[2])
     runtime.install(types.SimpleNamespace(write=True))
-    tuner_patches._patch_save_best_epoch()
+    tuners._patch_save_best_epoch()
     model = keras.Sequential([keras.Input((512,)), keras.layers.Dense(1024)])  # 2 MiB
     objective = keras_tuner.Objective("loss", "min")
     saver = tuner_utils.SaveBestEpoch(objective=objective, filepath=str(path))

@@ -1,4 +1,4 @@
-"""The checkpoint volume says its format version (tuneop_trainer/volume_format.py): an
+"""The checkpoint volume says its format version (tuneop_trainer/checkpoint/volume_format.py): an
 image resumes only the format it writes and refuses another with one line (exit 2),
 before it reads or writes anything; a checkpoint of another format met later stops the
 trainer the same way, never as a failed trial; and a volume written before the version
@@ -29,7 +29,7 @@ from trainer_helpers import (
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
 from tuneop_trainer.checkpoint import MANIFEST_FILE, META_FILE
-from tuneop_trainer.volume_format import FORMAT, FORMAT_FILE, META_KEY
+from tuneop_trainer.checkpoint.volume_format import FORMAT, FORMAT_FILE, META_KEY
 
 from tests.checkpoints import committed
 

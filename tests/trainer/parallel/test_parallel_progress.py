@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import tuneop_contract as contract
 from tuneop_contract import Progress
-from tuneop_trainer import progress as progress_mod
 from tuneop_trainer.parallel import roles
-from tuneop_trainer.progress import Reporter, _ProgressPatcher
+from tuneop_trainer.report import progress as progress_mod
+from tuneop_trainer.report.progress import Reporter, _ProgressPatcher
 
 
 def test_each_tuner_id_writes_its_own_record(tmp_path: Path) -> None:

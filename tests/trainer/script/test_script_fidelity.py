@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tuneop_trainer import seeds
+from tuneop_trainer.data.inputs import batches
 from tuneop_trainer.engine import loops
-from tuneop_trainer.engine.inputs import batches
 
 
 def _draws() -> tuple[float, float, float, float]:

@@ -1,4 +1,4 @@
-"""Spec mode over a directory of .npy files (npy.py, shards.py), in the real trainer:
+"""Spec mode over a directory of .npy files (data/npy.py, data/shards.py), in the real trainer:
 shards resume exactly and train as the same arrays in one file do; a memory-mapped set
 keeps the trainer's anonymous memory where a set of a few MB leaves it."""
 

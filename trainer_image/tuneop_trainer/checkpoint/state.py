@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ..strategy import is_multiworker
+
 log = logging.getLogger(__name__)
 
 
@@ -80,22 +82,7 @@ def restore_state(
     current = _groups(model)
     for group in groups:
         variables = current[group]
-        keys = _keys(group, variables)
-        saved = [k for k in arrays if k.startswith(group + "/") and REPLICA_SEP not in k]
-        if set(keys) != set(saved):
-            by_order = sorted(saved, key=_saved_order(saved))
-            shapes_agree = len(by_order) == len(variables) and all(
-                tuple(arrays[k].shape) == tuple(v.shape)
-                for k, v in zip(by_order, variables, strict=True)
-            )
-            if not shapes_agree:
-                missing = sorted(set(keys) - set(saved)) or sorted(set(saved) - set(keys))
-                raise CheckpointMismatch(
-                    f"checkpoint has {len(saved)} {group} variables, the model has "
-                    f"{len(variables)}; first difference: {missing[0]}"
-                )
-            log.info("restoring %s variables in order (their paths differ)", group)
-            keys = by_order
+        keys = _matched_keys(group, variables, arrays)
         local = group == "metrics" and _multiworker(model)
         for var, key in zip(variables, keys, strict=True):
             value = arrays[key]
@@ -122,6 +109,27 @@ def restore_state(
                     component.assign(share)
             else:
                 var.assign(value)
+
+
+def _matched_keys(group: str, variables: list[Any], arrays: dict[str, np.ndarray]) -> list[str]:
+    """The saved key of each of `group`'s variables: by path, or in order when the paths
+    differ but the count and every shape agree; else `CheckpointMismatch`."""
+    keys = _keys(group, variables)
+    saved = [k for k in arrays if k.startswith(group + "/") and REPLICA_SEP not in k]
+    if set(keys) == set(saved):
+        return keys
+    by_order = sorted(saved, key=_saved_order(saved))
+    shapes_agree = len(by_order) == len(variables) and all(
+        tuple(arrays[k].shape) == tuple(v.shape) for k, v in zip(by_order, variables, strict=True)
+    )
+    if not shapes_agree:
+        missing = sorted(set(keys) - set(saved)) or sorted(set(saved) - set(keys))
+        raise CheckpointMismatch(
+            f"checkpoint has {len(saved)} {group} variables, the model has "
+            f"{len(variables)}; first difference: {missing[0]}"
+        )
+    log.info("restoring %s variables in order (their paths differ)", group)
+    return by_order
 
 
 def _as_totals(arrays: dict[str, np.ndarray], written_by: Layout) -> dict[str, np.ndarray]:
@@ -175,8 +183,6 @@ def _multiworker(model: Any) -> bool:
     metric accumulators restored into) this worker's local copies: model and optimizer
     variables are mirrored (the local copy is the value); metric accumulators are the
     chief's own share of the epoch so far (see docs/design/trainer.md, "Multi-worker")."""
-    from ..multiworker import is_multiworker
-
     return is_multiworker(model.distribute_strategy)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import volume_format
+from . import volume_format
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ share one `CallbackList`: the script's callbacks see one `on_train_begin`, every
 and batch with its true index, and one `on_train_end`, exactly as in a single `fit`.
 
 Why per epoch: the data position must be a pure function of (epoch, step). Each input
-kind (inputs/: arrays, tf.data, PyDataset, generators) says which batches train from
+kind (data/inputs/: arrays, tf.data, PyDataset, generators) says which batches train from
 (epoch, step) on and puts itself back where a checkpoint left it, so a resumed fit sees
 the same batches in the same order as an uninterrupted one.
 
@@ -34,7 +34,7 @@ import keras
 import keras_tuner
 import numpy as np
 
-from .. import multiworker, preemption, seeds
+from .. import preemption, seeds
 from ..checkpoint import (
     CheckpointMismatch,
     CheckpointStore,
@@ -44,12 +44,13 @@ from ..checkpoint import (
     restore_state,
     volume_errors,
 )
-from . import callback_state, inputs, runtime, tensorboard
-from .inputs import FitInput
-from .inputs.arrays import digest, is_arrays, to_numpy
-from .inputs.base import ResumeMismatch, UnsupportedFit
-from .inputs.iterations import install as install_counting
-from .inputs.validation import validation_input
+from ..data import inputs
+from ..data.inputs import FitInput
+from ..data.inputs.arrays import digest, is_arrays, to_numpy
+from ..data.inputs.base import ResumeMismatch, UnsupportedFit
+from ..data.inputs.validation import validation_input
+from ..strategy import same_on_every_worker
+from . import callback_state, runtime, tensorboard
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +66,10 @@ class WorkersDisagree(keras_tuner.errors.FatalError):  # type: ignore[misc]
     """The workers of a MultiWorkerMirroredStrategy group are not at the same fit."""
 
 
-def install() -> None:
-    """Route `keras.Model.fit` through `ResumableFit` while a Runtime is installed."""
+def route(original: Any) -> Any:
+    """`original` (Keras's `TensorFlowTrainer.fit`) routed through `ResumableFit` while a
+    Runtime is installed; each epoch's Keras fit then calls `original` itself."""
     global _original_fit
-    if _original_fit is not None:
-        return
-    install_counting()
-    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
-
-    original = TensorFlowTrainer.fit
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -90,7 +86,7 @@ def install() -> None:
             return ResumableFit(rt, self, arguments).run()
 
     _original_fit = original
-    TensorFlowTrainer.fit = fit
+    return fit
 
 
 class ResumableFit:
@@ -108,7 +104,7 @@ class ResumableFit:
         self.pending_metrics: dict[str, np.ndarray] | None = None
         self.saved_callbacks: tuple[list[dict[str, Any]], dict[str, np.ndarray]] | None = None
         self.seed = seeds.derive(self.label)
-        if not multiworker.same_on_every_worker(rt.strategy, self.seed):
+        if not same_on_every_worker(rt.strategy, self.seed):
             raise WorkersDisagree(
                 f"{self.label}: the workers of this group are not at the same fit (its "
                 "seed differs between them); stopped rather than train their replicas on "

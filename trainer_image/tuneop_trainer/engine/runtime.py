@@ -11,11 +11,11 @@ from typing import Any
 from tuneop_contract import TRIALS_DIR
 
 from .. import seeds
-from ..cadence import Cadence, mtbf_from_env
 from ..checkpoint import BackgroundWriter, SaveDone
-from ..progress import Reporter
+from ..checkpoint.cadence import Cadence, mtbf_from_env
+from ..data.inputs import iterations
+from ..report.progress import Reporter
 from ..spec import CheckpointSpec
-from .inputs import iterations
 
 FITS_DIR = "fits"  # fits outside any trial (e.g. the best model's final fit)
 

@@ -14,7 +14,7 @@ pod, as Keras advises.
 
 Each step once: every fit checkpoint records the sizes of the files in the directories
 its TensorBoard callbacks write (`<log_dir>`, `train/`, `validation/`) and a resume
-rewinds them (event_logs.py). A resumed fit does not write the model summary, the graph
+rewinds them (checkpoint/event_logs.py). A resumed fit does not write the model summary, the graph
 or keras-tuner's HParams session start again (they are in the kept part), and the
 TensorBoard callback's batch counters are restored with its state (callback_state.py),
 so batch-level curves continue at the next step.
@@ -34,24 +34,18 @@ from typing import Any
 
 from tuneop_contract import ENV_SCRIPT_WORKDIR, TENSORBOARD_DIR
 
-from ..event_logs import EventLogs
+from ..checkpoint.event_logs import EventLogs
 from . import runtime
 
 log = logging.getLogger(__name__)
 
-_installed = False
 _warned: set[str] = set()
 
 
-def install() -> None:
-    """Link every TensorBoard callback's log_dir to the volume while a Runtime is
-    installed (the callback is constructed by the script, before any fit)."""
-    global _installed
-    if _installed:
-        return
-    import keras
-
-    original = keras.callbacks.TensorBoard.__init__
+def linked_init(original: Any) -> Any:
+    """`original` (`keras.callbacks.TensorBoard.__init__`), then the callback's log_dir
+    linked to the volume while a Runtime is installed (the callback is constructed by
+    the script, before any fit)."""
 
     @functools.wraps(original)
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -67,8 +61,7 @@ def install() -> None:
                     f"preemption: cannot link it to the volume ({exc})",
                 )
 
-    keras.callbacks.TensorBoard.__init__ = init
-    _installed = True
+    return init
 
 
 def volume_dir(rt: runtime.Runtime, log_dir: str) -> Path:

@@ -1,6 +1,6 @@
 """Script mode (`python -m tuneop_trainer exec SCRIPT [ARGS...]`, or `run` with a
 `spec.script`): a user's keras-tuner script, unchanged, run as `__main__` by the engine
-(engine/runner.py) - its tuners, fits and callbacks resumed exactly after a kill. Here:
+(modes/runner.py) - its tuners, fits and callbacks resumed exactly after a kill. Here:
 reading the script (a missing or non-.py file, a SyntaxError: exit 2 with file:line),
 its fingerprint (the script's sha256 and arguments: a resume against another script
 exits 2), and the one line an error ends with (the script's innermost frame).
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from tuneop_contract import ENV_SCRIPT_WORKDIR, EXIT_INVALID_SPEC
 
-from .. import fingerprint, parallel
-from ..checkpoint import volume_errors
-from ..engine.runner import Program, outcome, run_program
+from .. import parallel
+from ..checkpoint import fingerprint, volume_errors
 from ..exits import fail, summary
 from ..spec import CheckpointSpec, SpecError
+from .runner import Program, outcome, run_program
 
 
 def run_script(

@@ -17,30 +17,19 @@ environment, as in keras-tuner (`roles.py`).
   group does when the oracle says STOPPED (tuner0 waits for the search to end and goes
   on with a read-only oracle; the others exit 0).
 
-Without KERASTUNER_ORACLE_IP nothing here is installed and the trainer runs as before.
+Each role's changes are installed by patches/ (the oracle's for the oracle, the client's
+and the group's for a trial group); without KERASTUNER_ORACLE_IP none is, and the trainer
+runs as before. This package's __init__ loads only `roles` (no keras-tuner), which the
+command line reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from .roles import Role, RoleDone, current
 
-__all__ = ["Role", "RoleDone", "current", "install", "local_oracle"]
-
-
-def install(role: Role, on_oracle_change: Callable[[Any], None] | None = None) -> None:
-    """keras-tuner's changes for `role` (nothing for a sequential search)."""
-    if role.is_oracle:
-        from . import oracle
-
-        oracle.install(on_oracle_change)
-    elif role.is_group:
-        from . import client, group
-
-        client.install()
-        group.install()
+__all__ = ["Role", "RoleDone", "config_oracle", "current", "local_oracle"]
 
 
 def local_oracle(oracle: Any) -> Any | None:

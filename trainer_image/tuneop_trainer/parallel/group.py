@@ -26,6 +26,8 @@ import logging
 import time
 from typing import Any
 
+from .. import preemption
+from ..strategy import barrier
 from . import roles
 
 log = logging.getLogger(__name__)
@@ -71,9 +73,7 @@ def install() -> None:
     @functools.wraps(original_end)
     def on_trial_end(self: Any, trial: Any) -> None:
         original_end(self, trial)
-        from .. import multiworker
-
-        multiworker.barrier(getattr(self, "distribution_strategy", None))
+        barrier(getattr(self, "distribution_strategy", None))
 
     base_tuner.BaseTuner.on_trial_end = on_trial_end
 
@@ -82,8 +82,6 @@ def wait_for_search_end(local: Any) -> None:
     """Until the oracle's search-done marker exists (the other groups' trials may still
     be running: no bound, a log line every minute)."""
     start = last = time.monotonic()
-    from .. import preemption
-
     while not roles.search_done(local._directory, local._project_name):
         if preemption.requested():
             raise preemption.Preempted()

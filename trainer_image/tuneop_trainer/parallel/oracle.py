@@ -27,7 +27,7 @@ what changes here (installed only in the oracle process):
   ongoing or waiting for a retry, no tuner id left), writes the search-done marker and
   the oracle's progress, and raises `RoleDone` so nothing after `search()` runs here
   (script mode: the post-search code belongs to tuner0). SIGTERM: stop serving, exit 75
-  (every change is already saved atomically, ktpatch.py).
+  (every change is already saved atomically, patches/keras_tuner_files.py).
 """
 
 from __future__ import annotations

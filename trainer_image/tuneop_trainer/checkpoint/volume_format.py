@@ -10,7 +10,7 @@ checkpoint of another format stops the trainer the same way (FormatMismatch pass
 through keras-tuner, which would otherwise record a failed trial). A volume without
 the file was written before the format was recorded, in the layout of format 1.
 
-Format 2: spec mode runs on the engine (modes/spec.py), so a spec-mode
+Format 2: spec mode runs on the engine (modes/tuningjob.py), so a spec-mode
 search keeps its trials' checkpoints where a script's are (`trials/search/<id>/fit-<n>`)
 and its best epochs in keras-tuner's project; a spec-mode volume of format 1 is refused.
 Script mode's layout is the same in both: it resumes a format-1 volume exactly (the
@@ -26,7 +26,7 @@ from typing import Any
 
 from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
 
-from .spec import SpecError
+from ..spec import SpecError
 
 FORMAT = 2
 """The format this trainer writes (spec mode reads only it)."""

@@ -19,11 +19,12 @@ Measured with two local workers (TF_CONFIG on loopback), plain Keras, no tuneop 
    (`UnavailableError: Collective ops is aborted by: ... tasks are unhealthy`).
    keras-tuner would record that as a FAILED trial in the shared oracle and go on; the
    trial is not at fault, the pod group is being replaced. So such an error raises
-   `PeerLost` (a `Preempted`: exit 75, keras-tuner does not catch it) and the group
-   resumes from the chief's last checkpoint.
+   `strategy.PeerLost` (a `Preempted`: exit 75, keras-tuner does not catch it) and the
+   group resumes from the chief's last checkpoint.
 
 Applied only when the strategy is MWMS (`apply(strategy)`), so the single-process
-paths run unchanged Keras code.
+paths run unchanged Keras code. What the rest of the trainer asks of a group (is it one,
+a barrier, the same value on every worker) lives beside the strategy (strategy.py).
 """
 
 from __future__ import annotations
@@ -31,21 +32,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .preemption import Preempted
+from ..strategy import PeerLost, is_multiworker
 
 log = logging.getLogger(__name__)
 
 _applied = False
-
-
-class PeerLost(Preempted):
-    """A collective op failed because another worker of the group is gone."""
-
-
-def is_multiworker(strategy: Any) -> bool:
-    import tensorflow as tf
-
-    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
 def apply(strategy: Any) -> bool:
@@ -83,10 +74,30 @@ def apply(strategy: Any) -> bool:
             return None
         return original_build(self, iterator=iterator, data_batch=data_batch)
 
-    import tensorflow as tf
     from keras_tuner.src.engine import base_tuner
 
-    original_run = base_tuner.BaseTuner._run_and_update_trial
+    _run_and_update_trial = _peer_lost(base_tuner.BaseTuner._run_and_update_trial)
+    tf_trainer.reduce_per_replica = reduce_per_replica
+    tf_trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
+    base_tuner.BaseTuner._run_and_update_trial = _run_and_update_trial
+    _applied = True
+    return True
+
+
+def _fully_built(model: Any) -> bool:
+    """What keras `Trainer._symbolic_build` would build: nothing left (then it is a no-op)."""
+    layers = all(layer.built for layer in model._flatten_layers())
+    metrics = model._compile_metrics is None or model._compile_metrics.built
+    loss = model._compile_loss is None or model._compile_loss.built
+    optimizer = model.optimizer is None or model.optimizer.built
+    return bool(layers and metrics and loss and optimizer)
+
+
+def _peer_lost(original_run: Any) -> Any:
+    """keras-tuner's `BaseTuner._run_and_update_trial`, a failed collective raising
+    `PeerLost` (exit 75) instead of ending the trial FAILED."""
+    import tensorflow as tf
+
     peer_errors = (
         tf.errors.UnavailableError,
         tf.errors.AbortedError,
@@ -105,41 +116,4 @@ def apply(strategy: Any) -> bool:
             )
             raise PeerLost(what) from exc
 
-    tf_trainer.reduce_per_replica = reduce_per_replica
-    tf_trainer.TensorFlowTrainer._maybe_symbolic_build = _maybe_symbolic_build
-    base_tuner.BaseTuner._run_and_update_trial = _run_and_update_trial
-    _applied = True
-    return True
-
-
-def barrier(strategy: Any) -> None:
-    """Under MWMS: return once every worker got here (a cross-worker all-reduce)."""
-    if not is_multiworker(strategy):
-        return
-    import tensorflow as tf
-
-    ones = strategy.run(lambda: tf.constant(1.0))
-    strategy.reduce("SUM", ones, axis=None)
-
-
-def same_on_every_worker(strategy: Any, value: int) -> bool:
-    """Under MWMS: whether every worker holds `value` (one all-reduce: the sum over the
-    replicas equals this worker's value times their number only if no worker differs);
-    True elsewhere. Workers that disagree on, say, a fit's seed would each train their
-    replica on other batches, and the group would compute another result silently."""
-    if not is_multiworker(strategy):
-        return True
-    import tensorflow as tf
-
-    own = float(value % (1 << 24))  # exact in float64, summed over a few workers
-    total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(own, tf.float64)), axis=None)
-    return float(total) == own * strategy.num_replicas_in_sync
-
-
-def _fully_built(model: Any) -> bool:
-    """What keras `Trainer._symbolic_build` would build: nothing left (then it is a no-op)."""
-    layers = all(layer.built for layer in model._flatten_layers())
-    metrics = model._compile_metrics is None or model._compile_metrics.built
-    loss = model._compile_loss is None or model._compile_loss.built
-    optimizer = model.optimizer is None or model.optimizer.built
-    return bool(layers and metrics and loss and optimizer)
+    return _run_and_update_trial

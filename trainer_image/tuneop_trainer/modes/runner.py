@@ -1,5 +1,5 @@
 """The engine's process: run a Program (a user's script, modes/script.py, or a TuningJob
-spec's search, modes/spec.py) under the runtime and the patched Keras and keras-tuner, and
+spec's search, modes/tuningjob.py) under the runtime and the patched Keras and keras-tuner, and
 map how it ends to the contract's exit codes: 0 it finished (or called `sys.exit(0)`),
 75 preempted (SIGTERM: checkpoint written; a volume error; a lost peer), 2 something
 tuneop cannot run or resume (a changed script or data, a model built outside the
@@ -16,7 +16,7 @@ import os
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tuneop_contract import (
     EXIT_COMPLETED,
@@ -31,14 +31,19 @@ from tuneop_contract import (
     write_atomic,
 )
 
-from .. import exits, ktpatch, parallel, preemption
+from .. import exits, parallel, patches, preemption, strategy
 from ..checkpoint import VOLUME_ERRNOS, VolumeError, volume_errors
+from ..checkpoint.volume_format import FormatMismatch
+from ..data.inputs.base import ResumeMismatch, UnsupportedFit
+from ..engine import fit, runtime
+from ..engine.projects import RECORD as PROJECTS_RECORD
+from ..engine.projects import Projects
+from ..engine.runtime import Runtime
 from ..exits import fail
+from ..patches import tuners
+from ..report.progress import Reporter
+from ..report.results import collect, export, search_progress, write_final_summary
 from ..spec import CheckpointSpec, SpecError
-from ..volume_format import FormatMismatch
-
-if TYPE_CHECKING:
-    from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +51,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class Program:
     """What the trainer runs under the runtime: a user's script (modes/script.py), or a
-    TuningJob spec's search made into the same thing (modes/spec.py). Both go through
+    TuningJob spec's search made into the same thing (modes/tuningjob.py). Both go through
     the same patched keras-tuner and Keras (one engine); only how they start differs."""
 
     name: str  # named in messages: the script's file name, or "spec.hypermodel"
@@ -66,25 +71,20 @@ def run_program(
 ) -> int:
     """Create the strategy, the progress reporter and the runtime, install the engine's
     patches, run `program` and turn its outcome into the contract's exit code."""
-    from .. import strategy as strategy_mod
-
     role = parallel.current()
-    write = strategy_mod.is_chief()
+    write = strategy.is_chief()
     if write:
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
     if deterministic:
         os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
     try:
-        strategy = strategy_mod.create(strategy_name)  # before any other TF op
+        created = strategy.create(strategy_name)  # before any other TF op
     except preemption.Preempted:  # SIGTERM while waiting for the group's peers
         return EXIT_PREEMPTED
     if deterministic:
         import tensorflow as tf
 
         tf.config.experimental.enable_op_determinism()
-
-    from ..progress import Reporter
-    from . import runtime
 
     reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
     previous = reporter.previous() if write else None
@@ -93,7 +93,7 @@ def run_program(
     rt = runtime.Runtime(
         root=checkpoint_dir,
         checkpoint=checkpoint,
-        strategy=strategy,
+        strategy=created,
         reporter=reporter,
         write=write,
         script=program.name,
@@ -121,11 +121,7 @@ def run_program(
 
 def _start(program: Program, rt: Runtime, role: Any) -> None:
     """The search's record (with parallel trials the oracle records it, the trial
-    groups compare), the tuners' placements, and the engine's patches."""
-    from . import fit, runtime, strategy_patches, tensorboard, tuner_patches
-    from .projects import RECORD as PROJECTS_RECORD
-    from .projects import Projects
-
+    groups compare), the tuners' placements, and the patches to Keras and keras-tuner."""
     write = rt.write
     if program.check is not None:
         wait = role.oracle_wait_seconds if role.is_group else 0.0
@@ -134,21 +130,19 @@ def _start(program: Program, rt: Runtime, role: Any) -> None:
         rt.root, role.own_file(PROJECTS_RECORD), write=write, parallel=role.parallel
     )
     runtime.install(rt)
-    ktpatch.install()
-    ktpatch.set_writer(write)
-    fit.install()
-    tensorboard.install()
-    tuner_patches.install()
-    from ..results import search_progress
-
-    parallel.install(role, lambda o: rt.reporter.update(force=True, **search_progress(o)))
-    strategy_patches.install(rt.strategy, program.name)
+    patches.install(
+        patches.Context(
+            strategy=rt.strategy,
+            write=write,
+            role=role,
+            script=program.name,
+            on_oracle_change=lambda o: rt.reporter.update(force=True, **search_progress(o)),
+        )
+    )
 
 
 def _finish(program: Program, rt: Runtime, role: Any, code: int, message: str) -> int:
     """Durable checkpoints, results.json and the final progress for how it ended."""
-    from . import tuner_patches
-
     reporter = rt.reporter
     if code != EXIT_PREEMPTED:
         try:
@@ -167,7 +161,7 @@ def _finish(program: Program, rt: Runtime, role: Any, code: int, message: str) -
     # with parallel trials the post-search code and the results are tuner0's
     if rt.tuners and role.runs_post_search:
         try:
-            tuner_patches.report_search(rt.tuners[-1])
+            tuners.report_search(rt.tuners[-1])
             results = _write_results(rt, program.export_model)
         except FormatMismatch as exc:
             code, message = EXIT_INVALID_SPEC, exc.message
@@ -181,8 +175,6 @@ def _finish(program: Program, rt: Runtime, role: Any, code: int, message: str) -
     reporter.update(force=True, phase=PHASE_COMPLETED, message="")
     if results is not None:
         log.info("search completed; best: %s", results["best"])
-        from ..results import write_final_summary
-
         trials_total = reporter.progress.trials_total
         write_final_summary(results, trials_total, exits.TERMINATION_MESSAGE_PATH)
     return EXIT_COMPLETED
@@ -211,10 +203,6 @@ def outcome(
     error came from."""
     import keras_tuner
 
-    from .. import multiworker
-    from . import fit, tuner_patches
-    from .inputs.base import ResumeMismatch, UnsupportedFit
-
     try:
         body()
     except preemption.Preempted:
@@ -235,11 +223,11 @@ def outcome(
         ResumeMismatch,
         UnsupportedFit,
         fit.InvalidSearch,
-        tuner_patches.ScriptScopeError,
+        tuners.ScriptScopeError,
         SpecError,
     ) as exc:
         return EXIT_INVALID_SPEC, str(exc)
-    except multiworker.PeerLost:
+    except strategy.PeerLost:
         return EXIT_PREEMPTED, ""
     except OSError as exc:
         if exc.errno in VOLUME_ERRNOS:  # e.g. keras-tuner's own files on a full volume
@@ -258,8 +246,6 @@ def _write_results(rt: Any, export_model: bool) -> dict[str, Any] | None:
     """results.json (chief only; with `export_model` also best_model.keras, which every
     worker saves as the multi-worker pattern asks); the results written, for the final
     summary."""
-    from ..results import collect, export
-
     tuner = rt.tuners[-1]
     if export_model:
         with volume_errors(rt.root):

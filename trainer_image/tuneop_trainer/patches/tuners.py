@@ -45,10 +45,11 @@ from tuneop_contract import ENV_TUNER_ID, TUNER_DIR, write_atomic
 
 from .. import failed_trials, parallel, preemption, scope, seeds
 from ..checkpoint import CheckpointStore, volume_errors
-from ..results import planned_trials, search_progress
-from . import loops, runtime
-from .inputs import iterations
-from .projects import Placement
+from ..data.inputs import iterations
+from ..engine import loops, runtime
+from ..engine.projects import Placement
+from ..report.results import planned_trials, search_progress
+from ..strategy import barrier
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,7 @@ def _patch_base_init() -> None:
         if local is not None:
             failed_trials.apply(local)  # out of memory before: ended, not retried
         rt.tuners.append(self)
-        from .. import multiworker
-
-        multiworker.barrier(rt.strategy)
+        barrier(rt.strategy)
 
     base_tuner.BaseTuner.__init__ = __init__
 
@@ -146,11 +145,9 @@ def _place(rt: runtime.Runtime, project_name: str, overwrite: bool) -> Placement
     decides and records it, the other workers read its record once it has (a worker
     deciding on its own could see the volume at another moment, e.g. before or after
     the chief started a search on it, and seed its replica differently)."""
-    from .. import multiworker
-
     if rt.write:
         placement = rt.projects.place(project_name, overwrite, rt.script)
-    multiworker.barrier(rt.strategy)
+    barrier(rt.strategy)
     if not rt.write:
         rt.projects.reload()
         placement = rt.projects.place(project_name, overwrite, rt.script)

@@ -12,7 +12,7 @@ correctly: the loss tracker and metrics are weighted by each replica's sample co
 Fix: `install()` hands keras the first replica's local batch instead of that average: the
 same structure and dtypes and, for an even split, the same shapes - and only shapes
 matter to `_symbolic_build` - so runs whose batches split evenly are unchanged. The
-trainer installs it with ktpatch.install().
+trainer installs it with patches.install().
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A data set kept as shards (`x-00000.npy`, `x-00001.npy`, ...) is opened memory-mapped
 shard by shard; `Sharded` makes the shards one array for what the spec-mode loop asks
 of it: `shape`, `dtype`, `ndim`, `len()`, one sample by integer, a batch by an integer
-index array (engine/inputs/batches.py gathers every batch that way) and a view by a slice of step 1
+index array (inputs/batches.py gathers every batch that way) and a view by a slice of step 1
 (the validation tail). A gather reads only the rows it returns, from the shards that
 hold them, into one new array; nothing else is copied. `np.asarray(sharded)` does
 concatenate: it is for the small slices that need a real ndarray (a model's first

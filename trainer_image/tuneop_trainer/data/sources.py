@@ -1,7 +1,7 @@
 """Training data: the built-in synthetic EMG-like set, .npz/.npy files, or a loader.
 
 Everything ends up as four arrays (x, y, x_val, y_val) indexed by sample, which the
-engine trains like a script's arrays (engine/inputs/arrays.py: each epoch's order a pure
+engine trains like a script's arrays (data/inputs/arrays.py: each epoch's order a pure
 function of the fit and the epoch, so the position in a checkpoint is (epoch, step)).
 The synthetic set, a .npz and a loader's arrays are held in memory; a directory of
 .npy files is opened memory-mapped (`npy.py`), so a set larger than memory trains
@@ -9,7 +9,7 @@ with the same batches.
 
 A loader may instead return two batched `tf.data.Dataset`s, (train, validation), each
 of (x, y) elements: `StreamData`. The trainer then iterates them as a Keras fit does
-(engine/inputs/tfdata.py), and the position in a checkpoint is the dataset's iteration state.
+(data/inputs/stream.py), and the position in a checkpoint is the dataset's iteration state.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from . import fingerprint, npy
+from ..checkpoint import fingerprint
+from ..spec import DataSpec, SpecError
+from . import npy
 from .shards import Sharded
-from .spec import DataSpec, SpecError
 
 # Synthetic EMG: windows of TIMESTEPS samples x CHANNELS electrodes, CLASSES gestures.
 TIMESTEPS = 16
@@ -55,7 +56,7 @@ class Dataset:
         return [int(self.y.shape[-1])] if self.y.ndim > 1 else [int(self.y.max()) + 1]
 
     def digest(self) -> str:
-        """What a resume compares with the first run's data (fingerprint.py): the arrays'
+        """What a resume compares with the first run's data (checkpoint/fingerprint.py): the arrays'
         bytes when in memory; the files' names, sizes and contents (sampled when large)
         with the four arrays' shapes and dtypes (the validation split) when mapped."""
         arrays = (self.x, self.y, self.x_val, self.y_val)

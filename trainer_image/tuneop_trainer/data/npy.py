@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ..spec import SpecError
 from .shards import Sharded
-from .spec import SpecError
 
 NAMES = ("x", "y", "x_val", "y_val")
 FIELD = "spec.data.path"

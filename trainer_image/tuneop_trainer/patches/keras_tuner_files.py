@@ -1,4 +1,4 @@
-"""Process-wide changes to keras-tuner and Keras that both modes (`run`, `exec`) need.
+"""keras-tuner's own files: written atomically, by the writer only, read back in order.
 
 - keras-tuner writes its JSON files (oracle, tuner, trials) in place; a kill during a
   write leaves a truncated file and a search that cannot be reloaded. Every such write
@@ -6,12 +6,6 @@
   call `utils.save_json`).
 - Only the chief of a multi-worker group writes: the other workers keep the same oracle
   in memory and read the directory only at start-up (`set_writer(False)`).
-- Keras 3 fails on a first batch that splits unevenly across replicas: see uneven.py.
-- `keras.backend.clear_session()` resets Keras's global state, the dtype policy
-  included, and keras-tuner calls it before building every model: a script's
-  `keras.mixed_precision.set_global_policy("mixed_float16")` (or a spec's
-  `tuner.dtypePolicy`) would silently train every trial in float32. The policy set
-  before the call is set again after it.
 - keras-tuner's `Oracle.reload` fills `trials` in the order the file system lists the
   trial directories, not the order they were created, and `get_best_trials` breaks ties
   by that order (BayesianOptimization also feeds its model in it). That order changes
@@ -20,7 +14,6 @@
   ['0', '1', '2'] and ['2', '0', '1']): a resumed search could name another best trial
   than an uninterrupted one, and the two workers built different "best" models (a
   collective shape mismatch). Reloaded trials are put back in creation order.
-- GridSearch's walk of the grid survives a reload: gridsearch.py.
 """
 
 from __future__ import annotations
@@ -31,9 +24,7 @@ from typing import Any
 from keras_tuner.src import utils as kt_utils
 from tuneop_contract import write_atomic
 
-from . import gridsearch, uneven
-
-_state = {"write": True, "installed": False}
+_state = {"write": True, "atomic": False, "ordered": False}
 
 
 def set_writer(write: bool) -> None:
@@ -52,16 +43,13 @@ def _atomic_save_json(path: str, obj: Any) -> str:
     return text
 
 
-def install() -> None:
-    """Idempotent."""
-    if _state["installed"]:
+def install_atomic_json() -> None:
+    """keras-tuner's `utils.save_json` writes atomically, and only in the writer
+    (idempotent)."""
+    if _state["atomic"]:
         return
-    _state["installed"] = True
+    _state["atomic"] = True
     kt_utils.save_json = _atomic_save_json
-    uneven.install()
-    _keep_dtype_policy_across_clear_session()
-    _reload_trials_in_creation_order()
-    gridsearch.install()
 
 
 def creation_order(trial_id: str) -> tuple[int, int, str]:
@@ -74,7 +62,11 @@ def in_creation_order(oracle: Any) -> None:
     oracle.trials = dict(sorted(oracle.trials.items(), key=lambda item: creation_order(item[0])))
 
 
-def _reload_trials_in_creation_order() -> None:
+def install_trial_order() -> None:
+    """`Oracle.reload` puts the trials back in creation order (idempotent)."""
+    if _state["ordered"]:
+        return
+    _state["ordered"] = True
     from keras_tuner.src.engine import oracle as oracle_module
 
     original = oracle_module.Oracle.reload
@@ -84,21 +76,3 @@ def _reload_trials_in_creation_order() -> None:
         in_creation_order(self)
 
     oracle_module.Oracle.reload = reload
-
-
-def _keep_dtype_policy_across_clear_session() -> None:
-    import keras
-    from keras.src.backend.common import global_state
-
-    original = global_state.clear_session
-
-    def clear_session(*args: Any, **kwargs: Any) -> Any:
-        policy = global_state.get_global_attribute("dtype_policy", None)
-        result = original(*args, **kwargs)
-        if policy is not None:
-            global_state.set_global_attribute("dtype_policy", policy)
-        return result
-
-    global_state.clear_session = clear_session
-    keras.backend.clear_session = clear_session
-    keras.utils.clear_session = clear_session

@@ -30,7 +30,7 @@ from tuneop_contract import (
     write_atomic,
 )
 
-from .spec import SpecError, TrainerSpec
+from ..spec import SpecError, TrainerSpec
 
 FIELD = "spec.checkpoint.adopt"
 

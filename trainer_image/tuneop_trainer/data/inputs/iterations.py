@@ -14,7 +14,8 @@ process, as it does in an uninterrupted one. An object made before (a data set b
 the top of the script and used in every trial) carries the count of the whole run:
 `tfdata.json` on the volume, written at each fit's end, keyed by the input's kind and
 element structure. Constructors are stamped with the phase they ran in
-(`install`), and the runtime starts a phase at every search and trial start and end.
+(`stamped_init`, installed by patches/), and the runtime starts a phase at every search
+and trial start and end.
 """
 
 from __future__ import annotations
@@ -27,30 +28,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tuneop_contract import write_atomic
+
+from ...parallel import current
+
 log = logging.getLogger(__name__)
 
 RECORD = "tfdata.json"
 _PHASE_ATTR = "_tuneop_phase"
 _phase = 0
 _counts: dict[int, tuple[Any, list[int]]] = {}  # id(object) → (weakref, [iterations])
-_installed = False
 
 
-def install() -> None:
-    """Stamp every tf.data.Dataset and PyDataset with the phase it was made in."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    import keras
-    import tensorflow as tf
-
-    for cls in (tf.data.Dataset, keras.utils.PyDataset):
-        _stamp(cls)
-
-
-def _stamp(cls: type) -> None:
-    original = cls.__init__
+def stamped_init(original: Any) -> Any:
+    """`original` (a `tf.data.Dataset` or `PyDataset` constructor), then the new object
+    stamped with the phase it was made in."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
@@ -58,7 +50,7 @@ def _stamp(cls: type) -> None:
             object.__setattr__(self, _PHASE_ATTR, _phase)
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
-    cls.__init__ = __init__  # type: ignore[misc]
+    return __init__
 
 
 def boundary() -> None:
@@ -118,8 +110,6 @@ def before_fit(obj: Any, root: Path, key: str) -> int:
 def _path(root: Path) -> Path:
     """With parallel trials one file per trial group (`tfdata.<tuner id>.json`): the
     count is of this process lineage's iterations, and each file has one writer."""
-    from ...parallel import current
-
     return root / current().own_file(RECORD)
 
 
@@ -134,8 +124,6 @@ def record(root: Path, obj: Any, key: str, count: int) -> None:
     """After a fit on a shared object: the run's count, for the fits after it."""
     if not shared(obj):
         return
-    from tuneop_contract import write_atomic
-
     path = _path(root)
     try:
         data = json.loads(path.read_text())

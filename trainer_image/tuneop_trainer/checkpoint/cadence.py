@@ -17,7 +17,7 @@ from typing import Any
 
 from tuneop_contract import ENV_MTBF_SECONDS, MTBF_PRIOR_SECONDS, expected_waste_per_hour
 
-from .spec import CheckpointSpec, SpecError
+from ..spec import CheckpointSpec, SpecError
 
 OVERHEAD_BUDGET = 0.02
 """Saves may cost training at most this share of its time: T >= C / OVERHEAD_BUDGET

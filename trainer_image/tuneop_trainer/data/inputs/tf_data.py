@@ -1,4 +1,4 @@
-"""A `tf.data.Dataset`, iterated by the trainer as Keras would (tfdata.Stream) and
+"""A `tf.data.Dataset`, iterated by the trainer as Keras would (stream.Stream) and
 resumed mid-epoch: the iterators made before are replayed, then the batches already
 trained are read and dropped. The data's end inside an epoch is detected by the trainer,
 which stops Keras there and applies the end-of-data step's updates (end_of_data.py)."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import keras
 
-from . import end_of_data, iterations, tfdata
+from . import end_of_data, iterations, stream
 from .base import FitContext, ResumeMismatch
 from .counted import CountedInput
 
@@ -31,7 +31,7 @@ class DatasetInput(CountedInput):
             except (TypeError, ValueError):
                 n = 0
             self.steps = max(n, 0)  # unknown or infinite: the epoch ends with the input
-        self.stream = tfdata.Stream(self.x, spe)
+        self.stream = stream.Stream(self.x, spe)
         self.skipped = end_of_data.SkippedStep()  # Keras's last step, applied by us
         self.end_stop = False  # the trainer stopped Keras at the data's end (not the user)
 
@@ -46,7 +46,7 @@ class DatasetInput(CountedInput):
         elif "datasetStream" in meta:
             try:
                 self.stream.restore(meta["datasetStream"])
-            except tfdata.ShorterThanCheckpoint as exc:
+            except stream.ShorterThanCheckpoint as exc:
                 raise ResumeMismatch(
                     f"{ctx.script}: {ctx.label}: its tf.data input changed since "
                     f"its checkpoint in {ctx.dir}: {exc}"
@@ -69,7 +69,7 @@ class DatasetInput(CountedInput):
     def build_batch(self) -> Any:
         # From the element spec: iterating the dataset here would advance its
         # reshuffling and change every epoch's order.
-        return tfdata.spec_batch(self.x.element_spec)
+        return stream.spec_batch(self.x.element_spec)
 
     def global_batch(self) -> int | None:
         import tensorflow as tf

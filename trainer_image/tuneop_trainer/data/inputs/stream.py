@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...strategy import is_multiworker
 from . import iterations
 
 
@@ -212,8 +213,6 @@ def data_sharded(dataset: Any, strategy: Any) -> Any:
     file-based pipeline by file and fails when it has fewer files than workers (one
     validation file is common); DATA evaluates the same batches in every case."""
     import tensorflow as tf
-
-    from ...multiworker import is_multiworker
 
     if not isinstance(dataset, tf.data.Dataset) or not is_multiworker(strategy):
         return dataset

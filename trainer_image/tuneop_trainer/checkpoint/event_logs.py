@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import replace_synced
+from .store import replace_synced
 
 START_RECORD = "tensorboard-start.json"
 """In a fit's checkpoint directory: the event files' sizes when the fit first started."""

@@ -14,7 +14,7 @@ two updates applied by hand they were the 10 fits' weights. On one device the
 updates took effect in every fit of one script (tests/trainer/scripts/
 tfdata_keras_fit.py) and in none of another's.
 
-So the trainer reads one batch ahead (tfdata.Stream), stops Keras's epoch after the
+So the trainer reads one batch ahead (stream.Stream), stops Keras's epoch after the
 data's last batch (no failing step), and always applies the two updates here: the
 same result in every run, and plain Keras's where its step applied them. A
 custom `train_step` that updates other state without reading the batch would, in

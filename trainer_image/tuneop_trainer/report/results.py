@@ -18,7 +18,8 @@ from tuneop_contract import (
     write_termination_message,
 )
 
-from .checkpoint import weights_digest
+from ..checkpoint import weights_digest
+from ..parallel import config_oracle, local_oracle
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,6 @@ def search_progress(oracle: Any) -> dict[str, Any]:
     """Progress fields from an oracle with trials: trials completed and planned, the
     best so far. Empty for a trial group's client (it has no trials; with parallel
     trials the oracle's own record carries them)."""
-    from .parallel import config_oracle, local_oracle
-
     planned = planned_trials(config_oracle(oracle))
     local = local_oracle(oracle)
     if local is None:

@@ -7,7 +7,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from . import batches, tfdata
+from . import batches, stream
 from .arrays import DEFAULT_BATCH_SIZE, is_arrays, to_numpy
 
 
@@ -17,7 +17,7 @@ def validation_input(val: Any, args: dict[str, Any], batch_size: int | None, mod
     `batch_size`: the training input's, which Keras's validation defaults to."""
     given = [part for part in val if part is not None] if isinstance(val, tuple | list) else []
     if not given or not is_arrays(given):  # (x, y, None): validation_split's, arrays too
-        return tfdata.data_sharded(val, model.distribute_strategy)
+        return stream.data_sharded(val, model.distribute_strategy)
     parts = [to_numpy(p) for p in keras.utils.unpack_x_y_sample_weight(tuple(val))]
     size = len(keras.tree.flatten(parts[0])[0])
     bs = args["validation_batch_size"] or batch_size

@@ -9,7 +9,7 @@ checkpoint left it. Each kind owns its position and its replay:
 - arrays.py: numpy arrays and structures of them, memory-mapped shards too; the order of
   every epoch is a function of (fit seed, epoch), batches gathered one at a time;
 - tf_data.py: a `tf.data.Dataset`, iterated by the trainer as Keras would, its iterators
-  counted across fits and replayed on resume (tfdata.py, iterations.py, end_of_data.py);
+  counted across fits and replayed on resume (stream.py, iterations.py, end_of_data.py);
 - py_dataset.py: a `keras.utils.PyDataset` of known length, its batches picked by the
   trainer and its epoch hooks replayed;
 - generators.py: everything else (generators, infinite PyDatasets), resumed at the start

@@ -19,8 +19,8 @@ from typing import Any
 import keras
 import numpy as np
 
-from ...fingerprint import digest_arrays
-from ...shards import Sharded
+from ...checkpoint.fingerprint import digest_arrays
+from ..shards import Sharded
 from . import batches
 from .base import FitContext, FitInput, UnsupportedFit
 

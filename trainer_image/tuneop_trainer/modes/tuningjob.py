@@ -1,11 +1,11 @@
 """Spec mode (`python -m tuneop_trainer run --spec FILE`): a TuningJob's `hypermodel`,
 `data` and `tuner` made into what a user's script is - the named keras-tuner tuner over
 the HyperModel, and `tuner.search(...)` with the data and the spec's arguments - and run
-by the same engine as script mode (tuneop_trainer/engine/: runner.py, fit.py,
-tuner_patches.py): every guarantee of exact resume lives there once.
+by the same engine as script mode (modes/runner.py, engine/fit.py, patches/tuners.py):
+every guarantee of exact resume lives there once.
 
 What the spec adds to a plain search:
-- the data (data.py): arrays (in memory, memory-mapped, shards) trained in batches of
+- the data (data/sources.py): arrays (in memory, memory-mapped, shards) trained in batches of
   `spec.tuner.batchSize`, shuffled each epoch; or a loader's tf.data datasets;
 - `spec.tuner.earlyStopping` as Keras's `EarlyStopping`, `spec.tuner.tensorboard` as
   Keras's `TensorBoard` on the volume (`DIR/tensorboard/<trial>/execution<n>`, HParams
@@ -29,8 +29,15 @@ from typing import Any
 
 from tuneop_contract import TENSORBOARD_DIR, TUNER_DIR
 
+from .. import parallel
+from ..checkpoint import fingerprint
+from ..data import sources
+from ..data.inputs import iterations
+from ..data.sources import Dataset, import_ref
+from ..engine.fit import InvalidSearch
 from ..exits import summary
 from ..spec import SpecError, TrainerSpec
+from .runner import Program, outcome, run_program
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +47,6 @@ PROJECT = "search"  # the keras-tuner project under DIR/tuner
 
 def run(spec: TrainerSpec, checkpoint_dir: Path) -> int:
     """Run (or resume) the spec's search; returns the exit code."""
-    from ..engine.runner import Program, outcome, run_program
-
     for path in spec.python_path:
         if path not in sys.path:
             sys.path.insert(0, path)
@@ -60,14 +65,10 @@ def run(spec: TrainerSpec, checkpoint_dir: Path) -> int:
 def _search(spec: TrainerSpec, rt: Any) -> None:
     import keras
 
-    from .. import data as data_mod
-    from .. import parallel
-    from ..engine.inputs import iterations
-
     rt.reporter.update(force=True, objective=spec.tuner.objective, direction=spec.tuner.direction)
-    if spec.tuner.dtype_policy:  # kept across clear_session by ktpatch
+    if spec.tuner.dtype_policy:  # kept across clear_session by patches/dtype_policy.py
         keras.config.set_dtype_policy(spec.tuner.dtype_policy)
-    dataset = data_mod.load(spec.data)
+    dataset = sources.load(spec.data)
     # The loader's datasets are made before the search: their iteration counts are the
     # whole run's (tfdata.json), as for a script's top-level pipeline.
     iterations.boundary()
@@ -80,8 +81,6 @@ def _search(spec: TrainerSpec, rt: Any) -> None:
 def _check_fingerprint(spec: TrainerSpec, dataset: Any, root: Path, write: bool, role: Any) -> None:
     """A resume must see the same data, hypermodel and search as the first run. With
     parallel trials the oracle records it and the trial groups compare with it."""
-    from .. import fingerprint
-
     record = {
         "data": dataset.digest(),
         "hypermodel": spec.hypermodel,
@@ -121,8 +120,6 @@ def _tuner(spec: TrainerSpec, hypermodel: Any, root: Path) -> Any:
 def _search_arguments(spec: TrainerSpec, dataset: Any, rt: Any) -> dict[str, Any]:
     """`tuner.search(...)`'s arguments: the data, the epochs and the callbacks."""
     import keras
-
-    from ..data import Dataset
 
     t = spec.tuner
     callbacks: list[Any] = [_reported_metrics(t.objective, t.early_stopping)]
@@ -171,8 +168,6 @@ def _callback(spec: Any, i: int) -> Any:
     """`spec.tuner.callbacks[i]` constructed; SpecError naming the field if it cannot be."""
     import keras
 
-    from ..data import import_ref
-
     field = f"spec.tuner.callbacks[{i}]"
     ref = spec.ref if ":" in spec.ref else ":".join(spec.ref.rsplit(".", 1))
     cls = import_ref(ref, f"{field}.class")
@@ -196,8 +191,6 @@ def _reported_metrics(objective: str, early_stopping: Any) -> Any:
     not report the objective or the early-stopping monitor: a spec error, not a failed
     trial (keras-tuner would fail every trial)."""
     import keras
-
-    from ..engine.fit import InvalidSearch
 
     class _ReportedMetrics(keras.callbacks.Callback):  # type: ignore[misc]
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
@@ -223,8 +216,6 @@ def _compiled_models(hypermodel: Any) -> Any:
     of failing every trial."""
     import keras
     import keras_tuner
-
-    from ..engine.fit import InvalidSearch
 
     build = hypermodel.build if isinstance(hypermodel, keras_tuner.HyperModel) else hypermodel
 
@@ -253,8 +244,6 @@ def resolve_hypermodel(ref: str, dataset: Any) -> Any:
     build(hp) function. A HyperModel class is instantiated with input_shape/output_shape
     when its constructor takes them (the data's shapes), else without arguments."""
     import keras_tuner
-
-    from ..data import import_ref
 
     try:
         obj = import_ref(ref, "spec.hypermodel")

@@ -55,7 +55,7 @@ from tuneop_contract import (
     write_atomic,
 )
 
-from .checkpoint import SaveDone
+from ..checkpoint import SaveDone
 
 log = logging.getLogger(__name__)
 

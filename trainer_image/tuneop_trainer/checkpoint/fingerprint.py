@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from tuneop_contract import write_atomic
 
-from .spec import SpecError
+from ..spec import SpecError
 
 RECORD_FILE = "fingerprint.json"
 
