@@ -99,6 +99,7 @@ def decision(**fields: object) -> Decision:
         ({"delete_job": True}, False, 0.0),
         ({"finished": True}, False, FINISHED_RECHECK_SECONDS),
         ({"finished": True, "requeue_after": 30.0}, False, 30.0),  # the TTL
+        ({"finished": True, "delete_pods": ["p"]}, False, FINISHED_RECHECK_SECONDS),
         ({}, True, FINISHED_RECHECK_SECONDS),  # suspended, nothing left running
     ],
 )

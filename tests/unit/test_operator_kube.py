@@ -249,7 +249,7 @@ def test_a_failed_pass_counts_towards_backoff_without_an_event(error: Exception,
     runtime: Any = FailingRuntime(error)
     loops = health.LoopHealth()
     passed = asyncio.run(handlers._pass(runtime, "ns", "j", kopf_logger, 2, loops))
-    assert passed == (after, None)
+    assert passed == (after, 0.0)  # a next pass soon (the loop floors it)
     assert kopf_logger.posted == []
     assert loops.report()["failing"] == ({"ns/j": 1} if after else {})
 
@@ -265,7 +265,9 @@ def test_a_running_job_is_read_with_its_pods_nodes_and_a_finished_one_rests():
     pod["spec"]["nodeName"] = "n1"
     pod["status"] = {"phase": "Running"}
     running = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(phase="Running"))
-    assert Runtime(Config.from_env({}), running).reconcile_once("ns", "j", LOG) is None
+    config = Config.from_env({})
+    # nothing due (no stall timeout, no GPUs to account): the next pass is the resync's
+    assert Runtime(config, running).reconcile_once("ns", "j", LOG) == config.resync_seconds
     assert running.nodes == ["n1"]
     done = {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z"}
     finished = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(**done))
@@ -376,7 +378,7 @@ def test_the_pod_and_configmap_watches_are_filtered_by_the_api_server():
 
 def test_a_suspended_job_rests_once_its_pods_are_gone():
     """Idle jobs cost nothing per pass: a suspended job still stopping its pod is
-    re-read at the normal interval, one with no pod left only as a safety net."""
+    re-read soon (the pass deleted it), one with no pod left only as a safety net."""
     spec = JobSpec.from_dict(_running_job()["spec"])
     pod = trainer_pods.build_pod(JOB, spec, 0, 0)
     pod["spec"]["nodeName"] = "n1"
@@ -384,7 +386,7 @@ def test_a_suspended_job_rests_once_its_pods_are_gone():
     job = _running_job(phase="Running")
     job["spec"]["suspend"] = True
     stopping = FakeKube({("Pod", "j-worker-0"): pod}, job=job)
-    assert Runtime(Config.from_env({}), stopping).reconcile_once("ns", "j", LOG) is None
+    assert Runtime(Config.from_env({}), stopping).reconcile_once("ns", "j", LOG) == 0.0
     job = _running_job(phase="Suspended", attemptStarted=False)
     job["spec"]["suspend"] = True
     idle = Runtime(Config.from_env({}), FakeKube({}, job=job)).reconcile_once("ns", "j", LOG)

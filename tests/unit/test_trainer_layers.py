@@ -6,6 +6,7 @@ none of them, and no function is longer than a screen."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,7 +129,11 @@ def test_the_command_and_the_spec_parser_load_no_tensorflow():
         "import sys, tuneop_trainer.cli, tuneop_trainer.spec; "
         f"print([m for m in {HEAVY!r} if m in sys.modules])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    path = os.pathsep.join(str(ROOT.parent / d) for d in ("contract", "trainer_image"))
+    env = {**os.environ, "PYTHONPATH": path}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 

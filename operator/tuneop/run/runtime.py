@@ -235,18 +235,20 @@ class _ScriptConfigMaps(Mapping[str, Obj | None]):
 
 
 def next_pass(decision: Decision, spec: JobSpec, pods: list[Obj], resync: float) -> float:
-    """Seconds until the job's next timed pass; its objects' events wake it sooner. 0
-    (the loop's floor, reconcile_seconds) after a pass that wrote pods or children: it
-    reads them back. Else the earliest deadline its rules wait for (Decision.
-    requeue_after), at most `resync` (the cache's resync, a level-based safety net) or,
-    for a finished job or a suspended one with no pod left, FINISHED_RECHECK_SECONDS."""
-    if decision.delete_job or decision.writes_children:
-        return 0.0
-    rest = resync
+    """Seconds until the job's next timed pass; its objects' events wake it sooner. The
+    earliest deadline its rules wait for (Decision.requeue_after), at most
+    FINISHED_RECHECK_SECONDS for a finished job or a suspended one with no pod left,
+    else 0 (the loop's floor, reconcile_seconds) after a pass that wrote pods or
+    children, which it reads back, and at most `resync` (the cache's resync, a
+    level-based safety net) otherwise."""
     if decision.finished or (spec.suspend and not pods):
         # nothing runs and nothing changes by itself: resuming is a spec change and a
         # new pod an event, both of which wake the loop
         rest = FINISHED_RECHECK_SECONDS
+    elif decision.delete_job or decision.writes_children:
+        return 0.0
+    else:
+        rest = resync
     due = decision.requeue_after
     return rest if due is None else min(rest, due)
 
