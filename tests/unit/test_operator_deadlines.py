@@ -49,6 +49,18 @@ def test_a_running_group_is_judged_in_the_pass_due_at_its_stall_timeout():
     assert stalled["reason"] == "NoProgress" and "stallTimeoutSeconds=900" in stalled["message"]
 
 
+def test_a_job_passes_until_it_settles_then_rests_until_its_deadline():
+    w = World(stallTimeoutSeconds=900)
+    w.step()
+    w.run_pods()
+    d = w.step()
+    assert d.status and next_pass(d, job_spec(w.job), list(w.pods.values()), 300) == 0
+    d = w.step()  # nothing new: settled
+    assert not d.status and not d.events and not d.writes_children
+    assert due(d) > 800  # the stall timeout, nothing sooner
+    assert next_pass(d, job_spec(w.job), list(w.pods.values()), 300) == 300  # the resync
+
+
 def test_running_pods_keep_goodput_fresh_and_nothing_else_ticks():
     w = World(distribution={"workers": 1, "gpusPerWorker": 2})
     start(w)
@@ -96,6 +108,8 @@ def decision(**fields: object) -> Decision:
         ({"requeue_after": 42.0}, False, 42.0),
         ({"requeue_after": 4200.0}, False, 300.0),
         ({"create_pods": [0]}, False, 0.0),  # what it wrote is read back soon
+        ({"status": {"attempt": 1}}, False, 0.0),  # it changed something: not settled
+        ({"status": {"attempt": 1}, "requeue_after": 42.0}, False, 0.0),
         ({"delete_job": True}, False, 0.0),
         ({"finished": True}, False, FINISHED_RECHECK_SECONDS),
         ({"finished": True, "requeue_after": 30.0}, False, 30.0),  # the TTL

@@ -265,9 +265,12 @@ def test_a_running_job_is_read_with_its_pods_nodes_and_a_finished_one_rests():
     pod["spec"]["nodeName"] = "n1"
     pod["status"] = {"phase": "Running"}
     running = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(phase="Running"))
+    running.stores_status = True
     config = Config.from_env({})
-    # nothing due (no stall timeout, no GPUs to account): the next pass is the resync's
-    assert Runtime(config, running).reconcile_once("ns", "j", LOG) == config.resync_seconds
+    runtime = Runtime(config, running)
+    assert runtime.reconcile_once("ns", "j", LOG) == 0.0  # its status changed: again soon
+    # settled, nothing due (no stall timeout, no GPUs to account): the resync's pass next
+    assert runtime.reconcile_once("ns", "j", LOG) == config.resync_seconds
     assert running.nodes == ["n1"]
     done = {"phase": "Succeeded", "completionTime": "2026-01-01T00:00:00Z"}
     finished = FakeKube({("Pod", "j-worker-0"): pod}, job=_running_job(**done))

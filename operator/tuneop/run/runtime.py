@@ -237,15 +237,17 @@ class _ScriptConfigMaps(Mapping[str, Obj | None]):
 def next_pass(decision: Decision, spec: JobSpec, pods: list[Obj], resync: float) -> float:
     """Seconds until the job's next timed pass; its objects' events wake it sooner. The
     earliest deadline its rules wait for (Decision.requeue_after), at most
-    FINISHED_RECHECK_SECONDS for a finished job or a suspended one with no pod left,
-    else 0 (the loop's floor, reconcile_seconds) after a pass that wrote pods or
-    children, which it reads back, and at most `resync` (the cache's resync, a
-    level-based safety net) otherwise."""
+    FINISHED_RECHECK_SECONDS for a finished job or a suspended one with no pod left.
+    Else 0 (the loop's floor, reconcile_seconds) after a pass that changed anything
+    (status, Events, pods or children): a job passes until a pass finds nothing to do,
+    as a decision may need the next pass to carry on (a group recorded for recreation
+    is created by the following one) and no event may come for it. Only a settled job
+    rests, at most `resync` (the cache's resync, a level-based safety net)."""
     if decision.finished or (spec.suspend and not pods):
         # nothing runs and nothing changes by itself: resuming is a spec change and a
         # new pod an event, both of which wake the loop
         rest = FINISHED_RECHECK_SECONDS
-    elif decision.delete_job or decision.writes_children:
+    elif decision.delete_job or decision.writes_children or decision.status or decision.events:
         return 0.0
     else:
         rest = resync
