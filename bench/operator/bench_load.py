@@ -3,16 +3,16 @@ server and the operator.
 
 A fresh local cluster (real control plane, node agent) whose pods run the stand-in
 trainer (tests/localcluster/standin_trainer.py: the progress contract without
-TensorFlow), the operator as a subprocess at its default reconcile interval. Jobs:
-`--active` running ones (a long stand-in search, reporting like the real trainer), a few
-finished ones, the rest suspended (idle: no pod). Measured:
+TensorFlow), the operator as a subprocess at its defaults (a job's passes at its events
+and deadlines). Jobs: `--active` running ones (a long stand-in search, reporting like
+the real trainer), a few finished ones, the rest suspended (idle: no pod). Measured:
 - API requests per second at steady state, from kube-apiserver's own
   `apiserver_request_total` (all clients: the operator, the node agent, the stand-ins,
   the controllers), by verb and resource, with `--small` idle jobs and with `--jobs`;
 - reconcile latency after a pod change: a running job's pod is evicted; from the moment
   a pod watch sees it terminated to the moment a TuningJob watch sees the preemption
   counted in status;
-- operator RSS (VmRSS, VmHWM) with all jobs;
+- operator RSS (VmRSS, VmHWM) with all jobs, and its CPU (cores) over the rate windows;
 - after an operator restart (SIGKILL + start): seconds until every job has had a pass
   (the operator's own job series cover all of them).
 Floors: p99 < 1 s, RSS < 300 MB, idle jobs add (almost) no requests. Table on stdout,
@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import os
 import re
 import shutil
 import statistics
@@ -33,8 +34,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 for sub in ("contract", "operator", "trainer_image", "."):
@@ -52,6 +54,7 @@ from tests.localcluster.nodeagent.agent import NodeConfig  # noqa: E402
 NS = "bench"
 OUT = ROOT / "bench" / "results" / "operator-load.json"
 GROUP, VERSION, PLURAL = "tuneop.io", "v1alpha1", "tuningjobs"
+T = TypeVar("T")
 REQUEST_LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -126,6 +129,21 @@ def rss(operator: Operator) -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             fields[key] = round(int(value.split()[0]) / 1024, 1)
     return fields
+
+
+def cpu_seconds(operator: Operator) -> float:
+    """The operator process's user + system CPU time so far (/proc/PID/stat)."""
+    assert operator.process is not None
+    fields = Path(f"/proc/{operator.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cores(operator: Operator, measure: Callable[[], T]) -> tuple[T, float]:
+    """What `measure` returns, and the operator's CPU (cores) while it ran."""
+    cpu, start = cpu_seconds(operator), time.monotonic()
+    value = measure()
+    return value, round((cpu_seconds(operator) - cpu) / (time.monotonic() - start), 3)
 
 
 class Watcher:
@@ -230,7 +248,7 @@ def measure_running(
     wait_phases(custom, {"Running": have["Running"] + args.running}, 900)
     time.sleep(max(20.0, args.running_window / 4))  # past the start-up milestones
     writes_before = etcd_writes(kubectl)
-    rates = rate(kubectl, args.running_window)
+    rates, cpu = cores(operator, lambda: rate(kubectl, args.running_window))
     writes = (etcd_writes(kubectl) - writes_before) / args.running_window
     total, base = sum(rates.values()), sum(baseline.values())
     watcher = Watcher(cluster.api)
@@ -249,6 +267,7 @@ def measure_running(
         "reconcile_latency_p99": round(percentile(lat, 0.99), 3),
         "reconcile_latency_p50": round(statistics.median(lat), 3),
         "operator_rss_mb": rss(operator),
+        "operator_cpu_cores": cpu,
     }
 
 
@@ -312,7 +331,9 @@ def main() -> int:
         wait_phases(custom, {**want, "Suspended": rest + more}, 1200)
         result["seconds_to_settle_added_jobs"] = round(time.monotonic() - t0, 1)
         time.sleep(10)
-        result["requests_per_second"][str(args.jobs)] = rate(kubectl, args.window)
+        result["requests_per_second"][str(args.jobs)], result["operator_cpu_cores"] = cores(
+            operator, lambda: rate(kubectl, args.window)
+        )
         result["operator_rss_mb"] = rss(operator)
         watcher = Watcher(cluster.api)
         time.sleep(2)
@@ -374,6 +395,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
         ("reconcile latency max (s)", lat["max"]),
         ("eviction request -> counted p50 (s)", lat["from_eviction_p50"]),
         ("eviction request -> counted p99 (s)", lat["from_eviction_p99"]),
+        ("operator CPU (cores)", result["operator_cpu_cores"]),
         ("operator RSS MB (floor < 300)", result["operator_rss_mb"]["VmRSS"]),
         ("operator peak RSS MB", result["operator_rss_mb"]["VmHWM"]),
         ("operator RSS MB after restart", result["operator_rss_mb_after_restart"]["VmRSS"]),
@@ -396,6 +418,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
             ("reconcile latency p50 (s)", running["reconcile_latency_p50"]),
             ("reconcile latency p99 (s, floor < 1)", running["reconcile_latency_p99"]),
             ("operator RSS MB", running["operator_rss_mb"]["VmRSS"]),
+            ("operator CPU (cores)", running["operator_cpu_cores"]),
         ]:  # fmt: skip
             print(f"{key:48} {value!s:>10}")
 
