@@ -505,6 +505,14 @@ def test_the_uninstall_hook_stops_the_operator_and_may_only_release_tuningjobs(
         "tuningjobs"]]  # fmt: skip
     assert sorted(o["metadata"]["namespace"] for o in job_roles) == ["ml", "research"]
     assert _hook(helm, "uninstall.releaseJobs=false") == []
+    assert _hook(helm, "rbac.create=false") == []  # a Job without rights would fail uninstall
+    command = pod["spec"]["containers"][0]["command"]
+    assert f"--timeout={job['spec']['activeDeadlineSeconds'] - 30}" in command
+    rbac = [o for o in hook if o["kind"] != "Job"]
+    assert all("hook-failed" in o["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+               for o in rbac)  # fmt: skip
+    long = _hook(helm, "fullnameOverride=" + "x" * 63)
+    assert max(len(o["metadata"]["name"]) for o in long if o["kind"] == "Job") <= 63
 
 
 def test_two_replicas_need_peering(helm: str) -> None:
