@@ -213,3 +213,43 @@ def test_apiserver_down_while_the_trainer_finishes(e2e: Env):
     controllers_caught_up(e2e, ns)
     assert pod_uids(e2e, ns) == before
     assert e2e.reasons(ns) == ["Created", "Completed"]
+
+
+def test_two_operators_on_disjoint_namespaces_never_touch_each_others_jobs(
+    e2e: Env, tmp_path: Path
+):
+    """Sharding by namespace (docs/design/operator.md, Beyond one operator): two
+    operators, each watching only its own namespace (`TUNEOP_OPERATOR_NAMESPACES`, no
+    peering between them), with the session's cluster-wide one stopped. Each runs its
+    shard's job to the end; then one shard's operator stops, and a new job there is left
+    as it was applied (no status, no finalizer, no pod) while the other shard's runs."""
+    kubeconfig = e2e.cluster.control_plane.kubeconfig
+    shards = [e2e.namespace("shard-a"), e2e.namespace("shard-b")]
+    a, b = shards
+    alone = {"TUNEOP_OPERATOR_PEERING": ""}
+    operators = {
+        ns: Operator(kubeconfig, tmp_path / f"{ns}.log", TUNEOP_OPERATOR_NAMESPACES=ns, **alone)
+        for ns in shards
+    }
+    e2e.operator.stop()
+    try:
+        for operator in operators.values():
+            operator.start()
+        for ns in shards:
+            e2e.submit(ns, **standin_spec(2, 0.5))
+        for ns in shards:
+            e2e.wait_phase(ns, "Succeeded", timeout=120)
+        operators[a].stop()
+        for ns in shards:
+            e2e.submit(ns, name="second", **standin_spec(2, 0.5))
+        e2e.wait_phase(b, "Succeeded", timeout=120, name="second")
+        untouched = e2e.kubectl.job(a, "second")
+        assert untouched is not None and not untouched.get("status"), untouched
+        assert not untouched["metadata"].get("finalizers"), untouched["metadata"]
+        assert e2e.kubectl.pods(a, "second") == []
+        assert operators[b].log_count(f"{a}/") == 0, operators[b].log_tail()
+    finally:
+        for operator in operators.values():
+            operator.stop()
+        e2e.operator.start()
+    e2e.wait_phase(a, "Succeeded", timeout=120, name="second")  # the session's takes it on
