@@ -247,7 +247,7 @@ def next_pass(decision: Decision, spec: JobSpec, pods: list[Obj], resync: float)
         # nothing runs and nothing changes by itself: resuming is a spec change and a
         # new pod an event, both of which wake the loop
         rest = FINISHED_RECHECK_SECONDS
-    elif decision.delete_job or decision.writes_children or decision.status or decision.events:
+    elif decision.writes_children or decision.status or decision.events:
         return 0.0
     else:
         rest = resync
