@@ -39,6 +39,8 @@ def test_sample_runs_to_completion(e2e: Env, tmp_path: Path):
     ns = e2e.namespace("sample")
     job = sample("emg-cnn", ns)
     e2e.kubectl.apply(job)
+    # the sample names no image: the script takes it from the job's trainer pod
+    wait_for(lambda: e2e.kubectl.pods(ns, "emg-cnn"), 60, "the sample's trainer pod")
     early = fetch_results(e2e, ns, "emg-cnn", tmp_path / "early")
     assert early.returncode == 1 and "results.json are written when" in early.stderr, early
     status = e2e.wait_phase(ns, "Succeeded", timeout=400, name="emg-cnn")
