@@ -39,7 +39,7 @@ lock-images: venv ## Re-pin requirements/{trainer-gpu,trainer-cpu,operator}.lock
 lint: ## Ruff, mypy (strict on the operator), the operator's and trainer's layers and function lengths, hadolint
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy contract/tuneop_contract.py $(wildcard operator/tuneop) client/tuneop_client
+	$(PY) -m mypy contract/tuneop_contract $(wildcard operator/tuneop) client/tuneop_client
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_operator_layers.py tests/unit/test_trainer_layers.py
 	@for f in $(wildcard */Dockerfile); do echo "hadolint $$f"; $(VENV)/bin/hadolint $$f || exit 1; done
 
