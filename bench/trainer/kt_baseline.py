@@ -28,10 +28,10 @@ def main() -> None:
     from tuneop_trainer.patches import multiworker
     from tuneop_trainer.spec import load_spec_file
 
-    spec = load_spec_file(args.spec)
+    spec = load_spec_file(args.spec).job
     if spec.tuner.deterministic:
         os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
-    strategy = strategy_mod.create(spec.strategy)
+    strategy = strategy_mod.create(spec.distribution.strategy)
     multiworker.apply(strategy)  # as the trainer does: Keras's fit under MWMS
     import keras
     import keras_tuner

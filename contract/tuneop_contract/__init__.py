@@ -132,6 +132,17 @@ def trial_group_tuner_id(group: int) -> str:
     return f"tuner{group}"
 
 
+RESERVED_ENV_PREFIXES = ("TUNEOP_", "KERASTUNER_")
+"""The variables above that the operator sets on trainer containers: a job's `spec.env`
+may not name them, nor an `envFrom` prefix of its pod template start with one."""
+RESERVED_ENV_NAMES = (ENV_TF_CONFIG,)
+
+
+def reserved_env(name: str) -> bool:
+    """Whether the operator sets the variable `name` on trainer containers."""
+    return name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES)
+
+
 DEFAULT_METRICS_PORT = 9464
 PROGRESS_POD_HEADER = "X-Tuneop-Pod"
 """Response header of the trainer's `/progress`: its pod's name (TUNEOP_POD_NAME). Pods

@@ -8,9 +8,10 @@ import math
 
 import pytest
 import tuneop_contract as contract
+from tuneop_contract.spec import Checkpoint, SpecError
 from tuneop_trainer.checkpoint import cadence
 from tuneop_trainer.checkpoint.cadence import Cadence, mtbf_from_env, optimal_interval
-from tuneop_trainer.spec import CheckpointSpec, SpecError, parse
+from tuneop_trainer.spec import parse
 
 HOUR = 3600.0
 
@@ -58,12 +59,12 @@ def test_mtbf_estimate_blends_the_prior_with_the_observed_rate():
 
 
 def auto(**fields: float) -> Cadence:
-    return Cadence(CheckpointSpec(auto_interval=True), mtbf=fields.get("mtbf", 4 * HOUR))
+    return Cadence(Checkpoint(auto_interval=True), mtbf=fields.get("mtbf", 4 * HOUR))
 
 
 def test_auto_starts_at_the_default_interval_and_adapts_to_the_measured_cost():
     c = auto(mtbf=4 * HOUR)
-    assert c.interval == CheckpointSpec.interval_seconds and c.cost is None
+    assert c.interval == Checkpoint.interval_seconds and c.cost is None
     assert c.report() == {"mtbf_seconds": 4 * HOUR}  # no interval chosen yet
     c.blocked(0.1)
     assert c.interval == pytest.approx(math.sqrt(2 * 0.1 * 4 * HOUR))
@@ -107,7 +108,7 @@ def test_due_auto_uses_the_interval_only():
     ],
 )
 def test_due_fixed(steps, seconds, steps_since, seconds_since, due):
-    c = Cadence(CheckpointSpec(interval_steps=steps, interval_seconds=seconds))
+    c = Cadence(Checkpoint(interval_steps=steps, interval_seconds=seconds))
     assert c.due(steps_since, seconds_since) is due
     c.blocked(10.0)  # a fixed cadence never adapts, but reports the cost
     assert c.interval == seconds and c.due(steps_since, seconds_since) is due
@@ -127,10 +128,10 @@ def test_writer_reports_its_cpu_seconds(tmp_path):
 
 @pytest.mark.parametrize(
     ("value", "auto_interval", "seconds"),
-    [("auto", True, CheckpointSpec.interval_seconds), (30, False, 30.0), (0, False, 0.0)],
+    [("auto", True, Checkpoint.interval_seconds), (30, False, 30.0), (0, False, 0.0)],
 )
 def test_spec_interval_seconds(value, auto_interval, seconds):
-    cp = parse({"checkpoint": {"intervalSeconds": value}}).checkpoint
+    cp = parse({"checkpoint": {"intervalSeconds": value}}).job.checkpoint
     assert (cp.auto_interval, cp.interval_seconds) == (auto_interval, seconds)
 
 
@@ -154,8 +155,8 @@ def test_mtbf_from_env():
 
 def test_auto_stays_within_the_jobs_stall_timeout():
     spec = parse({"stallTimeoutSeconds": 45, "checkpoint": {"intervalSeconds": "auto"}})
-    assert spec.checkpoint.max_interval_seconds == 45.0
-    c = Cadence(spec.checkpoint, mtbf=1e9)
+    assert spec.job.checkpoint.max_interval_seconds == 45.0
+    c = Cadence(spec.job.checkpoint, mtbf=1e9)
     assert c.interval == 45.0  # the start interval (60 s) is capped too
     c.blocked(0.5)  # sqrt(2 * 0.5 * 1e9) = 31,623 s
     assert c.interval == 45.0

@@ -1,9 +1,35 @@
-"""The progress format both sides read: round trips and tolerance of unknown keys."""
+"""The progress format both sides read: round trips and tolerance of unknown keys; and
+that the contract stays standard library only."""
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import tuneop_contract as c
+
+from tests.unit.layers import MAX_FUNCTION_LINES, imported, long_functions, modules
+
+CONTRACT = Path(__file__).resolve().parents[2] / "contract"
+
+
+def test_the_contract_imports_only_the_standard_library():
+    """Every image installs it: the operator's has no TensorFlow, the trainer's no kopf."""
+    found = [
+        f"{path.relative_to(CONTRACT)}:{line}: {name}"
+        for module, path in modules(CONTRACT, CONTRACT / "tuneop_contract").items()
+        for line, name in imported(module, path.read_text(), package=path.name == "__init__.py")
+        if name.split(".")[0] not in {*sys.stdlib_module_names, "tuneop_contract"}
+    ]
+    assert found == []
+    assert {"tuneop_contract.spec", "tuneop_contract.spec.job"} <= set(
+        modules(CONTRACT, CONTRACT / "tuneop_contract")
+    )
+
+
+def test_no_function_of_the_contract_is_longer_than_a_screen():
+    long = long_functions(list(modules(CONTRACT, CONTRACT / "tuneop_contract").values()), CONTRACT)
+    assert long == [], f"split these into named steps of at most {MAX_FUNCTION_LINES} lines"
 
 
 def test_progress_round_trips_through_file_and_status_forms(tmp_path):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from tuneop_contract import TUNER_DIR
+from tuneop_contract.spec import SpecError
 from tuneop_trainer.engine.projects import RECORD, Projects
-from tuneop_trainer.spec import SpecError
 
 
 def _projects(root: Path, write: bool = True, parallel: bool = False) -> Projects:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from tuneop_contract import PACKAGES_DIR
+from tuneop_contract.spec import SpecError
 from tuneop_trainer.modes import script_packages
-from tuneop_trainer.spec import SpecError
 
 from tests.wheels import write_wheel
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tuneop_contract.spec import DataSpec, SpecError
 from tuneop_trainer.checkpoint import fingerprint
 from tuneop_trainer.data import load
 from tuneop_trainer.data.shards import Sharded
-from tuneop_trainer.spec import DataSpec, SpecError
 
 LENGTHS = (7, 0, 1, 12, 5)  # an empty shard and a one-row shard among them
 

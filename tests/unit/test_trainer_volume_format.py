@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tuneop_contract.spec import SpecError
 from tuneop_trainer.checkpoint import META_FILE, CheckpointStore
 from tuneop_trainer.checkpoint.volume_format import (
     FORMAT,
@@ -19,7 +20,6 @@ from tuneop_trainer.checkpoint.volume_format import (
     check_meta,
     check_volume,
 )
-from tuneop_trainer.spec import SpecError
 
 
 def test_the_writer_records_the_format_on_a_volume_without_one(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 The floors, bottom up (tests/unit/test_trainer_layers.py enforces them; each imports only
 the floors below it):
-- the ground floor, the modules at the top: `spec` (the TuningJob spec), `exits`,
+- the ground floor, the modules at the top: `spec` (the spec file, parsed by the
+  contract's `tuneop_contract.spec` as the operator parses it), `exits`,
   `preemption`, `strategy` (the one tf.distribute strategy and what a multi-worker group
   is asked), `seeds`, `scope` (the scope guard), `failed_trials`;
 - `checkpoint/` (store, state, writer, volume errors, cadence, format version,
@@ -26,6 +27,8 @@ Imports are at module level, except these, which are lazy on purpose:
   TensorFlow through the runner).
 - `parallel.local_oracle` imports keras-tuner's Oracle when called: the `parallel`
   package, which the command line reads for the process's role, loads no keras-tuner.
+- `spec.keras_tuner_direction` imports keras-tuner only for an objective whose direction
+  the contract's table of metric names does not know.
 Inside the floors that train, a few TensorFlow imports sit in functions as they always
 have; Keras loads TensorFlow there anyway.
 """

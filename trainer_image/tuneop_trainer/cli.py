@@ -28,6 +28,7 @@ from tuneop_contract import (
     EXIT_INVALID_SPEC,
     EXIT_PREEMPTED,
 )
+from tuneop_contract.spec import SpecError
 
 from . import preemption, strategy
 from .checkpoint import VolumeError, ownership, volume_errors, volume_format
@@ -35,7 +36,7 @@ from .checkpoint.cadence import mtbf_from_env
 from .exits import fail
 from .modes import script_packages
 from .parallel import roles
-from .spec import ScriptSpec, SpecError, TrainerSpec, load_spec_file
+from .spec import ScriptSpec, TrainerSpec, load_spec_file
 
 log = logging.getLogger("tuneop_trainer")
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run_script(spec, spec.script, Path(args.dir))
     from .modes import tuningjob
 
-    return tuningjob.run(spec, Path(args.dir))
+    return tuningjob.run(spec.job, Path(args.dir))
 
 
 def _run_script(spec: TrainerSpec, script: ScriptSpec, claim: Path) -> int:
@@ -102,7 +103,7 @@ def _run_script(spec: TrainerSpec, script: ScriptSpec, claim: Path) -> int:
     from .modes.script import run_script
 
     try:
-        python_path = (*spec.python_path, *_script_packages(script, claim))
+        python_path = (*spec.job.python_path, *_script_packages(script, claim))
     except SpecError as exc:
         return fail(EXIT_INVALID_SPEC, str(exc))
     except script_packages.PackagesError as exc:
@@ -111,10 +112,10 @@ def _run_script(spec: TrainerSpec, script: ScriptSpec, claim: Path) -> int:
         Path(script.path),
         list(script.args),
         claim,
-        spec.checkpoint,
+        spec.job.checkpoint,
         deterministic=script.deterministic,
         continue_optimizer=script.continue_optimizer,
-        strategy_name=spec.strategy,
+        strategy_name=spec.job.distribution.strategy,
         field=script.field,
         python_path=python_path,
     )
@@ -146,17 +147,17 @@ def _exec(args: argparse.Namespace) -> int:
         Path(args.script),
         list(args.args),
         Path(args.dir),
-        spec.checkpoint,
+        spec.job.checkpoint,
         deterministic=args.deterministic,
         continue_optimizer=args.continue_optimizer_state,
-        strategy_name=spec.strategy,
+        strategy_name=spec.job.distribution.strategy,
     )
 
 
 def _check_installed(spec: TrainerSpec) -> None:
     """keras-tuner's BayesianOptimization needs scipy and scikit-learn (its `bayesian`
     extra); say so up front instead of failing every trial."""
-    if spec.tuner.algorithm != "BayesianOptimization":
+    if spec.job.tuner.algorithm != "BayesianOptimization":
         return
     missing = [m for m in ("scipy", "sklearn") if not importlib.util.find_spec(m)]
     if missing:

@@ -18,8 +18,9 @@ from tuneop_contract import (
     EXIT_INVALID_SPEC,
     OWNER_FILE,
 )
+from tuneop_contract.spec import SpecError
 from tuneop_trainer.checkpoint import ownership
-from tuneop_trainer.spec import SpecError, parse
+from tuneop_trainer.spec import parse
 
 OLD = {ENV_JOB_UID: "uid-old", ENV_JOB_NAMESPACE: "team", ENV_JOB_NAME: "search"}
 NEW = {**OLD, ENV_JOB_UID: "uid-new"}

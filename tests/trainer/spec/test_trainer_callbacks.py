@@ -19,12 +19,13 @@ from trainer_helpers import (
     write_spec,
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_INVALID_SPEC
-from tuneop_trainer.spec import CallbackSpec, EarlyStoppingSpec, SpecError, parse
+from tuneop_contract.spec import CallbackSpec, EarlyStoppingSpec, SpecError
+from tuneop_trainer.spec import parse
 
 
 def test_parse_resolves_the_mode() -> None:
     spec = parse({"tuner": {"earlyStopping": {"monitor": "val_accuracy", "patience": 2}}})
-    assert spec.tuner.early_stopping == EarlyStoppingSpec("val_accuracy", 2, 0.0, "max")
+    assert spec.job.tuner.early_stopping == EarlyStoppingSpec("val_accuracy", 2, 0.0, "max")
     with pytest.raises(SpecError, match=r"^spec.tuner.earlyStopping.mode: cannot tell"):
         parse({"tuner": {"earlyStopping": {"monitor": "my_metric"}}})
     with pytest.raises(SpecError, match=r"^spec.tuner.earlyStopping.minDelta"):
@@ -35,7 +36,9 @@ def test_parse_callbacks() -> None:
     spec = parse(
         {"tuner": {"callbacks": [{"class": "keras.callbacks.ReduceLROnPlateau", "args": {"x": 1}}]}}
     )
-    assert spec.tuner.callbacks == (CallbackSpec("keras.callbacks.ReduceLROnPlateau", {"x": 1}),)
+    assert spec.job.tuner.callbacks == (
+        CallbackSpec("keras.callbacks.ReduceLROnPlateau", {"x": 1}),
+    )
     cases = [
         ({"callbacks": {"class": "a.B"}}, r"^spec.tuner.callbacks: must be a list"),
         ({"callbacks": ["a.B"]}, r"^spec.tuner.callbacks\[0\]: must be a mapping"),

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tuneop_contract.spec import DataSpec, SpecError
 from tuneop_trainer import exits
 from tuneop_trainer.data import load, synthetic_emg
-from tuneop_trainer.spec import DataSpec, SpecError
 
 
 def test_synthetic_is_deterministic_and_shaped_for_the_cnn() -> None:

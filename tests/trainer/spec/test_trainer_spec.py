@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from trainer_helpers import REPO, SCRIPTS, env, tiny_spec, write_spec
 from tuneop_contract import EXIT_INVALID_SPEC, SCRIPT_DIR
-from tuneop_trainer.spec import SpecError, load_spec_file, parse
+from tuneop_contract.spec import SpecError
+from tuneop_trainer.spec import load_spec_file, parse
 
 from tests.forkserver import launch
 
@@ -76,7 +77,7 @@ def test_parse_errors_name_the_field(patch: dict[str, Any], expected: str) -> No
 
 def test_manifest_and_bare_spec_parse_alike() -> None:
     manifest = tiny_spec()
-    assert parse(manifest).tuner == parse(manifest["spec"]).tuner
+    assert parse(manifest).job.tuner == parse(manifest["spec"]).job.tuner
     assert parse(manifest).job_name == "tiny"
     with pytest.raises(SpecError, match=r'^kind: "Pod" is not TuningJob$'):
         parse({**manifest, "kind": "Pod"})
@@ -132,7 +133,7 @@ def test_sample_manifests_parse() -> None:
             assert spec.script.path.endswith(".py")
         else:
             modes.add("hypermodel")
-            assert spec.hypermodel and spec.tuner.algorithm
+            assert spec.job.hypermodel and spec.job.tuner.algorithm
     assert modes == {"script", "hypermodel"}
 
 
@@ -150,7 +151,7 @@ def test_sample_manifests_parse() -> None:
 def test_objective_direction_is_inferred_as_keras_tuner_does(
     objective: Any, direction: str
 ) -> None:
-    assert parse({"tuner": {"objective": objective}}).tuner.direction == direction
+    assert parse({"tuner": {"objective": objective}}).job.tuner.direction == direction
 
 
 def test_unknown_metric_without_direction_is_an_error() -> None:
@@ -203,4 +204,4 @@ def test_script_spec() -> None:
 def test_crd_minimums_are_accepted() -> None:
     """The CRD's lowest allowed values must not be rejected by the trainer."""
     spec = parse({"checkpoint": {"keep": 1, "intervalSteps": 1, "intervalSeconds": 1}})
-    assert spec.checkpoint.keep == 1
+    assert spec.job.checkpoint.keep == 1

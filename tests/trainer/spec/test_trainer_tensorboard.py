@@ -23,7 +23,8 @@ from trainer_helpers import (
     write_spec,
 )
 from tuneop_contract import EXIT_COMPLETED, EXIT_PREEMPTED, TENSORBOARD_DIR, Progress
-from tuneop_trainer.spec import SpecError, parse
+from tuneop_contract.spec import SpecError
+from tuneop_trainer.spec import parse
 
 from tests.checkpoints import committed
 
@@ -33,8 +34,8 @@ MANIFEST = tiny_spec(algorithm="RandomSearch", maxTrials=3, maxEpochs=3, tensorb
 
 
 def test_the_field_is_a_boolean() -> None:
-    assert parse({"tuner": {"tensorboard": True}}).tuner.tensorboard is True
-    assert parse({"tuner": {}}).tuner.tensorboard is False
+    assert parse({"tuner": {"tensorboard": True}}).job.tuner.tensorboard is True
+    assert parse({"tuner": {}}).job.tuner.tensorboard is False
     with pytest.raises(SpecError, match=r"^spec.tuner.tensorboard: \"yes\" must be true or false"):
         parse({"tuner": {"tensorboard": "yes"}})
 

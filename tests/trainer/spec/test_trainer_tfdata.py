@@ -157,9 +157,9 @@ def test_shapes_and_digest_come_from_the_element_spec(
     records: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import tensorflow as tf
+    from tuneop_contract.spec import DataSpec, SpecError
     from tuneop_trainer.data.sources import StreamData, load
     from tuneop_trainer.modes.tuningjob import resolve_hypermodel
-    from tuneop_trainer.spec import DataSpec, SpecError
 
     monkeypatch.setenv("USER_RECORDS", str(records))
     monkeypatch.syspath_prepend(str(SCRIPTS))

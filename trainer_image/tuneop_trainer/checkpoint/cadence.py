@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tuneop_contract import ENV_MTBF_SECONDS, MTBF_PRIOR_SECONDS, expected_waste_per_hour
-
-from ..spec import CheckpointSpec, SpecError
+from tuneop_contract.spec import Checkpoint, SpecError
 
 OVERHEAD_BUDGET = 0.02
 """Saves may cost training at most this share of its time: T >= C / OVERHEAD_BUDGET
@@ -61,15 +60,15 @@ class Cadence:
     """One per trainer process (the cost average outlives a trial): the periodic
     checkpoint rule of `spec` and, with auto, the measured cost and chosen interval."""
 
-    def __init__(self, spec: CheckpointSpec, mtbf: float = MTBF_PRIOR_SECONDS) -> None:
+    def __init__(self, spec: Checkpoint, mtbf: float = MTBF_PRIOR_SECONDS) -> None:
         self.spec = spec
         self.mtbf = mtbf
         self._lock = threading.Lock()
         self._blocked: float | None = None  # EMA, training-thread seconds per save
         self._writer_cpu: float | None = None  # EMA, writer-thread CPU seconds per save
-        self.maximum = min(MAX_INTERVAL_SECONDS, spec.max_interval_seconds or math.inf)
+        self.maximum = min(MAX_INTERVAL_SECONDS, spec.max_interval_seconds)
         """The interval's upper cap: MAX_INTERVAL_SECONDS, or the job's stall timeout."""
-        self._interval = spec.interval_seconds
+        self._interval = float(spec.interval_seconds)
         if spec.auto_interval:  # until a save is measured
             self._interval = min(self._interval, self.maximum)
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 from tuneop_contract import write_atomic
-
-from ..spec import SpecError
+from tuneop_contract.spec import SpecError
 
 RECORD_FILE = "fingerprint.json"
 

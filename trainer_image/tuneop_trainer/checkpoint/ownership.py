@@ -29,8 +29,9 @@ from tuneop_contract import (
     now_rfc3339,
     write_atomic,
 )
+from tuneop_contract.spec import SpecError
 
-from ..spec import SpecError, TrainerSpec
+from ..spec import TrainerSpec
 
 FIELD = "spec.checkpoint.adopt"
 
@@ -41,11 +42,11 @@ def spec_fingerprint(spec: TrainerSpec) -> str:
     """sha256 over the parts of the spec that define the search (model, data, tuner,
     script), not how it is run or checkpointed."""
     search = {
-        "hypermodel": spec.hypermodel,
+        "hypermodel": spec.job.hypermodel,
         "script": dataclasses.asdict(spec.script) if spec.script else None,
-        "pythonPath": list(spec.python_path),
-        "data": dataclasses.asdict(spec.data),
-        "tuner": dataclasses.asdict(spec.tuner),
+        "pythonPath": list(spec.job.python_path),
+        "data": dataclasses.asdict(spec.job.data),
+        "tuner": dataclasses.asdict(spec.job.tuner),
     }
     text = json.dumps(search, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -75,7 +76,7 @@ def check(root: Path, spec: TrainerSpec, write: bool, env: Mapping[str, str] = o
         return
     if saved.get("uid") == uid:
         return
-    if not spec.checkpoint.adopt:
+    if not spec.job.checkpoint.adopt:
         raise SpecError(FIELD, refusal(saved, mine))
     if write:
         adopted = [*_list(saved.get("adoptedFrom")), str(saved.get("uid"))]

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneop_contract import TRIALS_DIR, TUNER_DIR, write_atomic
-
-from ..spec import SpecError
+from tuneop_contract.spec import SpecError
 
 FORMAT = 2
 """The format this trainer writes (spec mode reads only it)."""

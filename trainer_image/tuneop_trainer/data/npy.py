@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tuneop_contract.spec import SpecError
 
-from ..spec import SpecError
 from .shards import Sharded
 
 NAMES = ("x", "y", "x_val", "y_val")

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tuneop_contract.spec import DataSpec, SpecError
 
 from ..checkpoint import fingerprint
-from ..spec import DataSpec, SpecError
 from . import npy
 from .shards import Sharded
 

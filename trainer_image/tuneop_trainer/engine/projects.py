@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneop_contract import TUNER_DIR, write_atomic
-
-from ..spec import SpecError
+from tuneop_contract.spec import SpecError
 
 log = logging.getLogger(__name__)
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from tuneop_contract import TRIALS_DIR
+from tuneop_contract.spec import Checkpoint
 
 from .. import seeds
 from ..checkpoint import BackgroundWriter, SaveDone
 from ..checkpoint.cadence import Cadence, mtbf_from_env
 from ..data.inputs import iterations
 from ..report.progress import Reporter
-from ..spec import CheckpointSpec
 
 FITS_DIR = "fits"  # fits outside any trial (e.g. the best model's final fit)
 
@@ -31,7 +31,7 @@ class FitId:
 @dataclasses.dataclass
 class Runtime:
     root: Path
-    checkpoint: CheckpointSpec
+    checkpoint: Checkpoint
     strategy: Any
     reporter: Reporter
     write: bool = True  # False on non-chief workers

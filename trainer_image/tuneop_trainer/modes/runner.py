@@ -30,6 +30,7 @@ from tuneop_contract import (
     RESULTS_FILE,
     write_atomic,
 )
+from tuneop_contract.spec import Checkpoint, SpecError
 
 from .. import exits, parallel, patches, preemption, strategy
 from ..checkpoint import VOLUME_ERRNOS, VolumeError, volume_errors
@@ -43,7 +44,6 @@ from ..exits import fail
 from ..patches import tuners
 from ..report.progress import Reporter
 from ..report.results import collect, export, search_progress, write_final_summary
-from ..spec import CheckpointSpec, SpecError
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Program:
 def run_program(
     program: Program,
     checkpoint_dir: Path,
-    checkpoint: CheckpointSpec,
+    checkpoint: Checkpoint,
     deterministic: bool,
     strategy_name: str,
 ) -> int:

@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tuneop_contract import ENV_SCRIPT_WORKDIR, EXIT_INVALID_SPEC
+from tuneop_contract.spec import Checkpoint, SpecError
 
 from .. import parallel
 from ..checkpoint import fingerprint, volume_errors
 from ..exits import fail, summary
-from ..spec import CheckpointSpec, SpecError
 from .runner import Program, outcome, run_program
 
 
@@ -31,7 +31,7 @@ def run_script(
     script: Path,
     args: list[str],
     checkpoint_dir: Path,
-    checkpoint: CheckpointSpec,
+    checkpoint: Checkpoint,
     deterministic: bool = False,
     strategy_name: str = "Auto",
     field: str = "SCRIPT",

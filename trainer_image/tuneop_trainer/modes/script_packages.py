@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneop_contract import PACKAGES_DIR, write_atomic
-
-from ..spec import SpecError
+from tuneop_contract.spec import SpecError
 
 # Written last into a complete install: the resolver's report, for the record.
 REPORT_FILE = "tuneop-report.json"

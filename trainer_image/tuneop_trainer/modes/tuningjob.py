@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneop_contract import TENSORBOARD_DIR, TUNER_DIR
+from tuneop_contract.spec import JobSpec, SpecError
 
 from .. import parallel
 from ..checkpoint import fingerprint
@@ -36,7 +37,6 @@ from ..data.inputs import iterations
 from ..data.sources import Dataset, import_ref
 from ..engine.fit import InvalidSearch
 from ..exits import summary
-from ..spec import SpecError, TrainerSpec
 from .runner import Program, outcome, run_program
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ NAME = "spec.hypermodel"  # what the engine's messages name as the program
 PROJECT = "search"  # the keras-tuner project under DIR/tuner
 
 
-def run(spec: TrainerSpec, checkpoint_dir: Path) -> int:
+def run(spec: JobSpec, checkpoint_dir: Path) -> int:
     """Run (or resume) the spec's search; returns the exit code."""
     for path in spec.python_path:
         if path not in sys.path:
@@ -58,11 +58,15 @@ def run(spec: TrainerSpec, checkpoint_dir: Path) -> int:
         keep_optimizer=True,
     )
     return run_program(
-        program, checkpoint_dir, spec.checkpoint, spec.tuner.deterministic, spec.strategy
+        program,
+        checkpoint_dir,
+        spec.checkpoint,
+        spec.tuner.deterministic,
+        spec.distribution.strategy,
     )
 
 
-def _search(spec: TrainerSpec, rt: Any) -> None:
+def _search(spec: JobSpec, rt: Any) -> None:
     import keras
 
     rt.reporter.update(force=True, objective=spec.tuner.objective, direction=spec.tuner.direction)
@@ -78,7 +82,7 @@ def _search(spec: TrainerSpec, rt: Any) -> None:
     tuner.search(**_search_arguments(spec, dataset, rt))
 
 
-def _check_fingerprint(spec: TrainerSpec, dataset: Any, root: Path, write: bool, role: Any) -> None:
+def _check_fingerprint(spec: JobSpec, dataset: Any, root: Path, write: bool, role: Any) -> None:
     """A resume must see the same data, hypermodel and search as the first run. With
     parallel trials the oracle records it and the trial groups compare with it."""
     record = {
@@ -92,7 +96,7 @@ def _check_fingerprint(spec: TrainerSpec, dataset: Any, root: Path, write: bool,
     fingerprint.check_or_record(root, record, fields, write and not role.is_group, wait)
 
 
-def _tuner(spec: TrainerSpec, hypermodel: Any, root: Path) -> Any:
+def _tuner(spec: JobSpec, hypermodel: Any, root: Path) -> Any:
     """The spec's keras-tuner tuner, its project `DIR/tuner/search`."""
     import keras_tuner
 
@@ -117,7 +121,7 @@ def _tuner(spec: TrainerSpec, hypermodel: Any, root: Path) -> Any:
     return cls(max_trials=t.max_trials, **common)
 
 
-def _search_arguments(spec: TrainerSpec, dataset: Any, rt: Any) -> dict[str, Any]:
+def _search_arguments(spec: JobSpec, dataset: Any, rt: Any) -> dict[str, Any]:
     """`tuner.search(...)`'s arguments: the data, the epochs and the callbacks."""
     import keras
 
