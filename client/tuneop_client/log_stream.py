@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import tuneop_contract as contract
+from tuneop_contract.spec import JobSpec
 
 from .kube import ClientError, Cluster
 from .show import TERMINAL
@@ -77,7 +78,7 @@ def _follow(
     """Start a stream per trainer pod as it starts; the job's phase once it ended and
     its streams ended or had DRAIN_SECONDS to."""
     job = cluster.job(name)
-    prefix = int((job.get("spec") or {}).get("parallelTrials") or 1) > 1
+    prefix = JobSpec.from_dict(job.get("spec")).parallel  # one stream per trial group
     while True:
         for pod in started_trainers(cluster.pods(name)):
             uid = str(pod["metadata"].get("uid") or pod["metadata"]["name"])

@@ -4,7 +4,8 @@ Its layers are its subpackages; each imports only from those listed before it
 (tests/unit/test_operator_layers.py enforces it):
 
 - `api`: the TuningJob and its children as the operator reads them: names and labels,
-  the typed spec with its checks, the status keys and conditions, the trainer's
+  the spec (parsed by the contract, `tuneop_contract.spec`) with the checks that need
+  Kubernetes, the status keys and conditions, the trainer's
   progress record, the pod groups, ownership, Kueue's vocabulary. Pure.
 - `render`: the children and pods the operator creates, rendered as dicts. Pure.
 - `decide`: one reconcile pass's decision from what was read. Pure.

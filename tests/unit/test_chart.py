@@ -276,8 +276,8 @@ def test_service_monitor_selects_the_metrics_service(helm: str) -> None:
 
 def test_trainer_pod_monitor_selects_the_pods_the_operator_builds(helm: str) -> None:
     """Cross-checked with the operator's own pod builder: labels and port name."""
-    from tuneop.api.spec import JobSpec
     from tuneop.render import trainer_pods
+    from tuneop_contract.spec import JobSpec
 
     job = {
         "apiVersion": "tuneop.io/v1alpha1",

@@ -9,8 +9,8 @@ import json
 import tuneop_contract as contract
 import yaml
 from tuneop.api import names
-from tuneop.api.spec import JobSpec
 from tuneop.render import children, trainer_pods
+from tuneop_contract.spec import JobSpec
 
 JOB = {
     "apiVersion": names.API_VERSION,

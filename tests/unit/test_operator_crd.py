@@ -12,7 +12,17 @@ import pytest
 import tuneop_contract as contract
 import yaml
 from tuneop.api import names
-from tuneop.api.spec import Checkpoint, Distribution, FailurePolicy, JobSpec
+from tuneop_contract.spec import (
+    Checkpoint,
+    DataSpec,
+    Distribution,
+    EarlyStoppingSpec,
+    Elastic,
+    FailurePolicy,
+    JobSpec,
+    Script,
+    TunerSpec,
+)
 
 from tests.unit.crd_schema import CRD_FILE, ROOT, apply_defaults, check, crd, schema, walk
 
@@ -122,6 +132,8 @@ def test_crd_defaults_match_the_operator_spec_defaults():
         "gpusPerWorker": Distribution.gpus_per_worker,
         "gpuResource": Distribution.gpu_resource,
     }
+    elastic = props["distribution"]["properties"]["elastic"]
+    assert defaults_of(elastic) == {"waitSeconds": Elastic.wait_seconds}
     assert defaults("failurePolicy") == {
         "maxFailures": FailurePolicy.max_failures,
         "backoffSeconds": FailurePolicy.backoff_seconds,
@@ -154,7 +166,65 @@ def test_crd_defaults_match_the_operator_spec_defaults():
         "deterministic": False,
         "continueOptimizerState": False,
     }
-    assert JobSpec.from_dict(defaulted).script == JobSpec.from_dict(script).script
+    assert dataclasses_equal(JobSpec.from_dict(defaulted), JobSpec.from_dict(script))
+
+
+def defaults_of(node: dict[str, Any]) -> dict[str, Any]:
+    return {k: v["default"] for k, v in node["properties"].items() if "default" in v}
+
+
+def test_crd_defaults_match_the_trainers_fields_defaults():
+    """The search's fields, which the trainer reads with the same parser (the contract's
+    tuneop_contract.spec): the CRD's defaults are the parser's, and a spec-mode job
+    with each section given empty parses the same with or without them."""
+    node = spec_node()
+    top = defaults_of(node)
+    assert {k: top[k] for k in ("stallTimeoutSeconds", "parallelTrials", "pythonPath")} == {
+        "stallTimeoutSeconds": JobSpec.stall_timeout_seconds,
+        "parallelTrials": JobSpec.parallel_trials,
+        "pythonPath": list(JobSpec().python_path),
+    }
+    tuner = node["properties"]["tuner"]
+    assert defaults_of(tuner) == {
+        "algorithm": TunerSpec.algorithm,
+        "objective": {},
+        "maxTrials": TunerSpec.max_trials,
+        "maxEpochs": TunerSpec.max_epochs,
+        "factor": TunerSpec.factor,
+        "hyperbandIterations": TunerSpec.hyperband_iterations,
+        "executionsPerTrial": TunerSpec.executions_per_trial,
+        "seed": TunerSpec.seed,
+        "batchSize": TunerSpec.batch_size,
+        "deterministic": TunerSpec.deterministic,
+        "tensorboard": TunerSpec.tensorboard,
+    }
+    assert defaults_of(tuner["properties"]["objective"]) == {"name": TunerSpec.objective}
+    early = defaults_of(tuner["properties"]["earlyStopping"])
+    assert early == {
+        "monitor": EarlyStoppingSpec.monitor,
+        "patience": EarlyStoppingSpec.patience,
+        "minDelta": EarlyStoppingSpec.min_delta,
+        "mode": "auto",  # resolved from the monitor: val_loss is minimised
+    }
+    data = node["properties"]["data"]
+    assert defaults_of(data) == {"validationSplit": DataSpec.validation_split}
+    assert defaults_of(data["properties"]["synthetic"]) == {
+        "samples": DataSpec.synthetic_samples,
+        "seed": DataSpec.synthetic_seed,
+    }
+    script = node["properties"]["script"]
+    assert defaults_of(script) == {
+        "deterministic": Script.deterministic,
+        "continueOptimizerState": Script.continue_optimizer_state,
+    }
+    given = {
+        "image": "x",
+        "hypermodel": "m:H",
+        "tuner": {"earlyStopping": {}},
+        "data": {"synthetic": {}},
+    }
+    from_crd = JobSpec.from_dict(apply_defaults(given, node))
+    assert dataclasses_equal(from_crd, JobSpec.from_dict(given)) and from_crd.errors == ()
 
 
 def spec_node() -> dict[str, Any]:

@@ -9,10 +9,11 @@ from typing import Any
 
 from tuneop.api import names, queue
 from tuneop.api import status as st
-from tuneop.api.spec import JobSpec, job_spec, validate
+from tuneop.api.spec import job_spec, validate
 from tuneop.decide.elastic import SHAPE_CHANGED
 from tuneop.decide.patch import Decision
 from tuneop.run import metrics
+from tuneop_contract.spec import JobSpec
 
 from tests.unit.operator_world import QUEUE, UNSCHEDULABLE, World, admit, gate, unschedulable
 

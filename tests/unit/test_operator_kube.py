@@ -15,7 +15,6 @@ import pytest
 from tuneop.act import executor, kube
 from tuneop.api import names, queue
 from tuneop.api import status as st
-from tuneop.api.spec import JobSpec
 from tuneop.decide.patch import Decision
 from tuneop.decide.refusal import CHILD_CONFLICT, POD_REJECTED
 from tuneop.render import children, trainer_pods
@@ -24,6 +23,7 @@ from tuneop.run import runtime as runtime_mod
 from tuneop.run.config import Config
 from tuneop.run.runtime import Runtime
 from tuneop.run.watched import RESYNC_SECONDS, Watched
+from tuneop_contract.spec import JobSpec
 
 from tests.unit.fakes import (
     JOB,

@@ -10,11 +10,12 @@ import tuneop_contract as contract
 from tuneop.api import names
 from tuneop.api import status as st
 from tuneop.api.groups import pod_groups
-from tuneop.api.spec import JobSpec, validate
+from tuneop.api.spec import validate
 from tuneop.decide.patch import Decision
 from tuneop.decide.reconcile import decide, nodes_to_read
 from tuneop.decide.refusal import POD_REJECTED
 from tuneop.render import children, trainer_pods
+from tuneop_contract.spec import DEFAULT_GPU_RESOURCE, JobSpec
 
 from tests.unit.fakes import QUOTA_REFUSAL
 from tests.unit.operator_world import World
@@ -249,10 +250,10 @@ def test_pods_of_a_parallel_job():
     assert env[contract.ENV_TUNER_ID] == "chief" and contract.ENV_TF_CONFIG not in env
     assert env[contract.ENV_ORACLE_IP] == "j-oracle.j-workers.ns.svc"
     assert env[contract.ENV_ORACLE_PORT] == str(contract.DEFAULT_ORACLE_PORT)
-    assert trainer_pods.GPU_RESOURCE not in str(container["resources"])
+    assert DEFAULT_GPU_RESOURCE not in str(container["resources"])
     assert container["resources"] == {"requests": {"cpu": "250m", "memory": "1Gi"}}
     assert pod["spec"]["hostname"] == ORACLE and pod["spec"]["subdomain"] == "j-workers"
-    assert not any(t.get("key") == trainer_pods.GPU_RESOURCE for t in pod["spec"]["tolerations"])
+    assert not any(t.get("key") == DEFAULT_GPU_RESOURCE for t in pod["spec"]["tolerations"])
     assert pod["metadata"]["labels"][names.LABEL_GROUP] == "oracle"
     pod = trainer_pods.build_pod(job, spec, 1, 3, group=t1)
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
@@ -263,7 +264,7 @@ def test_pods_of_a_parallel_job():
         "j-t1-worker-1.j-workers.ns.svc:2222",
     ]
     assert tf_config["task"] == {"type": "worker", "index": 1}
-    assert pod["spec"]["containers"][0]["resources"]["limits"][trainer_pods.GPU_RESOURCE] == 1
+    assert pod["spec"]["containers"][0]["resources"]["limits"][DEFAULT_GPU_RESOURCE] == 1
     service = children.build_service(job)
     assert {p["port"] for p in service["spec"]["ports"]} == {2222, contract.DEFAULT_ORACLE_PORT}
     assert any(c["kind"] == "Service" for c in children.build_children(job, spec))

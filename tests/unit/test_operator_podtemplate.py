@@ -15,11 +15,12 @@ import pytest
 import yaml
 from tuneop.api import names, podtemplate
 from tuneop.api.podtemplate import Defaults
-from tuneop.api.spec import JobSpec, validate
+from tuneop.api.spec import validate
 from tuneop.decide.reconcile import decide
 from tuneop.render import overlay, trainer_pods
 from tuneop.run.config import Config, ConfigError
 from tuneop.run.runtime import Runtime
+from tuneop_contract.spec import JobSpec
 
 from tests.unit.crd_schema import ROOT, check, schema
 from tests.unit.fakes import FakeKube
@@ -345,7 +346,8 @@ def test_the_overlay_serves_any_trainer_image_pod_by_its_container_name():
         "spec": {"containers": [{"name": "oracle", "image": "img"}], "volumes": []},
     }
     before = copy.deepcopy(oracle)
-    out = overlay.apply(oracle, {**JOB["spec"], "template": DATA}, container="oracle")
+    spec = JobSpec.from_dict({**JOB["spec"], "template": DATA})
+    out = overlay.apply(oracle, spec, container="oracle")
     assert oracle == before  # not changed in place
     (container,) = out["spec"]["containers"]
     assert container["envFrom"] == [{"secretRef": {"name": "s3"}}]
@@ -357,7 +359,9 @@ def test_the_overlay_serves_any_trainer_image_pod_by_its_container_name():
 def test_the_operators_labels_win_over_a_template_that_was_not_checked():
     pod = overlay.apply(
         {"metadata": {"labels": {names.LABEL_JOB: "emg"}}, "spec": {}},
-        {"template": {"metadata": {"labels": {names.LABEL_JOB: "other", "tuneop.io/x": "1"}}}},
+        JobSpec.from_dict(
+            {"template": {"metadata": {"labels": {names.LABEL_JOB: "other", "tuneop.io/x": "1"}}}}
+        ),
     )
     assert pod["metadata"]["labels"] == {names.LABEL_JOB: "emg"}
 
@@ -581,9 +585,3 @@ def test_a_failed_init_container_is_a_failure_that_names_it():
     result = classify.classify(pod, node={"metadata": {"name": "n"}}, node_known=True)
     assert result.outcome == classify.Outcome.FAILED
     assert result.message == "init container fetch exited with code 1: Error"
-
-
-def test_reserved_env_prefixes_are_the_specs():
-    from tuneop.api import spec as spec_module
-
-    assert podtemplate.RESERVED_ENV_PREFIXES == spec_module.RESERVED_ENV_PREFIXES

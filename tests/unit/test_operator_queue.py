@@ -8,9 +8,9 @@ from typing import Any
 from tuneop.api import queue
 from tuneop.api import status as st
 from tuneop.api.groups import pod_groups
-from tuneop.api.spec import JobSpec
 from tuneop.decide.classify import Outcome, classify
 from tuneop.render import trainer_pods
+from tuneop_contract.spec import JobSpec
 
 from tests.unit.operator_world import QUEUE, World, admit, gate, start
 

@@ -9,9 +9,9 @@ from typing import Any
 import tuneop_contract as contract
 from tuneop.api import names
 from tuneop.api import status as st
-from tuneop.api.spec import JobSpec
 from tuneop.decide.reconcile import decide, nodes_to_read
 from tuneop.render import children, trainer_pods
+from tuneop_contract.spec import JobSpec
 
 from tests.unit.crd_schema import check, schema
 from tests.unit.operator_world import T0, World, start

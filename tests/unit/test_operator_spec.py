@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import tuneop_contract as contract
-from tuneop.api.spec import FailurePolicy, JobSpec, Script, check_script_configmap, validate
+from tuneop.api.spec import check_script_configmap, validate
 from tuneop.run.config import Config, ConfigError
+from tuneop_contract.spec import FailurePolicy, JobSpec, Script
 
 BASE = {"image": "img", "hypermodel": "m:H"}
 
@@ -40,11 +41,28 @@ def test_errors_name_the_field():
     )
 
 
+def test_the_search_fields_are_checked_by_the_trainers_parser_too():
+    """One parser (tuneop_contract.spec): the operator refuses what the trainer would, in
+    the trainer's words, before any pod; what only keras-tuner can tell it leaves to
+    the trainer."""
+    assert errors_of(tuner={"maxEpochs": 0}, data={"validationSplit": 1.5}) == [
+        "spec.data.validationSplit: 1.5 must be a number in [0, 1)",
+        "spec.tuner.maxEpochs: 0 must be >= 1",
+    ]
+    assert errors_of(tuner={"objective": {"name": "auc"}}) == []
+    assert errors_of(tuner={"earlyStopping": {"monitor": "my_score"}}) == []
+    spec = JobSpec.from_dict({**BASE, "tuner": {"objective": "val_loss"}})
+    assert (spec.tuner.objective, spec.tuner.direction) == ("val_loss", "min")
+
+
 def test_checkpoint_interval_seconds_is_an_integer_or_auto():
-    for good in (0, 30, contract.CHECKPOINT_INTERVAL_AUTO):
+    for good, seconds, auto in ((0, 0, False), (30, 30, False), ("auto", 60, True)):
         assert errors_of(checkpoint={"intervalSeconds": good}) == []
         parsed = JobSpec.from_dict({**BASE, "checkpoint": {"intervalSeconds": good}})
-        assert parsed.checkpoint.interval_seconds == good
+        assert (parsed.checkpoint.interval_seconds, parsed.checkpoint.auto_interval) == (
+            seconds,
+            auto,
+        )
     # an object the API server did not check: named, never an exception
     for bad in ("fast", "Auto", -5, 1.5, True):
         errors = errors_of(checkpoint={"intervalSeconds": bad})
@@ -98,7 +116,7 @@ def test_script_mode_is_parsed():
             "image": "img",
             "script": {
                 "configMap": {"name": "s", "key": "k.py"},
-                "args": ["--epochs", 3],
+                "args": ["--epochs", "3"],
                 "deterministic": True,
             },
         }
@@ -109,6 +127,9 @@ def test_script_mode_is_parsed():
     by_path = JobSpec.from_dict({"image": "img", "script": {"path": "/checkpoints/s.py"}})
     assert by_path.script == Script(path="/checkpoints/s.py") and by_path.script_configmap == ""
     assert validate(spec) == [] and validate(by_path) == []
+    # the trainer's rule (and the CRD's): arguments are strings, none converted
+    numbers = JobSpec.from_dict({**SCRIPT, "script": {"path": "/s.py", "args": ["--epochs", 3]}})
+    assert [str(e) for e in validate(numbers)] == ["spec.script.args: must be a list of strings"]
 
 
 def test_a_script_path_where_the_configmap_is_mounted_is_refused():

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from tuneop.api import names
-from tuneop.api.spec import JobSpec
 from tuneop.render import trainer_pods
 from tuneop.run.config import Config
 from tuneop.run.runtime import Runtime
 from tuneop.run.watched import RESYNC_SECONDS, Watched, trim_node
+from tuneop_contract.spec import JobSpec
 
 from tests.unit.fakes import JOB, Clock, FakeKube
 

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 import tuneop_contract as contract
+from tuneop_contract.spec import JobSpec
 
 from ..api import names, queue
 from ..api.groups import group_named
 from ..api.owners import owned_by, owner_uids
-from ..api.spec import JobSpec, job_spec
+from ..api.spec import job_spec
 from ..decide.patch import Decision, Refusal
 from ..decide.refusal import CHILD_CONFLICT, POD_REJECTED
 from ..render import children, trainer_pods

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 
 import tuneop_contract as contract
+from tuneop_contract.spec import JobSpec
 
 from . import names
-from .spec import JobSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,7 +33,7 @@ tests/unit/test_operator_podtemplate.py."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import tuneop_contract as contract
@@ -42,13 +42,9 @@ from . import names
 
 Obj = dict[str, Any]
 Error = tuple[str, str]
-"""(field, message): `spec.SpecError`'s two parts."""
+"""(field, message): `tuneop_contract.spec.SpecError`'s two parts."""
 
 FIELD = "spec.template"
-RESERVED_ENV_PREFIXES = ("TUNEOP_", "KERASTUNER_")
-"""As spec.RESERVED_ENV_PREFIXES: variables the operator sets (an envFrom prefix may not
-be one of them)."""
-DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 
 OPERATOR_LABELS = frozenset(
     {
@@ -251,12 +247,6 @@ def with_defaults(job: Obj, defaults: Defaults) -> Obj:
     return {**job, "spec": spec}
 
 
-def gpu_resource(job_spec: Mapping[str, Any]) -> str:
-    """`spec.distribution.gpuResource`: the extended resource the GPUs are counted in."""
-    dist = job_spec.get("distribution") or {}
-    return str(dist.get("gpuResource") or DEFAULT_GPU_RESOURCE)
-
-
 # --- check -------------------------------------------------------------------------
 
 
@@ -429,7 +419,7 @@ def _check_trainer(container: Obj, field: str, volumes: set[str]) -> list[Error]
         errors.append((f"{field}.envFrom", "must be a list of {configMapRef|secretRef, prefix}"))
     for i, source in enumerate(env_from if isinstance(env_from, list) else []):
         prefix = str(source.get("prefix") or "") if isinstance(source, dict) else ""
-        reserved = next((p for p in RESERVED_ENV_PREFIXES if prefix.startswith(p)), None)
+        reserved = next((p for p in contract.RESERVED_ENV_PREFIXES if prefix.startswith(p)), None)
         if reserved:
             errors.append(
                 (f"{field}.envFrom[{i}].prefix", f"{reserved} is reserved (set by the operator)")

@@ -12,10 +12,11 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from tuneop_contract.spec import JobSpec
+
 from ..api import queue
 from ..api import status as st
 from ..api.progress import ProgressView
-from ..api.spec import JobSpec
 from .classify import TRAINER_PREEMPTED, Classification, Outcome
 from .job import delete_alive, finish
 from .patch import Draft

@@ -28,10 +28,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from tuneop_contract.spec import JobSpec
+
 from ..api import names
 from ..api import status as st
 from ..api.queue import QUEUED, queue_name
-from ..api.spec import JobSpec
 from .classify import UNSCHEDULABLE, classify, trainer_started_at
 from .classify import alive as is_alive
 from .group import release_held

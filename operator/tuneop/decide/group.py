@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tuneop_contract.spec import JobSpec
+
 from ..api import queue
 from ..api import status as st
 from ..api.progress import ProgressView
-from ..api.spec import JobSpec
 from . import budgets
 from .classify import (
     STUCK_WAITING_REASONS,

@@ -10,13 +10,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import tuneop_contract as contract
+from tuneop_contract.spec import JobSpec, SpecError
 
 from ..api import names
 from ..api import status as st
 from ..api.progress import ProgressView, top_trials_status
 from ..api.progress import from_configmap as progress_from_configmap
 from ..api.progress import read as read_progress
-from ..api.spec import JobSpec, SpecError, check_script_configmap
+from ..api.spec import check_script_configmap
 from .classify import Classification, alive, classify
 from .patch import UNWATCHED_RECHECK_SECONDS, Draft, PodRef
 from .slot import Slot

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from tuneop_contract.spec import JobSpec
+
 from ..api import names
 from ..api import status as st
 from ..api.groups import pod_groups, sequential_group
 from ..api.owners import foreign
 from ..api.progress import ProgressView
 from ..api.progress import from_configmap as progress_from_configmap
-from ..api.spec import JobSpec
 from .group import current_pods, release_held
 from .job import apply_progress, copy_progress, delete_alive
 from .patch import Draft

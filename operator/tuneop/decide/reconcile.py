@@ -24,11 +24,13 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tuneop_contract.spec import JobSpec, SpecError
+
 from ..api import status as st
 from ..api.groups import pod_groups, sequential_group
 from ..api.owners import foreign
 from ..api.queue import QUEUED
-from ..api.spec import JobSpec, SpecError, check_existing_claim, job_spec, validate
+from ..api.spec import check_existing_claim, job_spec, validate
 from .classify import attempt_of, needs_node
 from .elastic import drop_probes, follow_probe, follow_shape
 from .group import (

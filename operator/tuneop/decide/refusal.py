@@ -11,8 +11,9 @@ needs, unwatched). Every later pass tries to create the groups again."""
 
 from __future__ import annotations
 
+from tuneop_contract.spec import JobSpec
+
 from ..api import status as st
-from ..api.spec import JobSpec
 from .patch import UNWATCHED_RECHECK_SECONDS, Draft, Refusal
 from .slot import GroupResult, Slot
 from .stall import Stuck

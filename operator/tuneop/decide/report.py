@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tuneop_contract.spec import JobSpec
+
 from ..api import status as st
-from ..api.spec import JobSpec
 from .job import script_missing
 from .job_groups import JobGroups
 from .patch import Draft

@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from tuneop_contract.spec import JobSpec
+
 from ..api import status as st
 from ..api.groups import PodGroup
-from ..api.spec import JobSpec
 from .classify import Classification
 from .patch import Draft
 

@@ -10,8 +10,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from tuneop_contract.spec import JobSpec
+
 from ..api import status as st
-from ..api.spec import JobSpec
 from .job import delete_alive, finish
 from .patch import Draft
 from .slot import GroupResult, Slot, gpus_per_pod

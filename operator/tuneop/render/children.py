@@ -13,9 +13,9 @@ from typing import Any
 
 import tuneop_contract as contract
 import yaml
+from tuneop_contract.spec import JobSpec
 
 from ..api import names, owners
-from ..api.spec import JobSpec
 
 Obj = dict[str, Any]
 

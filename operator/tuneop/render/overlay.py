@@ -5,8 +5,9 @@ dicts; unit-tested in tests/unit/test_operator_podtemplate.py."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
 from typing import Any
+
+from tuneop_contract.spec import JobSpec
 
 from ..api import names, podtemplate
 
@@ -25,15 +26,13 @@ def requests_gpus(pod: Obj, resource: str) -> bool:
     return False
 
 
-def apply(
-    pod: Obj, job_spec: Mapping[str, Any], *, container: str = names.TRAINER_CONTAINER
-) -> Obj:
+def apply(pod: Obj, spec: JobSpec, *, container: str = names.TRAINER_CONTAINER) -> Obj:
     """`pod` (built by the operator from the trainer image) with the job's
     `spec.template` laid over it; the operator's parts stay as they are. `container`:
     the pod's trainer-image container, which gets the template's `trainer` container
     (another pod, e.g. an oracle, names its own). The template is assumed checked
     (`podtemplate.check`): an invalid job gets no pods. A new dict; `pod` is not changed."""
-    template = job_spec.get("template") or {}
+    template = spec.raw.get("template") or {}
     out = copy.deepcopy(pod)
     if not isinstance(template, dict):
         return out
@@ -46,7 +45,7 @@ def apply(
             out_meta[key] = {**extra, **(out_meta.get(key) or {})}  # the operator's win
     given: Obj = copy.deepcopy(template.get("spec") or {})
     pod_spec = out.setdefault("spec", {})
-    gpus = requests_gpus(out, podtemplate.gpu_resource(job_spec))
+    gpus = requests_gpus(out, spec.distribution.gpu_resource)
     for key, value in given.items():
         if key in podtemplate.OWNED_SPEC or key not in podtemplate.ALLOWED_SPEC:
             continue

@@ -13,17 +13,14 @@ import json
 from typing import Any
 
 import tuneop_contract as contract
+from tuneop_contract.spec import JobSpec
 
-from ..api import names, podtemplate, queue
+from ..api import names, queue
 from ..api import status as st
 from ..api.groups import PodGroup, sequential_group
-from ..api.spec import JobSpec
 from . import children, overlay
 
 Obj = dict[str, Any]
-
-GPU_RESOURCE = podtemplate.DEFAULT_GPU_RESOURCE
-"""The default of spec.distribution.gpuResource."""
 
 
 def pod_host(job: Obj, pod: str) -> str:
@@ -193,7 +190,7 @@ def build_pod(
     }
     if annotations:
         pod["metadata"]["annotations"] = annotations
-    return overlay.apply(pod, spec.raw)  # spec.template, over what the operator owns
+    return overlay.apply(pod, spec)  # spec.template, over what the operator owns
 
 
 def _trainer_container(

@@ -42,10 +42,10 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from tuneop_contract.spec import JobSpec
 
 from ..api import names
 from ..api import status as st
-from ..api.spec import FailurePolicy
 from . import health
 
 Obj = dict[str, Any]
@@ -112,12 +112,11 @@ def _timestamp(value: Any) -> float | None:
     return parsed.timestamp() if parsed else None
 
 
-def _max_failures(spec: Obj) -> float | None:
-    raw = (spec.get("failurePolicy") or {}).get("maxFailures", FailurePolicy.max_failures)
-    try:
-        return float(raw)
-    except (TypeError, ValueError):
+def _max_failures(spec: JobSpec) -> float | None:
+    """None when the spec's failurePolicy was refused: its default would not be the job's."""
+    if any(e.field.startswith("spec.failurePolicy") for e in spec.errors):
         return None
+    return float(spec.failure_policy.max_failures)
 
 
 def _running_trials(status: Obj) -> float:
@@ -155,13 +154,9 @@ def _progress_number(status: Obj, key: str) -> float | None:
     return None
 
 
-def _parallel_trials(spec: Obj) -> float:
-    raw = spec.get("parallelTrials", 1)
-    return float(raw) if isinstance(raw, int) and not isinstance(raw, bool) else 1.0
-
-
-def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
+def snapshot(raw_spec: Obj, status: Obj) -> dict[str, float | str | None]:
     """The numbers exported for one job, from its spec and (merged) status."""
+    spec = JobSpec.from_dict(raw_spec)
     best = status.get(st.BEST_TRIAL) or {}
     conditions = status.get(st.CONDITIONS) or []
     stalled_reason = ""
@@ -178,7 +173,7 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
             status.get(st.LAST_CHECKPOINT_TIME)
         ),
         "tuneop_tuningjob_completion_timestamp_seconds": _timestamp(status.get(st.COMPLETION_TIME)),
-        "tuneop_tuningjob_stall_timeout_seconds": float(spec.get("stallTimeoutSeconds", 900)),
+        "tuneop_tuningjob_stall_timeout_seconds": float(spec.stall_timeout_seconds),
         "tuneop_tuningjob_max_failures": _max_failures(spec),
         "tuneop_tuningjob_trials_completed": float(status.get(st.TRIALS_COMPLETED) or 0),
         "tuneop_tuningjob_trials_planned": (
@@ -188,7 +183,7 @@ def snapshot(spec: Obj, status: Obj) -> dict[str, float | str | None]:
             float(best["score"]) if best.get("score") is not None else None
         ),
         "tuneop_tuningjob_stalled": 1.0 if stalled_reason else 0.0,
-        "tuneop_tuningjob_parallel_trials": _parallel_trials(spec),
+        "tuneop_tuningjob_parallel_trials": float(spec.parallel_trials),
         "tuneop_tuningjob_running_trials": _running_trials(status),
         "tuneop_tuningjob_goodput_percent": _goodput(status, st.GOODPUT_PERCENT),
         "tuneop_tuningjob_shape_gpus": _shape_gpus(status),

@@ -13,10 +13,12 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from tuneop_contract.spec import JobSpec
+
 from ..act import executor
 from ..act import kube as kube_mod
 from ..api import names, podtemplate, queue
-from ..api.spec import JobSpec, job_spec
+from ..api.spec import job_spec
 from ..decide.patch import Decision, Refusal
 from ..decide.reconcile import decide, nodes_to_read
 from . import metrics
