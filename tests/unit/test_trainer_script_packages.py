@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
+import socket
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tuneop_contract import PACKAGES_DIR
@@ -84,3 +88,61 @@ def test_an_index_that_does_not_answer_is_not(
     req = _requirements(tmp_path, "tuneop_extra==1.2.0\n")
     with pytest.raises(script_packages.PackagesError, match="the package index did not answer"):
         script_packages.install(req, tmp_path / "claim", FIELD)
+
+
+def _target(req: Path, claim: Path) -> Path:
+    image = script_packages._image_packages()
+    return claim / PACKAGES_DIR / script_packages._key(req.read_text(), image)
+
+
+def test_another_cpu_architecture_installs_its_own(
+    index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wheels are built per architecture: arm64 and x86-64 pods sharing a claim must
+    not import each other's."""
+    req = _requirements(tmp_path, "tuneop_extra==1.2.0\n")
+    here = _target(req, tmp_path / "claim")
+    monkeypatch.setattr(script_packages.platform, "machine", lambda: "aarch64")
+    assert _target(req, tmp_path / "claim") != here
+
+
+def test_a_killed_install_is_cleared_by_the_pods_next_start(index: Path, tmp_path: Path) -> None:
+    """A SIGKILL during pip leaves a staging directory: the same pod's next start removes
+    its own, any pod one a day old; another pod's install under way is left alone."""
+    write_wheel(index, "tuneop_extra", "1.2.0", "ANSWER = 42\n")
+    req = _requirements(tmp_path, "tuneop_extra==1.2.0\n")
+    claim = tmp_path / "claim"
+    key = _target(req, claim).name
+    packages = claim / PACKAGES_DIR
+    own = packages / f".{key}.{socket.gethostname()}.dead0000"
+    other = packages / f".{key}.another-pod.busy0000"
+    old = packages / ".0123456789abcdef.gone-pod.old00000"
+    for staging in (own, other, old):
+        (staging / "half").mkdir(parents=True)
+    day_ago = time.time() - script_packages.STALE_STAGING_SECONDS - 60
+    os.utime(old, (day_ago, day_ago))
+    target = script_packages.install(req, claim, FIELD)
+    assert sorted(p.name for p in packages.iterdir()) == sorted([target.name, other.name])
+
+
+def test_what_is_installed_is_what_was_resolved_by_hash(
+    index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wheel changing on the index between the resolve and the install (a
+    republished version, a tampered mirror) fails the install: each pinned line carries
+    the hash the resolver saw (pip's hash-checking mode), and nothing is left on the
+    claim."""
+    wheel = write_wheel(index, "tuneop_extra", "1.2.0", "ANSWER = 42\n")
+    req = _requirements(tmp_path, "tuneop_extra==1.2.0\n")
+    resolve = script_packages._resolve
+
+    def then_republished(requirements: Path, field: str) -> dict[str, Any]:
+        planned = resolve(requirements, field)
+        wheel.unlink()
+        write_wheel(index, "tuneop_extra", "1.2.0", "ANSWER = 666\n")
+        return planned
+
+    monkeypatch.setattr(script_packages, "_resolve", then_republished)
+    with pytest.raises(script_packages.PackagesError, match="HASHES"):
+        script_packages.install(req, tmp_path / "claim", FIELD)
+    assert not any((tmp_path / "claim" / PACKAGES_DIR).iterdir())

@@ -6,10 +6,12 @@ the image lacks is installed, and a requirement that would change one of the ima
 packages (TensorFlow, Keras, NumPy…) is refused with a line naming it: the trainer's
 own code never runs on other versions than its lock's. What the resolver chose is then
 installed by exact version and hash into `<claim>/packages/<key>`, where the key hashes
-the file, the Python version and the image's packages: a pod started after a preemption,
-another worker of the group or a parallel trial finds it there and imports the same
-files, even when the index has moved on. The directory is made under a temporary name
-and renamed when complete, so a kill mid-install leaves nothing a later pod would use.
+the file, the Python version, the CPU architecture and the image's packages: a pod
+started after a preemption, another worker of the group or a parallel trial finds it
+there and imports the same files, even when the index has moved on. The directory is
+made under a temporary name and renamed when complete, so a kill mid-install leaves
+nothing a later pod would use; the pod's next start (same pod name) removes what its
+killed install left, and any pod removes a staging directory a day old.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import platform
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,8 @@ from tuneop_contract.spec import SpecError
 
 # Written last into a complete install: the resolver's report, for the record.
 REPORT_FILE = "tuneop-report.json"
+STALE_STAGING_SECONDS = 24 * 3600
+"""A staging directory this old is a killed install's (no pip run takes a day)."""
 PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input")
 
 
@@ -81,7 +88,7 @@ def _canonical(name: str) -> str:
 
 def _key(text: str, image: dict[str, str]) -> str:
     pins = "\n".join(f"{n}=={v}" for n, v in sorted(image.items()))
-    material = f"{text}\n--\n{sys.version}\n--\n{pins}"
+    material = f"{text}\n--\n{sys.version}\n{platform.machine()}\n--\n{pins}"
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
@@ -136,7 +143,9 @@ def _install_atomically(planned: dict[str, dict[str, Any]], target: Path) -> Non
     """Install the planned distributions, by version and hash, into a temporary
     directory beside `target`, then rename it; a pod that loses the race keeps the
     winner's."""
-    staging = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}"
+    prefix = f".{target.name}.{socket.gethostname()}."
+    _remove_stale_staging(target.parent, prefix)
+    staging = target.parent / f"{prefix}{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     try:
         lines = [_pinned_line(item) for item in planned.values()]
@@ -160,6 +169,24 @@ def _install_atomically(planned: dict[str, dict[str, Any]], target: Path) -> Non
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale_staging(packages: Path, own: str) -> None:
+    """Staging directories of a killed install: this pod's own (`own` prefix: a
+    restarted pod keeps its name, and its earlier container is gone), and anyone's a
+    day old."""
+    if not packages.is_dir():
+        return
+    cutoff = time.time() - STALE_STAGING_SECONDS
+    for entry in packages.iterdir():
+        if not entry.name.startswith(".") or not entry.is_dir():
+            continue
+        try:
+            stale = entry.name.startswith(own) or entry.stat().st_mtime < cutoff
+        except OSError:  # removed meanwhile by another pod
+            continue
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _pinned_line(item: dict[str, Any]) -> str:
