@@ -20,12 +20,17 @@ import time
 from typing import Any
 
 import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from ..act.kube import load_config
 from ..api import names
 
 POLL_SECONDS = 1.0
+REQUEST_SECONDS = 30.0
+"""Each API call's own limit: an API server that accepts and never answers must not hold
+the hook until its Job's deadline, with nothing said."""
+CALL = {"_request_timeout": REQUEST_SECONDS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         namespaces = [n for n in args.watch_namespaces.split(",") if n] or [None]
         custom = kubernetes.client.CustomObjectsApi(api)
         released = sum(release_jobs(custom, namespace) for namespace in namespaces)
-    except (ApiException, TimeoutError) as exc:
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
         print(f"tuneop uninstall: {_one_line(exc)}", file=sys.stderr)
         return 1
     print(f"tuneop uninstall: operator {stopped}; finalizer {names.FINALIZER} released "
@@ -57,16 +62,17 @@ def _parser() -> argparse.ArgumentParser:
 def stop_operator(apps: Any, core: Any, namespace: str, deployment: str, timeout: float) -> str:
     """Scale the Deployment to 0 and wait until its pods are gone; what happened."""
     try:
-        found = apps.read_namespaced_deployment(deployment, namespace)
+        found = apps.read_namespaced_deployment(deployment, namespace, **CALL)
     except ApiException as exc:
         if exc.status == 404:
             return "already gone"
         raise
-    apps.patch_namespaced_deployment_scale(deployment, namespace, {"spec": {"replicas": 0}})
+    scale = {"spec": {"replicas": 0}}
+    apps.patch_namespaced_deployment_scale(deployment, namespace, scale, **CALL)
     labels = found.spec.selector.match_labels or {}
     selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
     deadline = time.monotonic() + timeout
-    while core.list_namespaced_pod(namespace, label_selector=selector).items:
+    while core.list_namespaced_pod(namespace, label_selector=selector, **CALL).items:
         if time.monotonic() > deadline:
             raise TimeoutError(f"the operator's pods ({selector}) still run after {timeout:.0f} s")
         time.sleep(POLL_SECONDS)
@@ -85,7 +91,13 @@ def release_jobs(custom: Any, namespace: str | None) -> int:
             body = {"metadata": {"finalizers": rest, "resourceVersion": meta["resourceVersion"]}}
             try:
                 custom.patch_namespaced_custom_object(
-                    names.GROUP, names.VERSION, meta["namespace"], names.PLURAL, meta["name"], body
+                    names.GROUP,
+                    names.VERSION,
+                    meta["namespace"],
+                    names.PLURAL,
+                    meta["name"],
+                    body,
+                    **CALL,
                 )
                 released += 1
                 break
@@ -95,17 +107,22 @@ def release_jobs(custom: Any, namespace: str | None) -> int:
                 if exc.status != 409:
                     raise
                 meta = custom.get_namespaced_custom_object(
-                    names.GROUP, names.VERSION, meta["namespace"], names.PLURAL, meta["name"]
+                    names.GROUP,
+                    names.VERSION,
+                    meta["namespace"],
+                    names.PLURAL,
+                    meta["name"],
+                    **CALL,
                 )["metadata"]
     return released
 
 
 def _jobs(custom: Any, namespace: str | None) -> list[dict[str, Any]]:
     if namespace is None:
-        listed = custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)
+        listed = custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL, **CALL)
     else:
         listed = custom.list_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.PLURAL
+            names.GROUP, names.VERSION, namespace, names.PLURAL, **CALL
         )
     return list(listed.get("items") or [])
 
@@ -113,6 +130,8 @@ def _jobs(custom: Any, namespace: str | None) -> list[dict[str, Any]]:
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}: {(exc.body or '').strip()[:300]}"
+    if isinstance(exc, urllib3.exceptions.HTTPError):
+        return f"the API server did not answer: {type(exc).__name__}: {str(exc)[:300]}"
     return str(exc)
 
 
