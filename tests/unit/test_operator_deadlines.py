@@ -61,6 +61,21 @@ def test_a_job_passes_until_it_settles_then_rests_until_its_deadline():
     assert next_pass(d, job_spec(w.job), list(w.pods.values()), 300) == 300  # the resync
 
 
+def test_a_steady_report_costs_one_pass_not_two():
+    """A pass that only copies the trainer's report leaves nothing for a next pass: the
+    job waits for its deadline (or the next report) at once."""
+    w = World(stallTimeoutSeconds=900)
+    start(w)
+    w.progress(trial_id="t0", step=1)
+    w.step(1)
+    w.step(1)  # the first report also changes the message: a pass until settled
+    w.progress(trial_id="t0", step=5)
+    d = w.step(5)
+    assert d.status and set(d.status) <= st.REPORTED, d.status
+    wait = next_pass(d, job_spec(w.job), list(w.pods.values()), 300)
+    assert wait == min(300, due(d)) > 60
+
+
 def test_running_pods_keep_goodput_fresh_and_nothing_else_ticks():
     w = World(distribution={"workers": 1, "gpusPerWorker": 2})
     start(w)

@@ -60,6 +60,12 @@ gpusPerWorker, gpus} (index 0: the job's own)."""
 GROUPS = "groups"
 """A parallel job's pod groups, one entry each (the GROUP_* keys)."""
 
+REPORTED = frozenset(
+    (PROGRESS, LAST_PROGRESS_TIME, LAST_CHECKPOINT_TIME, CURRENT_TRIAL, TRIALS_COMPLETED,
+     TRIALS_TOTAL, BEST_TRIAL, GOODPUT)
+)  # fmt: skip
+"""Keys that only show what the trainer reported (and the goodput it adds up to): a pass
+that writes no other key leaves nothing for the next pass to carry on."""
 COUNTERS = (PREEMPTIONS, FAILURES, TRIAL_OOMS, RESTARTS, RESTORES)
 """Counters every job's status shows from its first pass (0 until counted)."""
 

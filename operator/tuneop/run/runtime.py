@@ -18,6 +18,7 @@ from tuneop_contract.spec import JobSpec
 from ..act import executor
 from ..act import kube as kube_mod
 from ..api import names, podtemplate, queue
+from ..api import status as st
 from ..api.spec import job_spec
 from ..decide.patch import Decision, Refusal
 from ..decide.reconcile import decide, nodes_to_read
@@ -241,15 +242,17 @@ def next_pass(decision: Decision, spec: JobSpec, pods: list[Obj], resync: float)
     earliest deadline its rules wait for (Decision.requeue_after), at most
     FINISHED_RECHECK_SECONDS for a finished job or a suspended one with no pod left.
     Else 0 (the loop's floor, reconcile_seconds) after a pass that changed anything
-    (status, Events, pods or children): a job passes until a pass finds nothing to do,
-    as a decision may need the next pass to carry on (a group recorded for recreation
-    is created by the following one) and no event may come for it. Only a settled job
-    rests, at most `resync` (the cache's resync, a level-based safety net)."""
+    but the trainer's report (status beyond st.REPORTED, Events, pods or children): a
+    job passes until a pass finds nothing to do, as a decision may need the next pass
+    to carry on (a group recorded for recreation is created by the following one) and
+    no event may come for it. A pass that only copied a progress report has nothing
+    to carry on, so a steady job costs one pass per report, not two. Only a settled
+    job rests, at most `resync` (the cache's resync, a level-based safety net)."""
     if decision.finished or (spec.suspend and not pods):
         # nothing runs and nothing changes by itself: resuming is a spec change and a
         # new pod an event, both of which wake the loop
         rest = FINISHED_RECHECK_SECONDS
-    elif decision.writes_children or decision.status or decision.events:
+    elif decision.writes_children or decision.events or set(decision.status) - st.REPORTED:
         return 0.0
     else:
         rest = resync
