@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import tuneop_contract as contract
+from tuneop_contract.spec import JobSpec
 
 CONFIGMAP_LIMIT = 1_000_000
 """A ConfigMap holds at most 1 MiB; leave room for its metadata."""
@@ -111,6 +112,10 @@ def tuning_job(request: RunRequest, name: str, namespace: str) -> dict[str, Any]
         spec["template"] = _data_template(request.data)
     if request.env:
         spec["env"] = [_env_var(pair) for pair in request.env]
+    # the operator's and the trainer's own parser: refused here, nothing is created
+    refused = JobSpec.from_dict(spec).errors
+    if refused:
+        raise SubmitError(f"the job would be refused: {refused[0]}")
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if request.queue:
         metadata["labels"] = {QUEUE_LABEL: request.queue}

@@ -48,7 +48,7 @@ def test_the_job_is_what_the_crd_accepts_with_every_option(tmp_path: Path) -> No
     script = _script(tmp_path)
     request = RunRequest(
         script=script, args=("--epochs", "3"), gpus=2, workers=2, image="r/trainer:1",
-        data="emg-data:/datasets", queue="team-a", elastic=True, parallel=2,
+        data="emg-data:/datasets", queue="team-a", elastic=True,
         requirements=tmp_path / "notes.txt", env=("PIP_INDEX_URL=https://m.example/simple",),
     )  # fmt: skip
     job = tuning_job(request, "my-search", "ml")
@@ -65,12 +65,29 @@ def test_the_job_is_what_the_crd_accepts_with_every_option(tmp_path: Path) -> No
     assert trainer["name"] == contract.TRAINER_CONTAINER
     assert trainer["volumeMounts"] == [{"name": "data", "mountPath": "/datasets", "readOnly": True}]
     assert job["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
+    parallel = tuning_job(RunRequest(script=script, parallel=2), "my-search", "ml")
+    assert check(parallel["spec"], schema()["properties"]["spec"], ".spec") == []
+    assert parallel["spec"]["parallelTrials"] == 2
     plain = tuning_job(RunRequest(script=script), "my-search", "ml")
     assert "image" not in plain["spec"] and "template" not in plain["spec"]
     with pytest.raises(SubmitError, match="--data"):
         tuning_job(RunRequest(script=script, data="claim:relative"), "x", "ml")
     with pytest.raises(SubmitError, match="--env: 'PIP' is not NAME=VALUE"):
         tuning_job(RunRequest(script=script, env=("PIP",)), "x", "ml")
+
+
+def test_a_job_the_operator_would_refuse_is_refused_before_anything_is_created(
+    tmp_path: Path,
+) -> None:
+    """The spec is checked with the parser the operator and the trainer use: one line
+    naming the field, before the ConfigMap or the job exists."""
+    script = _script(tmp_path)
+    reserved = RunRequest(script=script, env=(f"{contract.ENV_TF_CONFIG}={{}}",))
+    with pytest.raises(SubmitError, match=r"^the job would be refused: spec\.env\[0\]\.name"):
+        tuning_job(reserved, "x", "ml")
+    both = RunRequest(script=script, gpus=2, elastic=True, parallel=2)
+    with pytest.raises(SubmitError, match=r"spec\.distribution\.elastic: not with parallelTrials"):
+        tuning_job(both, "x", "ml")
 
 
 def test_the_requirements_file_goes_in_the_configmap_beside_the_script(tmp_path: Path) -> None:
