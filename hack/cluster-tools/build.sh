@@ -20,7 +20,7 @@ source "$here/versions.env"
 cache=${TUNEOP_CACHE:-$HOME/.cache/tuneop}
 # Lines naming KUEUE are left out of the Kubernetes key (Kueue has a cache dir of its own),
 # so a Kueue bump rebuilds only Kueue.
-key="${KUBERNETES_VERSION}-$(grep -v KUEUE "$here/versions.env" | sha256sum | cut -c1-10)"
+key="${KUBERNETES_VERSION}-$(grep -v -e KUEUE -e KWOK "$here/versions.env" | sha256sum | cut -c1-10)"
 out="$cache/bin/$key"
 kueue_key="kueue-${KUEUE_VERSION}-$(grep KUEUE "$here/versions.env" | sha256sum | cut -c1-10)"
 kueue_out="$cache/bin/$kueue_key"
