@@ -5,7 +5,6 @@ effect in a TuningJob's status, and the wait until every job has had a pass."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -132,7 +131,7 @@ def stream(list_call: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator
     for event in watch.Watch().stream(list_call, *args, deserialize=False, **kwargs):
         if isinstance(event, str):  # a line the client could not decode
             continue
-        yield event["type"], event["raw_object"]
+        yield event["type"], event["object"]
 
 
 def container_ended(pod: Obj) -> bool:
@@ -153,6 +152,7 @@ class Watcher:
         self.preemptions: dict[tuple[str, int], float] = {}  # (job, count) -> first seen
         self.stop = threading.Event()
         self.lock = threading.Lock()
+        self.errors: Counter[str] = Counter()
         for target in self.watches():
             threading.Thread(target=self._forever, args=(target,), daemon=True).start()
 
@@ -161,8 +161,11 @@ class Watcher:
 
     def _forever(self, target: Callable[[], None]) -> None:
         while not self.stop.is_set():
-            with contextlib.suppress(Exception):  # a watch cut at shutdown: start again
+            try:
                 target()
+            except Exception as exc:  # a watch cut (or shutdown): list and watch again
+                self.errors[f"{target.__name__}: {type(exc).__name__}"] += 1
+                time.sleep(0.2)
 
     def _pod_events(self) -> None:
         for kind, pod in stream(
