@@ -144,21 +144,20 @@ def idle_phase(
     cp: ControlPlane, api: client.ApiClient, kubectl: Kubectl, watcher: ScaleWatcher,
     work: Path, args: argparse.Namespace, result: Obj,
 ) -> tuple[Operator, Operator]:  # fmt: skip
-    """The suspended jobs, made before the operator starts: how long its replicas take
-    to start and settle them all (a cold start with that many jobs), then what they cost."""
+    """The suspended jobs, made while the operator runs (as they accumulate on a
+    cluster): how long until each has settled, then what they cost."""
+    leader, standby = operators(cp, work, args.peering_lifetime)
     idle = args.jobs - args.training
-    start = time.monotonic()
+    start, cpu = time.monotonic(), am.cpu_seconds(leader)
     create_jobs(api, [job(f"idle-{i:05d}", suspend=True) for i in range(idle)])
     created = time.monotonic() - start
-    step(f"{idle} idle jobs created in {created:.0f} s; the operator starts")
-    leader, standby = operators(cp, work, args.peering_lifetime)
-    start, cpu = time.monotonic(), am.cpu_seconds(leader)
+    step(f"{idle} idle jobs created in {created:.0f} s")
     wait_for(lambda: watcher.count("Suspended") >= idle, 1800, f"{idle} jobs Suspended", 2)
     took = time.monotonic() - start
     result["idle"] = {
         "jobs": idle,
         "seconds_to_create": round(created, 1),
-        "seconds_to_settle_from_start": round(took, 1),
+        "seconds_to_settle": round(took, 1),
         "operator_cpu_cores_settling": round((am.cpu_seconds(leader) - cpu) / took, 3),
         "operator_rss_mib_settled": am.rss(leader),
     }
@@ -215,24 +214,32 @@ def training_phase(
     )
 
 
-def failover(leader: Operator, standby: Operator, watcher: ScaleWatcher, result: Obj) -> None:
-    """SIGKILL the leader; the standby takes over when its peering record expires."""
+def failover(
+    leader: Operator, standby: Operator, watcher: ScaleWatcher, limit: float, result: Obj
+) -> None:
+    """SIGKILL the leader; the standby takes over when its peering record expires and
+    passes over every job (waited for at most `limit` s after the take-over: past the
+    floor, the count it had reached says how far it got)."""
     total = len(watcher.phases)
-    leader_peak = am.rss(leader)
+    at_kill = am.rss(leader)
     leader.kill()
     start = time.monotonic()
     wait_for(lambda: leads(standby), 300, "the standby leading", every=0.5)
     took_over = time.monotonic() - start
-    am.wait_all_passed(standby, total, 600, every=2.0)
-    done = time.monotonic() - start
-    result["failover"] = {
-        "jobs": total,
-        "seconds_to_take_over": round(took_over, 1),
-        "seconds_to_pass_all_after_kill": round(done, 1),
-        "seconds_to_pass_all_after_take_over": round(done - took_over, 1),
-        "leader_rss_mib_at_kill": leader_peak,
-        "standby_rss_mib_after": am.rss(standby),
-    }
+    result["failover"] = {"jobs": total, "seconds_to_take_over": round(took_over, 1),
+                          "leader_rss_mib_at_kill": at_kill}  # fmt: skip
+    try:
+        am.wait_all_passed(standby, total, limit, every=2.0)
+        done: float | None = time.monotonic() - start
+    except TimeoutError:
+        done = None
+    result["failover"].update(
+        seconds_to_pass_all_after_kill=None if done is None else round(done, 1),
+        seconds_to_pass_all_after_take_over=None if done is None else round(done - took_over, 1),
+        passed_when_measured=am.passed(standby),
+        seconds_measured_after_take_over=round(time.monotonic() - start - took_over, 1),
+        standby_rss_mib_after=am.rss(standby),
+    )
 
 
 def summarize(watcher: ScaleWatcher, result: Obj) -> list[float]:
@@ -256,6 +263,7 @@ def floors(result: Obj) -> dict[str, Obj]:
                 default=math.inf)  # fmt: skip
     peak = max(steady["operator_rss_mib"]["VmHWM"], over["standby_rss_mib_after"]["VmHWM"])
     per_job = result["quiet"]["requests_per_second_per_training_job"]
+    took = over["seconds_to_pass_all_after_take_over"]
     checks = {
         "reconcile latency p99 (s, worst kind)": (worst, "< 1", worst < 1.0),
         "operator CPU (cores, window with churn)": (
@@ -264,8 +272,8 @@ def floors(result: Obj) -> dict[str, Obj]:
             peak, f"< {MEMORY_LIMIT_MIB}", peak < MEMORY_LIMIT_MIB),
         "API requests/s per training job": (per_job, "<= 0.05", per_job <= 0.05),
         "s to pass every job after the take-over": (
-            over["seconds_to_pass_all_after_take_over"], "<= 60",
-            over["seconds_to_pass_all_after_take_over"] <= 60),
+            took if took is not None else f"> {over['seconds_measured_after_take_over']}",
+            "<= 60", took is not None and took <= 60),
     }  # fmt: skip
     return {k: {"value": v, "floor": f, "pass": ok} for k, (v, f, ok) in checks.items()}
 
@@ -289,7 +297,7 @@ def run(args: argparse.Namespace, work: Path, result: Obj) -> None:
         step("training jobs")
         training_phase(api, kubectl, watcher, leader, standby, sim, args, result)
         step("failover")
-        failover(leader, standby, watcher, result)
+        failover(leader, standby, watcher, args.failover_limit, result)
         summarize(watcher, result)
         result["watch_errors"] = dict(watcher.errors)
     finally:
@@ -316,19 +324,31 @@ def report(result: Obj) -> None:
     for key in keys[:20]:
         print(f"{key:40}" + "".join(f"{r.get(key, 0):>9}" for r in rates))
     print(f"{'total':40}" + "".join(f"{sum(r.values()):>9.1f}" for r in rates))
-    print(f"{'etcd writes/s':40}" + "".join(f"{w['etcd_writes_per_second']:>9}" for _, w in windows))
-    print(f"{'operator CPU (cores)':40}" + "".join(f"{w['operator_cpu_cores']:>9}" for _, w in windows))
-    print(f"{'operator RSS (MiB)':40}" + "".join(f"{w['operator_rss_mib']['VmRSS']:>9}" for _, w in windows))
-    print(f"\n{'reconcile latency (s)':20} {'samples':>8} {'p50':>7} {'p99':>7} {'max':>7} {'no status':>9}")
+    print(
+        f"{'etcd writes/s':40}" + "".join(f"{w['etcd_writes_per_second']:>9}" for _, w in windows)
+    )
+    print(
+        f"{'operator CPU (cores)':40}"
+        + "".join(f"{w['operator_cpu_cores']:>9}" for _, w in windows)
+    )
+    print(
+        f"{'operator RSS (MiB)':40}"
+        + "".join(f"{w['operator_rss_mib']['VmRSS']:>9}" for _, w in windows)
+    )
+    print(
+        f"\n{'reconcile latency (s)':20} {'samples':>8} {'p50':>7} {'p99':>7} {'max':>7} {'no status':>9}"
+    )
     for kind, v in result["reconcile_latency_seconds"].items():
-        print(f"{kind:20} {v['samples']:>8} {v.get('p50', '-'):>7} {v.get('p99', '-'):>7} "
-              f"{v.get('max', '-'):>7} {v['no_status_yet']:>9}")
+        print(
+            f"{kind:20} {v['samples']:>8} {v.get('p50', '-'):>7} {v.get('p99', '-'):>7} "
+            f"{v.get('max', '-'):>7} {v['no_status_yet']:>9}"
+        )
     s, q, f, i = result["steady"], result["quiet"], result["failover"], result["idle"]
     print(f"\n{'measure':52} {'value':>11}")
     for key, value in [
         ("jobs / training in the churn window", f"{s['jobs']}/{s['training_jobs']}"),
         ("s to create the idle jobs", i["seconds_to_create"]),
-        ("s from the operator's start to all idle settled", i["seconds_to_settle_from_start"]),
+        ("s until every idle job had settled", i["seconds_to_settle"]),
         ("operator CPU (cores) while they settled", i["operator_cpu_cores_settling"]),
         ("s for the training jobs to run", result["seconds_to_start_training"]),
         ("standby CPU (cores), churn window", s["standby_cpu_cores"]),
@@ -339,6 +359,7 @@ def report(result: Obj) -> None:
         ("s from the kill to the standby leading", f["seconds_to_take_over"]),
         ("s from the take-over to every job passed", f["seconds_to_pass_all_after_take_over"]),
         ("s from the kill to every job passed", f["seconds_to_pass_all_after_kill"]),
+        ("jobs passed by the standby when measured", f"{f['passed_when_measured']}/{f['jobs']}"),
         ("standby RSS / peak (MiB) after", f"{f['standby_rss_mib_after']['VmRSS']}/{f['standby_rss_mib_after']['VmHWM']}"),
     ]:  # fmt: skip
         print(f"{key:52} {value!s:>11}")
@@ -362,8 +383,18 @@ def main() -> int:
         "--window", type=float, default=180.0, help="s measured (3 progress intervals)"
     )
     parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--peering-lifetime", type=int, default=60,
-                        help="s; the product's default (a shorter one only makes a trial quicker)")
+    parser.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=60,
+        help="s; the product's default (a shorter one only makes a trial quicker)",
+    )
+    parser.add_argument(
+        "--failover-limit",
+        type=float,
+        default=180.0,
+        help="s after the take-over to wait for every job's pass",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
     args = parser.parse_args()
     # a stop (SIGTERM, as from timeout) still runs the clean-up below: no process outlives it
