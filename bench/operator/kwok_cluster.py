@@ -2,7 +2,7 @@
 
 The real etcd, kube-apiserver, kube-controller-manager and kube-scheduler
 (tests/localcluster/controlplane.py); kwok (sigs.k8s.io/kwok, built by
-hack/cluster-tools/build-kwok.sh) plays the kubelets of `nodes` fake GPU nodes: it keeps
+`hack/cluster-tools/build.sh kwok`) plays the kubelets of `nodes` fake GPU nodes: it keeps
 their status and Leases as a kubelet does, turns a pod bound to one of them Running
 (kwok's pod-ready stage) and, when it is deleted, reports its trainer's exit and removes
 it (bench/operator/kwok-stages.yaml). No container runs. Checkpoint claims bind to

@@ -5,7 +5,7 @@ The cache keys must match build.sh, under ``$TUNEOP_CACHE/bin`` (default
 KUEUE or KWOK)[:10]>`` for Kubernetes, etcd, helm and kubeconform,
 ``kueue-<KUEUE_VERSION>-<sha256(the lines naming KUEUE)[:10]>`` for Kueue (so a Kueue bump
 rebuilds only Kueue) and ``kwok-<KWOK_VERSION>-<sha256(the lines naming KWOK)[:10]>`` for
-kwok (hack/cluster-tools/build-kwok.sh; only the scale benchmark uses it).
+kwok (`build.sh kwok`; only the scale benchmark uses it).
 ``TUNEOP_CLUSTER_BIN_DIR`` / ``TUNEOP_KUEUE_DIR`` override the lookups (e.g. to try
 binaries built elsewhere).
 """
@@ -21,7 +21,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOLS_DIR = REPO_ROOT / "hack" / "cluster-tools"
 VERSIONS_FILE = TOOLS_DIR / "versions.env"
 BUILD_SCRIPT = TOOLS_DIR / "build.sh"
-KWOK_BUILD_SCRIPT = TOOLS_DIR / "build-kwok.sh"
 BIN_DIR_ENV = "TUNEOP_CLUSTER_BIN_DIR"
 KUEUE_DIR_ENV = "TUNEOP_KUEUE_DIR"
 KUEUE_MARK = "KUEUE"
@@ -131,6 +130,6 @@ def kwok_dir(build: bool = False) -> Path:
     if os.access(path / "kwok", os.X_OK) and (path / "stages").is_dir():
         return path
     if build:
-        subprocess.run(["bash", str(KWOK_BUILD_SCRIPT)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["bash", str(BUILD_SCRIPT), "kwok"], check=True, stdout=subprocess.DEVNULL)
         return kwok_dir()
-    raise FileNotFoundError(f"kwok missing in {path}: run hack/cluster-tools/build-kwok.sh")
+    raise FileNotFoundError(f"kwok missing in {path}: run hack/cluster-tools/build.sh kwok")
