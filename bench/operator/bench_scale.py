@@ -45,6 +45,7 @@ for sub in ("contract", "operator", "trainer_image", "."):
 
 import tuneop_contract as contract  # noqa: E402
 from kubernetes import client  # noqa: E402
+from tuneop.run.watched import RESYNC_SECONDS  # noqa: E402
 
 from bench.operator import apimeasure as am  # noqa: E402
 from bench.operator import kwok_cluster  # noqa: E402
@@ -55,6 +56,9 @@ from tests.localcluster.controlplane import ControlPlane  # noqa: E402
 NS = "bench"
 OUT = ROOT / "bench" / "results" / "operator-scale.json"
 MEMORY_LIMIT_MIB = 256  # charts/tuneop/values.yaml resources.limits.memory
+RESYNC_READS = 3
+"""A steady job's live reads at each resync (the job, its pods, its progress map): the
+windows here start under RESYNC_SECONDS after the jobs did, so they see none of them."""
 Obj = dict[str, Any]
 
 
@@ -256,13 +260,15 @@ def summarize(watcher: ScaleWatcher, result: Obj) -> list[float]:
 
 def floors(result: Obj) -> dict[str, Obj]:
     """Each floor: the figure it judges, the bound, and whether it holds. Requests per
-    training job are judged without churn (what a job costs while it trains); the
-    figure with churn is in the table beside it."""
+    training job are judged without churn (what a job costs while it trains), plus the
+    resync's reads the quiet window is too young to hold; the figure with churn is in
+    the table beside it."""
     steady, lat, over = result["steady"], result["reconcile_latency_seconds"], result["failover"]
     worst = max((v.get("p99", math.inf) for k, v in lat.items() if k != "all" and v["samples"]),
                 default=math.inf)  # fmt: skip
     peak = max(steady["operator_rss_mib"]["VmHWM"], over["standby_rss_mib_after"]["VmHWM"])
-    per_job = result["quiet"]["requests_per_second_per_training_job"]
+    per_job = round(result["quiet"]["requests_per_second_per_training_job"]
+                    + RESYNC_READS / RESYNC_SECONDS, 4)  # fmt: skip
     took = over["seconds_to_pass_all_after_take_over"]
     checks = {
         "reconcile latency p99 (s, worst kind)": (worst, "< 1", worst < 1.0),
@@ -270,7 +276,7 @@ def floors(result: Obj) -> dict[str, Obj]:
             steady["operator_cpu_cores"], "< 1", steady["operator_cpu_cores"] < 1.0),
         "operator peak RSS (MiB, either replica)": (
             peak, f"< {MEMORY_LIMIT_MIB}", peak < MEMORY_LIMIT_MIB),
-        "API requests/s per training job": (per_job, "<= 0.05", per_job <= 0.05),
+        "API requests/s per training job (+ resync)": (per_job, "<= 0.05", per_job <= 0.05),
         "s to pass every job after the take-over": (
             took if took is not None else f"> {over['seconds_measured_after_take_over']}",
             "<= 60", took is not None and took <= 60),
@@ -316,34 +322,35 @@ def run(args: argparse.Namespace, work: Path, result: Obj) -> None:
         cp.stop()
 
 
-def report(result: Obj) -> None:
+def report_windows(result: Obj) -> None:
     windows = [("idle", result["idle"]), ("quiet", result["quiet"]), ("churn", result["steady"])]
     rates = [w["requests_per_second"] for _, w in windows]
     keys = sorted(set().union(*rates), key=lambda k: -rates[2].get(k, 0))
     print(f"{'API requests/s (verb resource)':40}" + "".join(f"{n:>9}" for n, _ in windows))
-    for key in keys[:20]:
-        print(f"{key:40}" + "".join(f"{r.get(key, 0):>9}" for r in rates))
-    print(f"{'total':40}" + "".join(f"{sum(r.values()):>9.1f}" for r in rates))
-    print(
-        f"{'etcd writes/s':40}" + "".join(f"{w['etcd_writes_per_second']:>9}" for _, w in windows)
-    )
-    print(
-        f"{'operator CPU (cores)':40}"
-        + "".join(f"{w['operator_cpu_cores']:>9}" for _, w in windows)
-    )
-    print(
-        f"{'operator RSS (MiB)':40}"
-        + "".join(f"{w['operator_rss_mib']['VmRSS']:>9}" for _, w in windows)
-    )
-    print(
-        f"\n{'reconcile latency (s)':20} {'samples':>8} {'p50':>7} {'p99':>7} {'max':>7} {'no status':>9}"
-    )
+    rows = [(key, [r.get(key, 0) for r in rates]) for key in keys[:20]]
+    rows += [
+        ("total", [round(sum(r.values()), 1) for r in rates]),
+        ("etcd writes/s", [w["etcd_writes_per_second"] for _, w in windows]),
+        ("operator CPU (cores)", [w["operator_cpu_cores"] for _, w in windows]),
+        ("operator RSS (MiB)", [w["operator_rss_mib"]["VmRSS"] for _, w in windows]),
+    ]
+    for key, values in rows:
+        print(f"{key:40}" + "".join(f"{v:>9}" for v in values))
+
+
+def report_latency(result: Obj) -> None:
+    print(f"\n{'reconcile latency (s)':20}" + "".join(
+        f"{c:>10}" for c in ("samples", "p50", "p99", "max", "no status")))  # fmt: skip
     for kind, v in result["reconcile_latency_seconds"].items():
-        print(
-            f"{kind:20} {v['samples']:>8} {v.get('p50', '-'):>7} {v.get('p99', '-'):>7} "
-            f"{v.get('max', '-'):>7} {v['no_status_yet']:>9}"
-        )
+        cells = [v["samples"], *(v.get(k, "-") for k in ("p50", "p99", "max"))]
+        print(f"{kind:20}" + "".join(f"{c:>10}" for c in [*cells, v["no_status_yet"]]))
+
+
+def report(result: Obj) -> None:
+    report_windows(result)
+    report_latency(result)
     s, q, f, i = result["steady"], result["quiet"], result["failover"], result["idle"]
+    standby = f["standby_rss_mib_after"]
     print(f"\n{'measure':52} {'value':>11}")
     for key, value in [
         ("jobs / training in the churn window", f"{s['jobs']}/{s['training_jobs']}"),
@@ -355,12 +362,13 @@ def report(result: Obj) -> None:
         ("operator peak RSS (MiB)", s["operator_rss_mib"]["VmHWM"]),
         ("API requests/s per training job, quiet", q["requests_per_second_per_training_job"]),
         ("API requests/s per training job, churn", s["requests_per_second_per_training_job"]),
-        ("  the same, all clients (idle load included)", s["requests_per_second_all_clients_per_training_job"]),
+        ("  the same, all clients, idle load included",
+         s["requests_per_second_all_clients_per_training_job"]),
         ("s from the kill to the standby leading", f["seconds_to_take_over"]),
         ("s from the take-over to every job passed", f["seconds_to_pass_all_after_take_over"]),
         ("s from the kill to every job passed", f["seconds_to_pass_all_after_kill"]),
         ("jobs passed by the standby when measured", f"{f['passed_when_measured']}/{f['jobs']}"),
-        ("standby RSS / peak (MiB) after", f"{f['standby_rss_mib_after']['VmRSS']}/{f['standby_rss_mib_after']['VmHWM']}"),
+        ("standby RSS / peak (MiB) after", f"{standby['VmRSS']}/{standby['VmHWM']}"),
     ]:  # fmt: skip
         print(f"{key:52} {value!s:>11}")
     print(f"\n{'floor':44} {'value':>9} {'floor':>7} {'':>5}")

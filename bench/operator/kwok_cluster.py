@@ -35,7 +35,7 @@ def start_kwok(cp: ControlPlane, work: Path) -> subprocess.Popen[bytes]:
     pod-ready stages and the benchmark's termination stages. Pod IPs and the node IP are
     loopback addresses: nothing connects to them, and nothing should ever try another."""
     kwok = tools.kwok_dir(build=True)
-    stages = sorted((kwok / "stages").glob("*.yaml")) + [HERE / "kwok-stages.yaml"]
+    stages = [*sorted((kwok / "stages").glob("*.yaml")), HERE / "kwok-stages.yaml"]
     config = work / "kwok.yaml"
     config.write_text("\n---\n".join(p.read_text() for p in stages))
     log = (work / "kwok.log").open("ab")
@@ -73,7 +73,7 @@ def node(name: str, gpus: int) -> Obj:
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
                 "type": "kwok",
-            },  # fmt: skip
+            },
         },
         "status": {"capacity": capacity, "allocatable": capacity},
     }
