@@ -2,26 +2,30 @@
 them training, on simulated nodes.
 
 The real control plane (etcd, kube-apiserver, controller-manager, scheduler) and the
-real operator, two replicas peering as the chart runs them (kopf peering, its default
-60-s lifetime); kwok plays the nodes and their kubelets, so thousands of pods cost no
-containers (bench/operator/kwok_cluster.py), and bench/operator/scale_sim.py plays the
-trainers (progress ConfigMap writes at the trainer's default interval) and the churn
-(evictions, searches finishing, new jobs). What is simulated: the kubelets and the
-trainers, through the API server, as the real ones would write. What is real: every
-request the operator makes and every object it reads.
+real operator, two replicas peering as the chart runs them (kopf peering, the
+product's 60-s lifetime unless `--peering-lifetime`); kwok plays the nodes and their
+kubelets, so thousands of pods cost no containers (bench/operator/kwok_cluster.py),
+and bench/operator/scale_sim.py plays the trainers (progress ConfigMap writes at the
+trainer's default interval) and the churn (evictions, searches finishing, new jobs).
+What is simulated: the kubelets and the trainers, through the API server, as the real
+ones would write. What is real: every request the operator makes and every object it
+reads.
 
-Steps: `--jobs - --training` suspended jobs (idle: no pod), the operator's CPU and the
-API server's requests over `--baseline-window`; then `--training` jobs that train; after
-`--warmup` s of trainers and churn, `--window` s measured: kube-apiserver's
+Steps: the two replicas start; `--jobs - --training` suspended jobs (idle: no pod)
+arrive, and once all have settled the operator's CPU and the API server's requests over
+`--baseline-window`; then `--training` jobs start, and `--quiet-window` s with their
+trainers alone (what a training job costs: requests beyond the idle window); then the
+churn, and after `--warmup` s the measured `--window`: kube-apiserver's
 `apiserver_request_total` by verb and resource and `etcd_requests_total` writes, the
-operator's CPU (cores) and RSS; reconcile latency, from watches, from an event to the
-status that follows it (a pod's end to the preemption counted, a pod's success to the
-job Succeeded, a progress write to status.progress, a new job to its first status);
-then the active replica SIGKILLed: seconds until the standby leads, and until it has
-passed over every job. Floors (reported, not asserted): reconcile p99 < 1 s, the
-operator under 1 core on average and under the chart's memory limit (256 MiB), at most
-0.05 API requests/s per training job, every job passed within 60 s of the failover.
-Table on stdout, JSON in bench/results/operator-scale.json."""
+operator's CPU (cores) and RSS, and the reconcile latency, from watches, from each event
+to the status that follows it (a pod's end to the preemption counted, a pod's success to
+the job Succeeded, a progress write to the same step in status.progress, a new job to
+its first phase); then the active replica SIGKILLed: seconds until the standby leads,
+and until it has passed over every job (at most `--failover-limit` s after it leads).
+Floors (reported, not asserted): reconcile p99 < 1 s, the operator under 1 core on
+average and under the chart's memory limit (256 MiB), at most 0.05 API requests/s per
+training job, every job passed within 60 s of the take-over. Table on stdout, JSON in
+bench/results/operator-scale.json."""
 
 from __future__ import annotations
 
