@@ -165,6 +165,13 @@ bench-operator: bench-operator-load venv cluster-tools ## Operator benchmark: st
 bench-operator-load: venv cluster-tools ## 1,000 TuningJobs (stand-in trainer): API requests/s, reconcile latency, RSS, restart → bench/results/operator-load.json
 	$(PY) bench/operator/bench_load.py $(BENCH_LOAD_ARGS)
 
+# kwok (simulated nodes) is built here only: `hack/cluster-tools/build.sh kwok`, ~2 min cold.
+# A small run: BENCH_SCALE_ARGS="--jobs 1000 --training 100 --preempt-per-minute 10 ..."
+.PHONY: bench-operator-scale
+bench-operator-scale: venv cluster-tools ## 10,000 TuningJobs, 1,000 training, on kwok's simulated nodes: latency, CPU, RSS, requests/s, failover → bench/results/operator-scale.json
+	@hack/cluster-tools/build.sh kwok >/dev/null
+	$(PY) bench/operator/bench_scale.py $(BENCH_SCALE_ARGS)
+
 .PHONY: bench-recovery
 bench-recovery: venv cluster-tools images-cpu ## Eviction → next training step, real container vs node agent process, 5 evictions each → bench/results/recovery.json
 	$(PY) bench/operator/bench_recovery.py

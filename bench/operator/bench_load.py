@@ -22,28 +22,25 @@ JSON in bench/results/operator-load.json.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
-import os
-import re
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 for sub in ("contract", "operator", "trainer_image", "."):
     sys.path.insert(0, str(ROOT / sub))
 
-from kubernetes import client, watch  # noqa: E402
+from kubernetes import client  # noqa: E402
 
+from bench.operator import apimeasure as am  # noqa: E402
+from bench.operator.apimeasure import Watcher, cores, create, percentile, rate, rss  # noqa: E402
 from tests.e2e.harness import Kubectl, Operator, sample, wait_for  # noqa: E402
 from tests.localcluster import disruption  # noqa: E402
 from tests.localcluster import standin_trainer as standin  # noqa: E402
@@ -53,10 +50,6 @@ from tests.localcluster.nodeagent.agent import NodeConfig  # noqa: E402
 
 NS = "bench"
 OUT = ROOT / "bench" / "results" / "operator-load.json"
-GROUP, VERSION, PLURAL = "tuneop.io", "v1alpha1", "tuningjobs"
-T = TypeVar("T")
-REQUEST_LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def job(
@@ -69,120 +62,12 @@ def job(
     return doc
 
 
-def create(kubectl: Kubectl, docs: list[dict[str, Any]]) -> None:
-    for i in range(0, len(docs), 200):
-        kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                        "items": docs[i : i + 200]}))  # fmt: skip
-
-
-def requests(kubectl: Kubectl) -> Counter[tuple[str, str]]:
-    """apiserver_request_total summed by (verb, resource[/subresource])."""
-    totals: Counter[tuple[str, str]] = Counter()
-    for line in kubectl("get", "--raw", "/metrics").stdout.splitlines():
-        match = REQUEST_LINE.match(line)
-        if match:
-            labels = dict(LABEL.findall(match["labels"]))
-            resource = labels.get("resource", "")
-            if labels.get("subresource"):
-                resource += "/" + labels["subresource"]
-            totals[(labels.get("verb", ""), resource)] += float(match["value"])
-    return totals
-
-
-def etcd_writes(kubectl: Kubectl) -> float:
-    """kube-apiserver's `etcd_requests_total` for the writing operations."""
-    total = 0.0
-    for line in kubectl("get", "--raw", "/metrics").stdout.splitlines():
-        if line.startswith("etcd_requests_total{"):
-            labels = dict(LABEL.findall(line[line.index("{") + 1 : line.index("}")]))
-            if labels.get("operation") in ("create", "update", "delete", "patch"):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def rate(kubectl: Kubectl, seconds: float) -> dict[str, float]:
-    before = requests(kubectl)
-    time.sleep(seconds)
-    after = requests(kubectl)
-    delta = {f"{v} {r}": (after[(v, r)] - before[(v, r)]) / seconds for v, r in after}
-    return dict(sorted(((k, round(x, 2)) for k, x in delta.items() if x > 0),
-                       key=lambda kv: -kv[1]))  # fmt: skip
-
-
 def jobs(custom: client.CustomObjectsApi) -> list[dict[str, Any]]:
-    return list(custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"])
+    return am.jobs(custom, NS)
 
 
 def wait_phases(custom: client.CustomObjectsApi, want: dict[str, int], timeout: float) -> None:
-    def ready() -> bool:
-        phases = Counter((j.get("status") or {}).get("phase") for j in jobs(custom))
-        return all(phases[p] >= n for p, n in want.items())
-
-    wait_for(ready, timeout, f"phases {want}", every=2.0)
-
-
-def rss(operator: Operator) -> dict[str, float]:
-    assert operator.process is not None
-    fields = {}
-    for line in Path(f"/proc/{operator.process.pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = round(int(value.split()[0]) / 1024, 1)
-    return fields
-
-
-def cpu_seconds(operator: Operator) -> float:
-    """The operator process's user + system CPU time so far (/proc/PID/stat)."""
-    assert operator.process is not None
-    fields = Path(f"/proc/{operator.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def cores(operator: Operator, measure: Callable[[], T]) -> tuple[T, float]:
-    """What `measure` returns, and the operator's CPU (cores) while it ran."""
-    cpu, start = cpu_seconds(operator), time.monotonic()
-    value = measure()
-    return value, round((cpu_seconds(operator) - cpu) / (time.monotonic() - start), 3)
-
-
-class Watcher:
-    """Arrival times of pod terminations and of preemption counts (two watches)."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-        self.terminated: dict[str, float] = {}  # pod uid -> first seen terminated/gone
-        self.preemptions: dict[tuple[str, int], float] = {}  # (job, count) -> first seen
-        self.stop = threading.Event()
-        for target in (self._pods, self._jobs):
-            threading.Thread(target=target, daemon=True).start()
-
-    def _pods(self) -> None:
-        while not self.stop.is_set():
-            with contextlib.suppress(Exception):  # a watch cut at shutdown: start again
-                self._pod_events()
-
-    def _pod_events(self) -> None:
-        for event in watch.Watch().stream(self.core.list_namespaced_pod, NS, timeout_seconds=60):
-            pod, now = event["object"], time.monotonic()
-            states = [c.state for c in pod.status.container_statuses or []]
-            if any(s and s.terminated for s in states) or event["type"] == "DELETED":
-                self.terminated.setdefault(pod.metadata.uid, now)
-
-    def _jobs(self) -> None:
-        while not self.stop.is_set():
-            with contextlib.suppress(Exception):
-                self._job_events()
-
-    def _job_events(self) -> None:
-        for event in watch.Watch().stream(
-            self.custom.list_namespaced_custom_object,
-            GROUP, VERSION, NS, PLURAL, timeout_seconds=60,
-        ):  # fmt: skip
-            obj, now = event["object"], time.monotonic()
-            count = int((obj.get("status") or {}).get("preemptions") or 0)
-            self.preemptions.setdefault((obj["metadata"]["name"], count), now)
+    am.wait_phases(custom, NS, want, timeout)
 
 
 def latency(
@@ -204,7 +89,7 @@ def evict_once(cluster: LocalCluster, watcher: Watcher, name: str) -> tuple[floa
         return pod
 
     pod = wait_for(running, 120, f"{pod_name} running", every=0.2)
-    found = watcher.custom.get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, name)
+    found = watcher.custom.get_namespaced_custom_object(am.GROUP, am.VERSION, NS, am.PLURAL, name)
     key = (name, int(found["status"].get("preemptions") or 0) + 1)
     evicted = time.monotonic()
     disruption.evict_pod(cluster.api, NS, pod_name)
@@ -217,15 +102,7 @@ def restart(operator: Operator, total: int) -> float:
     operator.kill()
     start = time.monotonic()
     operator.start()
-    pattern = re.compile(r'^tuneop_tuningjob_phase\{.*phase="Pending".*\} ', re.M)
-
-    def all_seen() -> bool:
-        try:
-            return len(pattern.findall(operator.metrics())) >= total
-        except OSError:
-            return False
-
-    wait_for(all_seen, 600, f"all {total} jobs reconciled", every=0.25)
+    am.wait_all_passed(operator, total, 600, every=0.25)
     return time.monotonic() - start
 
 
@@ -247,11 +124,9 @@ def measure_running(
                      for n in names])  # fmt: skip
     wait_phases(custom, {"Running": have["Running"] + args.running}, 900)
     time.sleep(max(20.0, args.running_window / 4))  # past the start-up milestones
-    writes_before = etcd_writes(kubectl)
-    rates, cpu = cores(operator, lambda: rate(kubectl, args.running_window))
-    writes = (etcd_writes(kubectl) - writes_before) / args.running_window
+    (rates, writes), cpu = cores(operator, lambda: am.rates(kubectl, args.running_window))
     total, base = sum(rates.values()), sum(baseline.values())
-    watcher = Watcher(cluster.api)
+    watcher = Watcher(cluster.api, NS)
     time.sleep(2)
     try:
         lat, _ = latency(cluster, watcher, names, args.samples)
@@ -269,11 +144,6 @@ def measure_running(
         "operator_rss_mb": rss(operator),
         "operator_cpu_cores": cpu,
     }
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> int:
@@ -335,7 +205,7 @@ def main() -> int:
             operator, lambda: rate(kubectl, args.window)
         )
         result["operator_rss_mb"] = rss(operator)
-        watcher = Watcher(cluster.api)
+        watcher = Watcher(cluster.api, NS)
         time.sleep(2)
         lat, from_evict = latency(cluster, watcher, active, args.samples)
         result["reconcile_latency_seconds"] = {

@@ -12,21 +12,35 @@
 # directory appears atomically (built in a temp dir, then renamed), so its existence
 # means "complete". Prints the Kubernetes directory as the last line of stdout. Warm
 # call: instant.
+#
+# `build.sh kwok` builds only kwok (sigs.k8s.io/kwok/cmd/kwok: nodes and pods simulated by
+# one process that writes only their status through the API server) at KWOK_VERSION, with
+# kwok's own Stage files of that version, into $TUNEOP_CACHE/bin/kwok-<version>-<sha256 of
+# the KWOK lines, 10 hex>/, and prints that directory. Only the scale benchmark needs it
+# (`make bench-operator-scale`), so the default build leaves it out; cold: about 2 min.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=/dev/null
 source "$here/versions.env"
 cache=${TUNEOP_CACHE:-$HOME/.cache/tuneop}
-# Lines naming KUEUE are left out of the Kubernetes key (Kueue has a cache dir of its own),
-# so a Kueue bump rebuilds only Kueue.
-key="${KUBERNETES_VERSION}-$(grep -v KUEUE "$here/versions.env" | sha256sum | cut -c1-10)"
+# Lines naming KUEUE or KWOK are left out of the Kubernetes key (each has a cache dir of its
+# own), so a bump of either rebuilds only that.
+key="${KUBERNETES_VERSION}-$(grep -v -e KUEUE -e KWOK "$here/versions.env" | sha256sum | cut -c1-10)"
 out="$cache/bin/$key"
 kueue_key="kueue-${KUEUE_VERSION}-$(grep KUEUE "$here/versions.env" | sha256sum | cut -c1-10)"
 kueue_out="$cache/bin/$kueue_key"
 k8s_done() { [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -x "$out/kubectl" && -x "$out/kubelet" ]]; }
 kueue_done() { [[ -x "$kueue_out/kueue" && -f "$kueue_out/webhooks.yaml" ]]; }
-if k8s_done && kueue_done; then
+kwok_key="kwok-${KWOK_VERSION}-$(grep KWOK "$here/versions.env" | sha256sum | cut -c1-10)"
+kwok_out="$cache/bin/$kwok_key"
+kwok_done() { [[ -x "$kwok_out/kwok" && -d "$kwok_out/stages" ]]; }
+only=${1:-}
+if [[ $only == kwok ]] && kwok_done; then
+  echo "$kwok_out"
+  exit 0
+fi
+if [[ -z $only ]] && k8s_done && kueue_done; then
   echo "$out"
   exit 0
 fi
@@ -158,6 +172,34 @@ build_kueue() {
   trap - EXIT
 }
 
+# --- kwok: straight from its module, with its Stage files of the same version; at the
+# lowest CPU priority (it is built beside whatever else the machine runs). ---
+build_kwok() {
+  wtmp=$(mktemp -d "$cache/bin/.build-$kwok_key.XXXXXX")
+  trap 'rm -rf "$wtmp"' EXIT
+  local wstart=$SECONDS
+  log "building kwok $KWOK_VERSION"
+  GOBIN="$wtmp" ticking kwok nice -n 19 go install -p "$par" -ldflags="-s -w" \
+    "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  moddir=$(cd "$wtmp" && go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -d "$moddir/kustomize/stage" ]] || { log "kwok module dir not found ($moddir)"; exit 1; }
+  mkdir -p "$wtmp/stages"
+  for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-ready; do
+    cp "$moddir/kustomize/stage/$stage.yaml" "$wtmp/stages/"
+  done
+  grep KWOK "$here/versions.env" >"$wtmp/versions.env"
+  chmod -R u+w "$wtmp" && chmod 755 "$wtmp"  # module cache files are read-only
+  mv -T "$wtmp" "$kwok_out" 2>/dev/null || [[ -x "$kwok_out/kwok" ]]  # lost a race: fine
+  log "kwok done in $((SECONDS - wstart))s: $kwok_out ($(du -sh "$kwok_out" | cut -f1))"
+  rm -rf "$wtmp"
+  trap - EXIT
+}
+
+if [[ $only == kwok ]]; then
+  build_kwok
+  echo "$kwok_out"
+  exit 0
+fi
 k8s_done || build_kubernetes
 kueue_done || build_kueue
 echo "$out"

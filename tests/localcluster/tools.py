@@ -2,10 +2,12 @@
 
 The cache keys must match build.sh, under ``$TUNEOP_CACHE/bin`` (default
 ``~/.cache/tuneop/bin``): ``<KUBERNETES_VERSION>-<sha256(versions.env less the lines naming
-KUEUE)[:10]>`` for Kubernetes, etcd, helm and kubeconform, and
+KUEUE or KWOK)[:10]>`` for Kubernetes, etcd, helm and kubeconform,
 ``kueue-<KUEUE_VERSION>-<sha256(the lines naming KUEUE)[:10]>`` for Kueue (so a Kueue bump
-rebuilds only Kueue).  ``TUNEOP_CLUSTER_BIN_DIR`` / ``TUNEOP_KUEUE_DIR`` override the
-lookups (e.g. to try binaries built elsewhere).
+rebuilds only Kueue) and ``kwok-<KWOK_VERSION>-<sha256(the lines naming KWOK)[:10]>`` for
+kwok (`build.sh kwok`; only the scale benchmark uses it).
+``TUNEOP_CLUSTER_BIN_DIR`` / ``TUNEOP_KUEUE_DIR`` override the lookups (e.g. to try
+binaries built elsewhere).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ BUILD_SCRIPT = TOOLS_DIR / "build.sh"
 BIN_DIR_ENV = "TUNEOP_CLUSTER_BIN_DIR"
 KUEUE_DIR_ENV = "TUNEOP_KUEUE_DIR"
 KUEUE_MARK = "KUEUE"
+KWOK_MARK = "KWOK"
 BINARIES = (
     "etcd",
     "kube-apiserver",
@@ -62,7 +65,7 @@ def helm_kube_version() -> list[str]:
 
 def version_key() -> str:
     lines = VERSIONS_FILE.read_text().splitlines()
-    digest = _digest([line for line in lines if KUEUE_MARK not in line])
+    digest = _digest([line for line in lines if KUEUE_MARK not in line and KWOK_MARK not in line])
     return f"{versions()['KUBERNETES_VERSION']}-{digest}"
 
 
@@ -116,3 +119,17 @@ def kueue_dir(build: bool = False) -> Path:
         subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.DEVNULL)
         return kueue_dir()
     raise FileNotFoundError(f"Kueue missing in {path}: run `make cluster-tools`")
+
+
+def kwok_dir(build: bool = False) -> Path:
+    """kwok's cache dir: ``kwok`` (the binary) and ``stages/`` (upstream Stage objects of the
+    same version); with ``build=True`` built if missing (about 2 min cold)."""
+    lines = VERSIONS_FILE.read_text().splitlines()
+    digest = _digest([line for line in lines if KWOK_MARK in line])
+    path = cache_dir() / "bin" / f"kwok-{versions()['KWOK_VERSION']}-{digest}"
+    if os.access(path / "kwok", os.X_OK) and (path / "stages").is_dir():
+        return path
+    if build:
+        subprocess.run(["bash", str(BUILD_SCRIPT), "kwok"], check=True, stdout=subprocess.DEVNULL)
+        return kwok_dir()
+    raise FileNotFoundError(f"kwok missing in {path}: run hack/cluster-tools/build.sh kwok")
