@@ -104,6 +104,12 @@ def cores(operator: Operator, measure: Callable[[], T]) -> tuple[T, float]:
     return value, round((cpu_seconds(operator) - cpu) / (time.monotonic() - start), 3)
 
 
+def print_measures(rows: list[tuple[str, Any]], width: int, value_width: int) -> None:
+    """A two-column table of a benchmark's measures, as each bench prints it."""
+    for key, value in rows:
+        print(f"{key:{width}} {value!s:>{value_width}}")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]

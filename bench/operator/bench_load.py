@@ -259,7 +259,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"{'total':40} {totals[0]:>10} {totals[1]:>10}")
     lat = result["reconcile_latency_seconds"]
     print(f"\n{'measure':48} {'value':>10}")
-    for key, value in [
+    am.print_measures([
         ("reconcile latency p50 (s)", lat["p50"]),
         ("reconcile latency p99 (s, floor < 1)", lat["p99"]),
         ("reconcile latency max (s)", lat["max"]),
@@ -272,15 +272,14 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
         ("s to reconcile all after restart", result["seconds_to_reconcile_all_after_restart"]),
         ("s to settle the added idle jobs", result["seconds_to_settle_added_jobs"]),
         ("passes dropped by the fence (loop stalls)", result["passes_dropped_by_fence"]),
-    ]:
-        print(f"{key:48} {value!s:>10}")
+    ], 48, 10)  # fmt: skip
     print(f"({args.active} active, {args.finished} finished, the rest suspended; JSON: {OUT})")
     running = result.get("running")
     if running:
         per_job = running["requests_per_second_per_running_job"]
         title = f"with {running['jobs_running']} jobs training steadily"
         print(f"\n{title:48} {'value':>10}")
-        for key, value in [
+        am.print_measures([
             ("API requests/s, all clients", running["requests_per_second_total"]),
             ("API requests/s per running job (floor <= 0.05)", per_job),
             ("etcd writes/s (kube-apiserver's etcd_requests_total)",
@@ -289,8 +288,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
             ("reconcile latency p99 (s, floor < 1)", running["reconcile_latency_p99"]),
             ("operator RSS MB", running["operator_rss_mb"]["VmRSS"]),
             ("operator CPU (cores)", running["operator_cpu_cores"]),
-        ]:  # fmt: skip
-            print(f"{key:48} {value!s:>10}")
+        ], 48, 10)  # fmt: skip
 
 
 if __name__ == "__main__":

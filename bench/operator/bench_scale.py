@@ -356,7 +356,7 @@ def report(result: Obj) -> None:
     s, q, f, i = result["steady"], result["quiet"], result["failover"], result["idle"]
     standby = f["standby_rss_mib_after"]
     print(f"\n{'measure':52} {'value':>11}")
-    for key, value in [
+    am.print_measures([
         ("jobs / training in the churn window", f"{s['jobs']}/{s['training_jobs']}"),
         ("s to create the idle jobs", i["seconds_to_create"]),
         ("s until every idle job had settled", i["seconds_to_settle"]),
@@ -373,8 +373,7 @@ def report(result: Obj) -> None:
         ("s from the kill to every job passed", f["seconds_to_pass_all_after_kill"]),
         ("jobs passed by the standby when measured", f"{f['passed_when_measured']}/{f['jobs']}"),
         ("standby RSS / peak (MiB) after", f"{standby['VmRSS']}/{standby['VmHWM']}"),
-    ]:  # fmt: skip
-        print(f"{key:52} {value!s:>11}")
+    ], 52, 11)  # fmt: skip
     print(f"\n{'floor':44} {'value':>9} {'floor':>7} {'':>5}")
     for key, v in result["floors"].items():
         print(f"{key:44} {v['value']!s:>9} {v['floor']:>7} {'pass' if v['pass'] else 'FAIL':>5}")
