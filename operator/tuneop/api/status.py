@@ -83,6 +83,24 @@ REFUSED_REASON = "reason"
 REFUSED_SINCE = "since"
 """Keys of PODS_REFUSED."""
 
+KEYS = frozenset(
+    (OBSERVED_GENERATION, PHASE, MESSAGE, CONDITIONS, TRIALS, TRIALS_COMPLETED, TRIALS_TOTAL,
+     CURRENT_TRIAL, BEST_TRIAL, TOP_TRIALS, RESULT_SOURCE, PROGRESS, PREEMPTIONS, FAILURES,
+     TRIAL_OOMS, OOM_TRIALS, RESTARTS, RESTORES, STALL_RESTARTS, QUEUE_EVICTIONS, ATTEMPT,
+     ATTEMPT_STARTED, ATTEMPT_START_TIME, RESTORED_ATTEMPT, RESTORE_BASELINE, NEXT_RETRY_TIME,
+     PODS_REFUSED, LAST_PROGRESS_TIME, LAST_CHECKPOINT_TIME, START_TIME, COMPLETION_TIME,
+     GOODPUT, SHAPE, GROUPS)
+)  # fmt: skip
+"""Every key of TuningJob.status the operator writes: the status patch takes no other
+(decide.patch), and the CRD's status schema declares each (tests/unit/test_operator_crd.py)."""
+GROUP_KEYS = frozenset(
+    (GROUP_NAME, GROUP_STARTED, GROUP_STATE, GROUP_COMPLETED, GROUP_TRIAL_ID, GROUP_EPOCH,
+     GROUP_STEP, ATTEMPT, START_TIME, NEXT_RETRY_TIME, PODS_REFUSED, RESTORED_ATTEMPT,
+     RESTORE_BASELINE, LAST_PROGRESS_TIME, LAST_CHECKPOINT_TIME, PREEMPTIONS, FAILURES,
+     RESTARTS, RESTORES, QUEUE_EVICTIONS, MESSAGE)
+)  # fmt: skip
+"""Every key of a status.groups entry the operator writes (decide.slot takes no other)."""
+
 # --- keys of status.goodput (decide.goodput) ----------------------------------------
 GOODPUT_ALLOCATED = "allocatedGpuSeconds"
 GOODPUT_LOST = "lostGpuSeconds"

@@ -176,7 +176,7 @@ def _wanted_probes(
     pod group) could be admitted piece by piece."""
     dist = spec.distribution
     own = dist.shapes[0]
-    job = draft.job["metadata"]["name"]
+    job = draft.seen.name
     nodes = {
         int((p["metadata"].get("labels") or {}).get(names.LABEL_WORKER_INDEX) or 0): str(
             p["spec"].get("nodeName") or ""
@@ -195,7 +195,7 @@ def _wanted_probes(
         beside = {}  # a running pod not bound yet: nothing to stand beside
     elif beside and all(index >= 0 for index, _ in beside.values()):
         anywhere = {}  # a part of the own shape anywhere: its whole would only compete
-    if queue_name(draft.job):
+    if queue_name(draft.seen.job):
         anywhere = {}
         beside = beside if len(beside) == 1 else {}
     sets = [list(probes) for probes in (beside, anywhere) if probes]
@@ -231,5 +231,4 @@ def _stop(draft: Draft, spec: JobSpec, slot: Slot, pods: dict[str, Obj]) -> None
     """The operator stops the group for another shape: its pods go, and the GPU time of
     any that ran ends (goodput)."""
     delete_alive(draft, list(pods.values()))
-    draft.ledger.close(pods.values(), gpus_per_pod(spec, slot))
-    draft.live_pods = [(p, g) for p, g in draft.live_pods if p not in pods.values()]
+    draft.ledger.stopped(list(pods.values()), gpus_per_pod(spec, slot))

@@ -149,7 +149,7 @@ def run_group(
         return budgets.count_failure(draft, spec, slot, outcomes, group, held)
     if Outcome.TERMINATING in kinds:
         return _terminating(outcomes)
-    draft.live_pods.extend((p, gpus) for p in group)  # the group goes on holding its GPUs
+    draft.ledger.holding(group, gpus)
     if all(c.outcome in (Outcome.RUNNING, Outcome.COMPLETED) for c in outcomes.values()):
         report_restore(draft, slot, progress)
         draft.ledger.progressed(slot.group.name, progress)
@@ -184,7 +184,8 @@ def _pending(draft: Draft, outcomes: Mapping[str, Classification], group: list[O
     stuck = next((c.reason for _, c in pending if c.reason in STUCK), None)
     if stuck is None and any(c.reason == queue.QUEUED for _, c in pending):
         gated = next(p for p in group if queue.gated(p))
-        message = queue.queued_message(gated, draft.workloads.get(queue.workload_name(gated) or ""))
+        workload = draft.seen.workloads.get(queue.workload_name(gated) or "")
+        message = queue.queued_message(gated, workload)
         return GroupResult("pending", queue.QUEUED, message)
     return GroupResult("pending", stuck or PODS_PENDING, text)
 

@@ -42,14 +42,14 @@ def copy_progress(draft: Draft, configmap: Obj | None, tuner_id: str | None = No
     removed), or status.progress as it is while the map holds no record. Only this
     record comes from the trainer; phase, counters and budgets never do. `tuner_id`:
     whose record (a parallel job's oracle; None: the sequential trainer)."""
-    name = names.progress_configmap_name(draft.job["metadata"]["name"])
+    name = names.progress_configmap_name(draft.seen.name)
     reported = progress_from_configmap(configmap, name, tuner_id)
     if reported is None:
         return read_progress(draft.old.get(st.PROGRESS))
     old = draft.old.get(st.PROGRESS)
     old = old if isinstance(old, dict) else {}
     if {k: v for k, v in old.items() if v is not None} != reported.values:
-        draft.decision.status[st.PROGRESS] = {**dict.fromkeys(old), **reported.values}
+        draft.write(st.PROGRESS, {**dict.fromkeys(old), **reported.values})
     return reported
 
 
@@ -179,7 +179,7 @@ def wait_for_script(draft: Draft, spec: JobSpec) -> None:
     """The user's ConfigMap does not exist (yet: `kubectl apply -f dir/` or a GitOps tool
     may create it after the job). Wait for it rather than fail, but visibly; never
     create pods that would sit in ContainerCreating until it appears."""
-    name, ns = spec.script_configmap, draft.job["metadata"]["namespace"]
+    name, ns = spec.script_configmap, draft.seen.job["metadata"]["namespace"]
     key = spec.script.key if spec.script is not None and spec.script.key else None
     message = (
         f"waiting for ConfigMap {name!r} (spec.script.configMap.name) in namespace {ns!r}; "

@@ -54,13 +54,12 @@ def report(
     spec: JobSpec,
     groups: JobGroups,
     results: Mapping[str, GroupResult],
-    configmaps: Mapping[str, Obj | None],
 ) -> None:
     """Phase, condition Running and message of a job that goes on (a parallel job's
     group states are recorded first, `record_states`)."""
     if not groups.parallel:
         slot = groups.slots[0]
-        _report_one(draft, spec, slot, configmaps, results[slot.group.name])
+        _report_one(draft, spec, slot, results[slot.group.name])
         return
     _summarize(draft, groups.slots, results)
 
@@ -69,7 +68,6 @@ def _report_one(
     draft: Draft,
     spec: JobSpec,
     slot: Slot,
-    configmaps: Mapping[str, Obj | None],
     result: GroupResult,
 ) -> None:
     """A sequential job: its one group's result is the job's."""
@@ -96,7 +94,7 @@ def _report_one(
         )
     elif result.kind == "pending":
         pending = result.message
-        if script_missing(spec, configmaps):
+        if script_missing(spec, draft.seen.scripts):
             # deleted after the check: the kubelet retries the mount until it is back
             pending += (
                 f"; ConfigMap {spec.script_configmap!r} (spec.script.configMap.name) not "

@@ -33,6 +33,13 @@ TOP_LEVEL = {
 job's group uses for it inside its `status.groups` entry."""
 
 
+def _declared(key: str) -> str:
+    """`key` of a status.groups entry, which the CRD declares (st.GROUP_KEYS)."""
+    if key not in st.GROUP_KEYS:
+        raise KeyError(f"status.groups[].{key} is not declared in the TuningJob's status schema")
+    return key
+
+
 class Slot:
     """One pod group's bookkeeping: the top-level status fields of the sequential group,
     or (`entry`) the status.groups entry of a parallel job's group, which also keeps
@@ -55,12 +62,12 @@ class Slot:
         elif value is None:
             self.entry.pop(key, None)
         else:
-            self.entry[key] = value
+            self.entry[_declared(key)] = value
 
     def count(self, key: str) -> None:
         """A per-group counter (parallel jobs only; the job's own counts are `Draft.count`)."""
         if self.entry is not None:
-            self.entry[key] = st.int_of(self.entry.get(key)) + 1
+            self.entry[_declared(key)] = st.int_of(self.entry.get(key)) + 1
 
     @property
     def attempt(self) -> int:

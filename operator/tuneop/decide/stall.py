@@ -88,8 +88,7 @@ def _stop(draft: Draft, spec: JobSpec, slot: Slot, pods: Mapping[str, Obj]) -> N
     """The operator stops a running group: its pods go, their GPU time is closed and no
     longer counted as live."""
     delete_alive(draft, list(pods.values()))
-    draft.ledger.close(pods.values(), gpus_per_pod(spec, slot))
-    draft.live_pods = [(p, g) for p, g in draft.live_pods if p not in pods.values()]
+    draft.ledger.stopped(list(pods.values()), gpus_per_pod(spec, slot))
 
 
 def apply_stall_policy(

@@ -23,6 +23,16 @@ from . import children, overlay
 Obj = dict[str, Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class PodSettings:
+    """The operator's settings every trainer pod is built with (run.config): its
+    trainer's metrics port, the uid it runs as, the steady progress interval."""
+
+    metrics_port: int = contract.DEFAULT_METRICS_PORT
+    uid: int = names.TRAINER_UID
+    progress_interval: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS
+
+
 def pod_host(job: Obj, pod: str) -> str:
     """DNS name of the job's pod `pod` behind the headless Service."""
     job_name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
