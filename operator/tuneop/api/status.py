@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import tuneop_contract as contract
+
 Obj = dict[str, Any]
 
 # --- keys of TuningJob.status -------------------------------------------------------
@@ -207,6 +209,19 @@ def int_of(value: Any) -> int:
         return int(value) if isinstance(value, (str, float)) else 0
     except (ValueError, OverflowError):
         return 0
+
+
+def mtbf_seconds(status: Obj, groups: int, now: dt.datetime) -> float:
+    """The job's mean time between disruptions so far (contract.mtbf_estimate): the time
+    of its `groups` pod groups (each can be disrupted) since `startTime`, over
+    `preemptions`. Time a lost group waited to be recreated counts as running time too:
+    a slight overestimate, small beside the prior's uncertainty."""
+    start = parse_time(status.get(START_TIME))
+    running = max(0.0, (now - start).total_seconds()) if start is not None else 0.0
+    preemptions = status.get(PREEMPTIONS)
+    if not isinstance(preemptions, int) or isinstance(preemptions, bool):
+        preemptions = 0
+    return contract.mtbf_estimate(running * groups, preemptions)
 
 
 def oom_trials(status: Obj) -> list[str]:

@@ -13,7 +13,6 @@ from tuneop_contract.spec import JobSpec
 
 from ..api import names
 from ..api.groups import group_named
-from ..api.spec import job_spec
 from ..render import children, trainer_pods
 from ..render.trainer_pods import PodSettings
 from .patch import Child, Decision
@@ -31,17 +30,15 @@ operator gets the current rule)."""
 def rendered(
     decision: Decision,
     job: Obj,
-    spec: JobSpec | None = None,
+    spec: JobSpec,
     settings: PodSettings | None = None,
     now: dt.datetime | None = None,
 ) -> Decision:
     """`decision` with its children, pods and probes rendered for `job` (`spec`: its
-    parsed spec, parsed here when not given; `settings`: the operator's, the defaults
-    when not given; `now`: when they are made, the current time when not given). The
-    trainer pods see the status this decision writes (status.oomTrials -> their env),
-    the probes the job as read."""
-    spec, settings = spec or job_spec(job), settings or PodSettings()
-    made = dataclasses.asdict(settings) | {"now": now}
+    parsed spec; `settings`: the operator's, the defaults when not given; `now`: when
+    they are made, the current time when not given). The trainer pods see the status
+    this decision writes (status.oomTrials -> their env), the probes the job as read."""
+    made = dataclasses.asdict(settings or PodSettings()) | {"now": now}
     updated = {**job, "status": decision.merged_status(job)}
     pods = [
         trainer_pods.build_pod(updated, spec, index, decision.create_attempt, **made)
@@ -57,18 +54,14 @@ def rendered(
         trainer_pods.build_probe(job, spec, index, node, **made)
         for index, node in decision.create_probes
     ]
-    made_children = (
-        _children(job, spec, decision.reset_progress) if decision.ensure_children else []
-    )
+    # the progress map is left as it is without reset_progress (its siblings report there)
+    kept = () if decision.reset_progress else (names.COMPONENT_PROGRESS,)
+    made_children = [
+        Child(child, None if _component(child) in kept else REFRESHED.get(child["kind"]))
+        for child in (children.build_children(job, spec) if decision.ensure_children else [])
+    ]
     return dataclasses.replace(decision, children=made_children, pods=pods, probes=probes)
 
 
-def _children(job: Obj, spec: JobSpec, reset_progress: bool) -> list[Child]:
-    """Every child a pod group needs, in creation order; the REFRESHED ones replaced
-    where they differ (the progress map only with `reset_progress`)."""
-    progress_map = names.progress_configmap_name(job["metadata"]["name"])
-    kept = () if reset_progress else (progress_map,)
-    return [
-        Child(child, None if child["metadata"]["name"] in kept else REFRESHED.get(child["kind"]))
-        for child in children.build_children(job, spec)
-    ]
+def _component(obj: Obj) -> str | None:
+    return (obj["metadata"].get("labels") or {}).get(names.LABEL_COMPONENT)

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import queue
 from ..api import status as st
 from ..api.progress import ProgressView
@@ -26,7 +24,7 @@ from .classify import (
     classify_missing,
 )
 from .patch import UNWATCHED_RECHECK_SECONDS, Draft, PodRef
-from .slot import GroupResult, Slot, gpus_per_pod
+from .slot import GroupResult, Slot
 
 Obj = dict[str, Any]
 
@@ -118,7 +116,6 @@ def held_pods(slot: Slot, current: Mapping[str, Obj], last_seen: Mapping[str, Ob
 
 def run_group(
     draft: Draft,
-    spec: JobSpec,
     slot: Slot,
     current: Mapping[str, Obj],
     outcomes: Mapping[str, Classification],
@@ -131,7 +128,7 @@ def run_group(
     held = group if held is None else held
     kinds = {c.outcome for c in outcomes.values()}
     chief = outcomes[slot.group.pod_names[0]]
-    gpus = gpus_per_pod(spec, slot)
+    gpus = slot.gpus_per_pod
     if chief.outcome == Outcome.COMPLETED and not kinds & {Outcome.FAILED, Outcome.INVALID_SPEC}:
         draft.ledger.close(held, gpus)
         return GroupResult("completed", chief=chief)
@@ -142,11 +139,11 @@ def run_group(
         draft.ledger.close(held, gpus)
         return GroupResult("invalid", message=f"trainer rejected the spec: {bad}")
     if budgets.preemption_wins(outcomes):
-        return budgets.count_preemption(draft, spec, slot, outcomes, group, held)
+        return budgets.count_preemption(draft, slot, outcomes, group, held)
     if Outcome.FAILED in kinds and budgets.trial_out_of_memory(draft, outcomes, progress):
-        return budgets.record_trial_oom(draft, outcomes, progress, spec, group, slot, held)
+        return budgets.record_trial_oom(draft, slot, outcomes, progress, group, held)
     if Outcome.FAILED in kinds:
-        return budgets.count_failure(draft, spec, slot, outcomes, group, held)
+        return budgets.count_failure(draft, slot, outcomes, group, held)
     if Outcome.TERMINATING in kinds:
         return _terminating(outcomes)
     draft.ledger.holding(group, gpus)

@@ -6,11 +6,11 @@ resume."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import tuneop_contract as contract
-from tuneop_contract.spec import JobSpec, SpecError
+from tuneop_contract.spec import SpecError
 
 from ..api import names
 from ..api import status as st
@@ -19,6 +19,7 @@ from ..api.progress import from_configmap as progress_from_configmap
 from ..api.progress import read as read_progress
 from ..api.spec import check_script_configmap
 from .classify import Classification, alive, classify
+from .observed import Observed
 from .patch import UNWATCHED_RECHECK_SECONDS, Draft, PodRef
 from .slot import Slot
 
@@ -153,7 +154,8 @@ def delete_alive(draft: Draft, pods: list[Obj], *, keep_ended: bool = False) -> 
             draft.decision.delete_pods.append(PodRef(name, pod["metadata"].get("uid")))
 
 
-def ttl(draft: Draft, spec: JobSpec) -> None:
+def ttl(draft: Draft) -> None:
+    spec = draft.spec
     ttl = spec.ttl_seconds_after_finished
     if ttl is None:
         return
@@ -165,20 +167,23 @@ def ttl(draft: Draft, spec: JobSpec) -> None:
         draft.decision.wake_within(left)
 
 
-def script_missing(spec: JobSpec, configmaps: Mapping[str, Obj | None]) -> bool:
-    return bool(spec.script_configmap) and configmaps.get(spec.script_configmap) is None
+def script_missing(seen: Observed) -> bool:
+    name = seen.spec.script_configmap
+    return bool(name) and seen.scripts.get(name) is None
 
 
-def script_error(spec: JobSpec, configmaps: Mapping[str, Obj | None]) -> SpecError | None:
+def script_error(seen: Observed) -> SpecError | None:
     """What is wrong with an existing spec.script.configMap (None: fine or missing)."""
-    configmap = configmaps.get(spec.script_configmap) if spec.script_configmap else None
-    return check_script_configmap(spec, configmap) if configmap is not None else None
+    name = seen.spec.script_configmap
+    configmap = seen.scripts.get(name) if name else None
+    return check_script_configmap(seen.spec, configmap) if configmap is not None else None
 
 
-def wait_for_script(draft: Draft, spec: JobSpec) -> None:
+def wait_for_script(draft: Draft) -> None:
     """The user's ConfigMap does not exist (yet: `kubectl apply -f dir/` or a GitOps tool
     may create it after the job). Wait for it rather than fail, but visibly; never
     create pods that would sit in ContainerCreating until it appears."""
+    spec = draft.spec
     name, ns = spec.script_configmap, draft.seen.job["metadata"]["namespace"]
     key = spec.script.key if spec.script is not None and spec.script.key else None
     message = (
@@ -196,7 +201,6 @@ def wait_for_script(draft: Draft, spec: JobSpec) -> None:
 
 def reopen_or_stay(
     draft: Draft,
-    spec: JobSpec,
     slots: list[Slot],
     current: list[Obj],
     errors: list[SpecError],
@@ -225,7 +229,7 @@ def reopen_or_stay(
         if operator_rejected:
             draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)
         delete_alive(draft, current, keep_ended=phase != st.PHASE_FAILED)
-        ttl(draft, spec)
+        ttl(draft)
         return True
     draft.put(st.PHASE, st.PHASE_PENDING)
     draft.put(st.COMPLETION_TIME, None)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import names
 from ..api import status as st
 from ..api.groups import pod_groups, sequential_group
@@ -94,7 +92,7 @@ def read_groups(draft: Draft) -> JobGroups:
     seen = draft.seen
     spec, job_name, progress_configmap = seen.spec, seen.name, seen.progress
     if spec.parallel:
-        entries = _entries(draft, spec)
+        entries = _entries(draft)
         slots = [Slot(draft, g, entries[g.name]) for g in pod_groups(job_name, spec)]
         progress = _read_parallel_progress(draft, slots, progress_configmap)
     else:
@@ -118,9 +116,10 @@ def read_groups(draft: Draft) -> JobGroups:
     return JobGroups(slots, progress, pods, others, current, stale, every_current, probes)
 
 
-def _entries(draft: Draft, spec: JobSpec) -> dict[str, Obj]:
+def _entries(draft: Draft) -> dict[str, Obj]:
     """Each group's status.groups entry (a copy to update), by name; new groups start
     empty. Entries of anything else than a dict are dropped (status is writable)."""
+    spec = draft.spec
     old = {e.get(st.GROUP_NAME): dict(e) for e in draft.get(st.GROUPS) or [] if isinstance(e, dict)}
     return {
         g.name: old.get(g.name) or {st.GROUP_NAME: g.name, st.ATTEMPT: 0}

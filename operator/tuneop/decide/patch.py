@@ -8,6 +8,8 @@ import dataclasses
 import datetime as dt
 from typing import Any, NamedTuple
 
+from tuneop_contract.spec import JobSpec
+
 from ..api import status as st
 from ..api.events import Event
 from .goodput import Ledger
@@ -161,6 +163,11 @@ class Draft(StatusPatch):
         generation = st.int_of(seen.job["metadata"].get("generation")) or 1
         super().__init__(seen.status, generation, seen.now, self.decision.status)
         self.ledger = Ledger(self.get(st.GOODPUT), seen.now)
+
+    @property
+    def spec(self) -> JobSpec:
+        """The job's spec as this pass parsed it (at the shape in use)."""
+        return self.seen.spec
 
     def event(self, type_: str, reason: str, message: str) -> None:
         self.decision.events.append(Event(type_, reason, message))

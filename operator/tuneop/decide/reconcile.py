@@ -61,7 +61,7 @@ from .observed import Observed
 from .patch import Decision, Draft
 from .refusal import held_from, hold_back, refused_stuck
 from .report import NOT_FOLLOWED, record_states, report
-from .slot import OLD_PODS_TERMINATING, GroupResult, Slot, gpus_per_pod
+from .slot import OLD_PODS_TERMINATING, GroupResult, Slot
 from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
 Obj = dict[str, Any]
@@ -117,20 +117,19 @@ def decide(seen: Observed) -> Decision:
     if draft.get(st.PHASE) is None:
         draft.put(st.PHASE, st.PHASE_PENDING)
     groups = read_groups(draft)
-    errors = validate(spec.at_shape(0))  # the job as written, whatever shape is in use
 
     @functools.cache
     def bad_script() -> SpecError | None:
         # asked only where it matters (a group to start, a rejected job to reopen): the
         # script's ConfigMap is then read (run.runtime reads it on first use)
-        return script_error(spec, seen.scripts) or (
-            check_existing_claim(spec, seen.claim)
-            if spec.parallel and seen.claim is not None
-            else None
+        claim = seen.claim if spec.parallel else None
+        return script_error(seen) or (
+            check_existing_claim(spec, claim) if claim is not None else None
         )
 
-    if not _stop_phase(draft, spec, groups, errors, bad_script):
-        _run_groups(draft, spec, groups, bad_script)
+    errors = validate(spec.at_shape(0))  # the job as written, whatever shape is in use
+    if not _stop_phase(draft, groups, errors, bad_script):
+        _run_groups(draft, groups, bad_script)
     if not groups.keep_probes:
         drop_probes(draft, groups.probes)
     groups.write_entries(draft)
@@ -150,7 +149,6 @@ def _close_ledger(draft: Draft) -> None:
 
 def _stop_phase(
     draft: Draft,
-    spec: JobSpec,
     groups: JobGroups,
     errors: list[SpecError],
     bad_script: ScriptCheck,
@@ -158,19 +156,20 @@ def _stop_phase(
     """A finished job stays finished (or reopens: its groups start afresh), an invalid
     spec fails the job, a suspended job stops every group. True: the decision is
     complete."""
+    spec = draft.spec
     slots = groups.slots
     if draft.get(st.PHASE) in st.TERMINAL_PHASES:
-        if reopen_or_stay(draft, spec, slots, groups.every_current, errors, bad_script):
+        if reopen_or_stay(draft, slots, groups.every_current, errors, bad_script):
             return True
         groups.current = {s.group.name: {} for s in slots}
     if errors:
         message = INVALID_SPEC_PREFIX + "; ".join(str(e) for e in errors)
         delete_alive(draft, groups.every_current)
-        _close(draft, spec, slots, groups)
+        _close(draft, slots, groups)
         finish(draft, succeeded=False, reason="InvalidSpec", message=message)
         return True
     if spec.suspend:
-        _close(draft, spec, [s for s in slots if s.started], groups)
+        _close(draft, [s for s in slots if s.started], groups)
         suspend(draft, slots, groups.pods)
         for slot in slots:
             slot.put(st.GROUP_STATE, "Succeeded" if slot.get(st.GROUP_COMPLETED) else "Suspended")
@@ -179,33 +178,33 @@ def _stop_phase(
     return False
 
 
-def _close(draft: Draft, spec: JobSpec, slots: list[Slot], groups: JobGroups) -> None:
+def _close(draft: Draft, slots: list[Slot], groups: JobGroups) -> None:
     """The groups' pods are stopped by the operator (suspend, an invalid spec): their
     GPU time ends."""
     for slot in slots:
-        draft.ledger.close(groups.current[slot.group.name].values(), gpus_per_pod(spec, slot))
+        draft.ledger.close(groups.current[slot.group.name].values(), slot.gpus_per_pod)
 
 
-def _run_groups(draft: Draft, spec: JobSpec, groups: JobGroups, bad_script: ScriptCheck) -> None:
+def _run_groups(draft: Draft, groups: JobGroups, bad_script: ScriptCheck) -> None:
     """Start the groups that wait, follow the running ones, judge stalls, and report;
     the job succeeds once every trial group has completed."""
     results: dict[str, GroupResult] = {}
-    if _start_groups(draft, spec, groups, bad_script, results):
+    if _start_groups(draft, groups, bad_script, results):
         return
-    if _follow_groups(draft, spec, groups, results):
+    if _follow_groups(draft, groups, results):
         return
-    follow_shape(draft, spec, groups, results)
-    if _judge_stalls(draft, spec, groups, results):
+    follow_shape(draft, groups, results)
+    if _judge_stalls(draft, groups, results):
         return
-    follow_probe(draft, spec, groups, results)
+    follow_probe(draft, groups, results)
     record_states(groups, results)
     if all(_completed(s, results) for s in groups.trial_slots):
         delete_alive(draft, groups.every_current, keep_ended=True)
         message = f"search completed: {best_text(draft)}"
         finish(draft, succeeded=True, reason="Completed", message=message)
-        ttl(draft, spec)
+        ttl(draft)
         return
-    report(draft, spec, groups, results)
+    report(draft, groups, results)
 
 
 def _completed(slot: Slot, results: Mapping[str, GroupResult]) -> bool:
@@ -215,7 +214,6 @@ def _completed(slot: Slot, results: Mapping[str, GroupResult]) -> bool:
 
 def _start_groups(
     draft: Draft,
-    spec: JobSpec,
     groups: JobGroups,
     bad_script: ScriptCheck,
     results: dict[str, GroupResult],
@@ -226,7 +224,7 @@ def _start_groups(
     for index, slot in enumerate(groups.slots):
         if slot.started or slot.get(st.GROUP_COMPLETED):
             continue
-        result = _waits(draft, spec, slot, groups, bad_script)
+        result = _waits(draft, slot, groups, bad_script)
         if result is None:
             result = _create(draft, slot, groups, held, index)
         if result.kind == "invalid":
@@ -240,7 +238,7 @@ def _start_groups(
 
 
 def _waits(
-    draft: Draft, spec: JobSpec, slot: Slot, groups: JobGroups, bad_script: ScriptCheck
+    draft: Draft, slot: Slot, groups: JobGroups, bad_script: ScriptCheck
 ) -> GroupResult | None:
     """What a group that is to start waits for (None: nothing)."""
     mine = groups.stale_of(slot)
@@ -257,8 +255,8 @@ def _waits(
     invalid = bad_script()
     if invalid is not None:
         return GroupResult("invalid", message=INVALID_SPEC_PREFIX + str(invalid))
-    if script_missing(spec, draft.seen.scripts):
-        wait_for_script(draft, spec)
+    if script_missing(draft.seen):
+        wait_for_script(draft)
         return GroupResult("waiting", "ScriptConfigMapMissing", "the script's ConfigMap")
     return None
 
@@ -297,9 +295,7 @@ def _create(
     return GroupResult("started", "PodsPending", "created", summary)
 
 
-def _follow_groups(
-    draft: Draft, spec: JobSpec, groups: JobGroups, results: dict[str, GroupResult]
-) -> bool:
+def _follow_groups(draft: Draft, groups: JobGroups, results: dict[str, GroupResult]) -> bool:
     """Each started group that has not completed: what its pods say (into `results`);
     the final group's completion gives the final result. True: the job ended (a budget
     spent, an InvalidSpec)."""
@@ -310,7 +306,7 @@ def _follow_groups(
         outcomes = classify_group(slot, group_pods, draft.seen.nodes, draft.seen.last_seen)
         held = held_pods(slot, group_pods, draft.seen.last_seen)
         progress = groups.progress[slot.group.name]
-        result = run_group(draft, spec, slot, group_pods, outcomes, progress, held)
+        result = run_group(draft, slot, group_pods, outcomes, progress, held)
         if result.kind == "ended":  # a budget is spent: the job failed
             delete_alive(draft, groups.every_current)
             return True
@@ -327,9 +323,7 @@ def _follow_groups(
     return False
 
 
-def _judge_stalls(
-    draft: Draft, spec: JobSpec, groups: JobGroups, results: dict[str, GroupResult]
-) -> bool:
+def _judge_stalls(draft: Draft, groups: JobGroups, results: dict[str, GroupResult]) -> bool:
     """Condition Queued, and the groups judged for Stalled (running trial groups against
     their progress, waiting groups against their start, refused ones against their first
     refusal; not while Kueue holds them), with the stall policy for the group that just
@@ -340,11 +334,11 @@ def _judge_stalls(
         if slot.get(st.GROUP_COMPLETED) or outcome is None:
             continue
         if outcome.kind == "running" and not slot.group.oracle:
-            candidates.append(running_stuck(draft, spec, slot, slot.get(st.LAST_PROGRESS_TIME)))
+            candidates.append(running_stuck(draft, slot, slot.get(st.LAST_PROGRESS_TIME)))
         elif outcome.kind in ("pending", "terminating") and outcome.reason != QUEUED:
-            candidates.append(waiting_stuck(draft, spec, slot, outcome))
+            candidates.append(waiting_stuck(draft, slot, outcome))
         elif outcome.kind == "refused":
-            candidates.append(refused_stuck(draft, spec, slot, outcome))
+            candidates.append(refused_stuck(draft, slot, outcome))
     queued = [
         (f"{slot.group.name}: " if groups.parallel else "") + result.message
         for slot in groups.slots
@@ -358,7 +352,7 @@ def _judge_stalls(
     stalled = judge_stall(draft, candidates)
     if stalled is None:
         return False
-    acted = apply_stall_policy(draft, spec, stalled, groups.current[stalled.slot.group.name])
+    acted = apply_stall_policy(draft, stalled, groups.current[stalled.slot.group.name])
     if acted is not None and acted.kind == "ended":
         delete_alive(draft, groups.every_current)
         return True

@@ -11,8 +11,6 @@ needs, unwatched). Every later pass tries to create the groups again."""
 
 from __future__ import annotations
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import status as st
 from .observed import Refusal
 from .patch import UNWATCHED_RECHECK_SECONDS, Draft
@@ -58,8 +56,9 @@ def hold_back(draft: Draft, slot: Slot, refusal: Refusal) -> GroupResult:
     )
 
 
-def refused_stuck(draft: Draft, spec: JobSpec, slot: Slot, result: GroupResult) -> Stuck:
+def refused_stuck(draft: Draft, slot: Slot, result: GroupResult) -> Stuck:
     """A refused group judged against pendingTimeoutSeconds since its first refusal."""
+    spec = draft.spec
     held = slot.get(st.PODS_REFUSED)
     since = st.parse_time(held.get(st.REFUSED_SINCE)) if isinstance(held, dict) else None
     idle = (draft.now - since).total_seconds() if since else 0.0

@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import status as st
 from ..api.groups import PodGroup
 from .classify import Classification
@@ -78,6 +76,11 @@ class Slot:
         return bool(self.get(st.GROUP_STARTED))
 
     @property
+    def gpus_per_pod(self) -> int:
+        """The GPUs each of the group's pods holds (none for a parallel job's oracle)."""
+        return self.draft.spec.distribution.gpus_per_worker if self.group.gpus else 0
+
+    @property
     def label(self) -> str:
         """How Events and messages name the group."""
         if self.entry is None:
@@ -113,10 +116,6 @@ class GroupResult:
     summary: str = ""
     """status.message of a sequential job."""
     chief: Classification | None = None
-
-
-def gpus_per_pod(spec: JobSpec, slot: Slot) -> int:
-    return spec.distribution.gpus_per_worker if slot.group.gpus else 0
 
 
 def last_checkpoint(draft: Draft, slot: Slot) -> Any:
