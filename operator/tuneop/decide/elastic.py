@@ -35,8 +35,7 @@ from ..api import status as st
 from ..api.queue import QUEUED, queue_name
 from .classify import UNSCHEDULABLE, classify, trainer_started_at
 from .classify import alive as is_alive
-from .group import release_held
-from .job import delete_alive
+from .job import delete_alive, release_held
 from .job_groups import JobGroups
 from .patch import Draft
 from .slot import OLD_PODS_TERMINATING, GroupResult, Slot

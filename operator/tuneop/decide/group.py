@@ -1,8 +1,7 @@
 """The rules for one pod group, shared by sequential and parallel jobs: start it (after
 any backoff), classify its pods, say what they show (completed, disrupted, failed,
 terminating, running, pending) and count what it costs (decide.budgets), report a
-restore, and release the Kueue pod groups the operator is done with. Its bookkeeping is
-a `Slot` (decide.slot)."""
+restore, say whether Kueue holds it. Its bookkeeping is a `Slot` (decide.slot)."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from .classify import (
     classify,
     classify_missing,
 )
-from .patch import UNWATCHED_RECHECK_SECONDS, Draft, PodRef
+from .patch import UNWATCHED_RECHECK_SECONDS, Draft
 from .slot import GroupResult, Slot
 
 Obj = dict[str, Any]
@@ -31,16 +30,6 @@ Obj = dict[str, Any]
 PODS_PENDING = "PodsPending"
 STUCK = (*STUCK_WAITING_REASONS, UNSCHEDULABLE)
 """Pending reasons named in the Running condition (and in Stalled once they last)."""
-
-
-def current_pods(slot: Slot, pods: list[Obj]) -> dict[str, Obj]:
-    """The group's pods of its current attempt, by name."""
-    attempt = str(slot.attempt)
-    return {
-        p["metadata"]["name"]: p
-        for p in pods
-        if attempt_of(p) == attempt and p["metadata"]["name"] in slot.group.pod_names
-    }
 
 
 def backoff_wait(draft: Draft, slot: Slot) -> str | None:
@@ -210,20 +199,6 @@ def report_restore(draft: Draft, slot: Slot, progress: ProgressView) -> None:
         f"{slot.label} pod group {attempt} resumed trial {progress.text('trialId')} {where} "
         "from the checkpoint",
     )
-
-
-def release_held(draft: Draft, pods: list[Obj], keep: set[str], stopping: bool) -> None:
-    """Declare over the Kueue pod groups the operator is done with: pods Kueue still
-    holds that are not of a group's current attempt (`keep`; created but not yet
-    recorded as started counts as current), are being deleted, or belong to a job that
-    stops (finished, suspended). Their Workload finishes and its quota is free."""
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        name = str(meta.get("name"))
-        if not queue.held(pod):
-            continue
-        if stopping or name not in keep or meta.get("deletionTimestamp"):
-            draft.decision.release_pods.append(PodRef(name, meta.get("uid")))
 
 
 def queued_condition(draft: Draft, message: str | None) -> None:

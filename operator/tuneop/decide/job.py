@@ -1,7 +1,7 @@
 """Steps on the job as a whole, shared by the sequential and the parallel decision: the
-trainer's progress and final summary into status, finishing the job, deleting pods,
-the TTL, waiting for the script's ConfigMap, reopening a fixed InvalidSpec, suspend and
-resume."""
+trainer's progress and final summary into status, finishing the job, deleting pods and
+releasing the Kueue pod groups the operator is done with, the TTL, the script's
+ConfigMap (checked, waited for). Reopening, suspend and resume: decide.lifecycle."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import tuneop_contract as contract
 from tuneop_contract.spec import SpecError
 
-from ..api import names
+from ..api import names, queue
 from ..api import status as st
 from ..api.progress import ProgressView, top_trials_status
 from ..api.progress import from_configmap as progress_from_configmap
@@ -21,7 +21,6 @@ from ..api.spec import check_script_configmap
 from .classify import Classification, alive, classify
 from .observed import Observed
 from .patch import UNWATCHED_RECHECK_SECONDS, Draft, PodRef
-from .slot import Slot
 
 Obj = dict[str, Any]
 
@@ -30,6 +29,10 @@ INVALID_SPEC_PREFIX = "invalid spec: "
 starts otherwise): such a failure reopens as soon as the operator's checks pass."""
 SCRIPT_MISSING = "ScriptConfigMapMissing"
 """Reason (condition Running, Warning Event) while spec.script.configMap does not exist."""
+
+ScriptCheck = Callable[[], SpecError | None]
+"""What is wrong with the script's ConfigMap or the existing claim (None: fine), asked
+lazily."""
 
 RESULT_FROM_SUMMARY = "TerminationMessage"
 """status.resultSource once the final trials/best came from the trainer's final summary;
@@ -140,7 +143,7 @@ def finish(draft: Draft, *, succeeded: bool, reason: str, message: str) -> None:
         draft.cond(st.COND_FAILED, True, reason, message)
         draft.event("Warning", reason, message)
     if reason == "InvalidSpec" and message.startswith(INVALID_SPEC_PREFIX):
-        draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)  # see reopen_or_stay
+        draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)  # see lifecycle.reopen_or_stay
 
 
 def delete_alive(draft: Draft, pods: list[Obj], *, keep_ended: bool = False) -> None:
@@ -199,74 +202,15 @@ def wait_for_script(draft: Draft) -> None:
     draft.put(st.MESSAGE, message)
 
 
-def reopen_or_stay(
-    draft: Draft,
-    slots: list[Slot],
-    current: list[Obj],
-    errors: list[SpecError],
-    script_err: Callable[[], SpecError | None],
-) -> bool:
-    """A finished job stays finished (True: the decision is complete) unless it failed
-    with an InvalidSpec that is fixed now: then it reopens (phase Pending), every
-    started pod group is replaced, and the caller goes on (False). `slots`: the job's
-    group slots (decide.slot.Slot)."""
-    phase = draft.get(st.PHASE)
-    failed = st.get_condition(draft.conditions, st.COND_FAILED) or {}
-    # A spec edit may fix what the trainer rejected; what the operator rejected is
-    # re-checked every pass (a fixed ConfigMap changes no generation).
-    operator_rejected = failed.get("reason") == "InvalidSpec" and str(
-        failed.get("message", "")
-    ).startswith(INVALID_SPEC_PREFIX)
-    reopen = (
-        phase == st.PHASE_FAILED
-        and failed.get("reason") == "InvalidSpec"
-        and (failed.get("observedGeneration") != draft.generation or operator_rejected)
-        and not errors
-        and script_err() is None
-    )
-    if not reopen:
-        draft.decision.finished = not operator_rejected
-        if operator_rejected:
-            draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)
-        delete_alive(draft, current, keep_ended=phase != st.PHASE_FAILED)
-        ttl(draft)
-        return True
-    draft.put(st.PHASE, st.PHASE_PENDING)
-    draft.put(st.COMPLETION_TIME, None)
-    draft.cond(st.COND_FAILED, False, "SpecChanged", "the spec changed; trying again")
-    draft.event("Normal", "SpecChanged", "the spec is valid now; starting the trainer again")
-    for slot in slots:
-        slot.put(st.GROUP_COMPLETED, None)
-        slot.put(st.PODS_REFUSED, None)
-        if slot.started:
-            slot.recreate()
-    delete_alive(draft, current)
-    return False
-
-
-def suspend(draft: Draft, slots: list[Slot], pods: list[Obj]) -> None:
-    """spec.suspend: every pod stops gracefully (they checkpoint), the volume stays;
-    each started group gets a new pod group index, so resuming creates fresh pods."""
-    if draft.get(st.PHASE) != st.PHASE_SUSPENDED:
-        draft.put(st.PHASE, st.PHASE_SUSPENDED)
-        draft.cond(st.COND_SUSPENDED, True, "Suspended", "spec.suspend is true")
-        draft.cond(st.COND_RUNNING, False, "Suspended", "")
-        draft.cond(st.COND_STALLED, False, "Suspended", "")
-        draft.event(
-            "Normal",
-            "Suspended",
-            "stopping the trainer pods gracefully (they checkpoint); the volume is kept",
-        )
-        for slot in slots:
-            slot.put(st.PODS_REFUSED, None)
-            if slot.started:
-                slot.recreate()
-    delete_alive(draft, pods)
-    draft.put(st.MESSAGE, "suspended" if not pods else f"suspending: {len(pods)} pod(s) stopping")
-
-
-def resume_if_suspended(draft: Draft) -> None:
-    if draft.get(st.PHASE) == st.PHASE_SUSPENDED:
-        draft.put(st.PHASE, st.PHASE_PENDING)
-        draft.cond(st.COND_SUSPENDED, False, "Resumed", "spec.suspend is false")
-        draft.event("Normal", "Resumed", "resuming the search from the checkpoint volume")
+def release_held(draft: Draft, pods: list[Obj], keep: set[str], stopping: bool) -> None:
+    """Declare over the Kueue pod groups the operator is done with: pods Kueue still
+    holds that are not of a group's current attempt (`keep`; created but not yet
+    recorded as started counts as current), are being deleted, or belong to a job that
+    stops (finished, suspended). Their Workload finishes and its quota is free."""
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name"))
+        if not queue.held(pod):
+            continue
+        if stopping or name not in keep or meta.get("deletionTimestamp"):
+            draft.decision.release_pods.append(PodRef(name, meta.get("uid")))

@@ -16,8 +16,7 @@ from ..api.groups import pod_groups, sequential_group
 from ..api.owners import foreign
 from ..api.progress import ProgressView
 from ..api.progress import from_configmap as progress_from_configmap
-from .group import current_pods, release_held
-from .job import apply_progress, copy_progress, delete_alive
+from .job import apply_progress, copy_progress, delete_alive, release_held
 from .patch import Draft
 from .slot import Slot
 
@@ -106,7 +105,7 @@ def read_groups(draft: Draft) -> JobGroups:
     pods = [p for p in seen.pods if not names.is_probe(p)]
     others = [p for p in pods if foreign(p, job)]
     pods = [p for p in pods if not foreign(p, job)]
-    current = {s.group.name: current_pods(s, pods) for s in slots}
+    current = {s.group.name: s.current_pods(pods) for s in slots}
     alive_names = {n for group in current.values() for n in group}
     stale = [p for p in pods if p["metadata"]["name"] not in alive_names]
     delete_alive(draft, stale)

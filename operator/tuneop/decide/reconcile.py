@@ -21,7 +21,7 @@ nothing twice and counts nothing."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from tuneop_contract.spec import JobSpec, SpecError
@@ -44,19 +44,18 @@ from .group import (
 )
 from .job import (
     INVALID_SPEC_PREFIX,
+    ScriptCheck,
     apply_final,
     best_text,
     delete_alive,
     finish,
-    reopen_or_stay,
-    resume_if_suspended,
     script_error,
     script_missing,
-    suspend,
     ttl,
     wait_for_script,
 )
 from .job_groups import JobGroups, read_groups
+from .lifecycle import stop_phase
 from .observed import Observed
 from .patch import Decision, Draft
 from .refusal import held_from, hold_back, refused_stuck
@@ -65,9 +64,6 @@ from .slot import OLD_PODS_TERMINATING, GroupResult, Slot
 from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
 Obj = dict[str, Any]
-ScriptCheck = Callable[[], SpecError | None]
-"""What is wrong with the script's ConfigMap or the existing claim (None: fine), asked
-lazily."""
 
 __all__ = ["decide", "nodes_to_read"]
 
@@ -128,7 +124,7 @@ def decide(seen: Observed) -> Decision:
         )
 
     errors = validate(spec.at_shape(0))  # the job as written, whatever shape is in use
-    if not _stop_phase(draft, groups, errors, bad_script):
+    if not stop_phase(draft, groups, errors, bad_script):
         _run_groups(draft, groups, bad_script)
     if not groups.keep_probes:
         drop_probes(draft, groups.probes)
@@ -145,44 +141,6 @@ def _close_ledger(draft: Draft) -> None:
     if draft.ledger.due is not None:
         draft.decision.wake_within(draft.ledger.due)
     draft.decision.recoveries = draft.ledger.recoveries
-
-
-def _stop_phase(
-    draft: Draft,
-    groups: JobGroups,
-    errors: list[SpecError],
-    bad_script: ScriptCheck,
-) -> bool:
-    """A finished job stays finished (or reopens: its groups start afresh), an invalid
-    spec fails the job, a suspended job stops every group. True: the decision is
-    complete."""
-    spec = draft.spec
-    slots = groups.slots
-    if draft.get(st.PHASE) in st.TERMINAL_PHASES:
-        if reopen_or_stay(draft, slots, groups.every_current, errors, bad_script):
-            return True
-        groups.current = {s.group.name: {} for s in slots}
-    if errors:
-        message = INVALID_SPEC_PREFIX + "; ".join(str(e) for e in errors)
-        delete_alive(draft, groups.every_current)
-        _close(draft, slots, groups)
-        finish(draft, succeeded=False, reason="InvalidSpec", message=message)
-        return True
-    if spec.suspend:
-        _close(draft, [s for s in slots if s.started], groups)
-        suspend(draft, slots, groups.pods)
-        for slot in slots:
-            slot.put(st.GROUP_STATE, "Succeeded" if slot.get(st.GROUP_COMPLETED) else "Suspended")
-        return True
-    resume_if_suspended(draft)
-    return False
-
-
-def _close(draft: Draft, slots: list[Slot], groups: JobGroups) -> None:
-    """The groups' pods are stopped by the operator (suspend, an invalid spec): their
-    GPU time ends."""
-    for slot in slots:
-        draft.ledger.close(groups.current[slot.group.name].values(), slot.gpus_per_pod)
 
 
 def _run_groups(draft: Draft, groups: JobGroups, bad_script: ScriptCheck) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..api import status as st
 from ..api.groups import PodGroup
-from .classify import Classification
+from .classify import Classification, attempt_of
 from .patch import Draft
 
 Obj = dict[str, Any]
@@ -74,6 +74,15 @@ class Slot:
     @property
     def started(self) -> bool:
         return bool(self.get(st.GROUP_STARTED))
+
+    def current_pods(self, pods: list[Obj]) -> dict[str, Obj]:
+        """The group's pods of its current attempt, by name."""
+        attempt = str(self.attempt)
+        return {
+            p["metadata"]["name"]: p
+            for p in pods
+            if attempt_of(p) == attempt and p["metadata"]["name"] in self.group.pod_names
+        }
 
     @property
     def gpus_per_pod(self) -> int:
