@@ -35,7 +35,7 @@ from ..api import status as st
 from ..api.queue import QUEUED, queue_name
 from .classify import UNSCHEDULABLE, classify, trainer_started_at
 from .classify import alive as is_alive
-from .job import delete_alive, release_held
+from .job import delete_alive, release_held, stop_group
 from .job_groups import JobGroups
 from .patch import Draft
 from .slot import OLD_PODS_TERMINATING, GroupResult, Slot
@@ -82,7 +82,7 @@ def follow_shape(draft: Draft, groups: JobGroups, results: dict[str, GroupResult
         draft.decision.wake_within(left)
         return
     smaller = spec.at_shape(following)
-    _stop(draft, slot, groups.current[slot.group.name])
+    stop_group(draft, groups.current[slot.group.name], slot.gpus_per_pod)
     message = (
         f"{slot.label} pod group {slot.attempt} ({dist.shape.name}) {result.reason} for "
         f"{int(waited)}s (elastic.waitSeconds={dist.elastic.wait_seconds}); recreating it "
@@ -211,7 +211,7 @@ def _move_up(
     dist = spec.distribution
     own = dist.shapes[0]
     pods = groups.current[slot.group.name]
-    _stop(draft, slot, pods)
+    stop_group(draft, pods, slot.gpus_per_pod)
     draft.decision.create_probes = []
     message = (
         f"the job's own shape {own.name} fits again (its probe was scheduled on "
@@ -223,10 +223,3 @@ def _move_up(
     draft.event("Normal", SHAPE_CHANGED, message[:1024])
     summary = f"recreating the {slot.label} pod group as {own.name}"
     results[slot.group.name] = GroupResult("recreate", SHAPE_CHANGED, message, summary)
-
-
-def _stop(draft: Draft, slot: Slot, pods: dict[str, Obj]) -> None:
-    """The operator stops the group for another shape: its pods go, and the GPU time of
-    any that ran ends (goodput)."""
-    delete_alive(draft, list(pods.values()))
-    draft.ledger.stopped(list(pods.values()), slot.gpus_per_pod)

@@ -6,7 +6,7 @@ ConfigMap (checked, waited for). Reopening, suspend and resume: decide.lifecycle
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import tuneop_contract as contract
@@ -155,6 +155,13 @@ def delete_alive(draft: Draft, pods: list[Obj], *, keep_ended: bool = False) -> 
         name = pod["metadata"]["name"]
         if name not in [ref.name for ref in draft.decision.delete_pods]:
             draft.decision.delete_pods.append(PodRef(name, pod["metadata"].get("uid")))
+
+
+def stop_group(draft: Draft, pods: Mapping[str, Obj], gpus_per_pod: int) -> None:
+    """The operator stops a group (for another shape, or a stall): its pods go, and
+    their GPU time ends and is no longer counted as held (goodput)."""
+    delete_alive(draft, list(pods.values()))
+    draft.ledger.stopped(list(pods.values()), gpus_per_pod)
 
 
 def ttl(draft: Draft) -> None:

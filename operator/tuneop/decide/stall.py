@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api import status as st
-from .job import delete_alive, finish
+from .job import finish, stop_group
 from .patch import Draft
 from .slot import GroupResult, Slot
 
@@ -84,13 +84,6 @@ def judge_stall(draft: Draft, candidates: list[Stuck]) -> Stuck | None:
 STALL_RESTART = "StallRestart"
 
 
-def _stop(draft: Draft, slot: Slot, pods: Mapping[str, Obj]) -> None:
-    """The operator stops a running group: its pods go, their GPU time is closed and no
-    longer counted as live."""
-    delete_alive(draft, list(pods.values()))
-    draft.ledger.stopped(list(pods.values()), slot.gpus_per_pod)
-
-
 def apply_stall_policy(draft: Draft, stuck: Stuck, pods: Mapping[str, Obj]) -> GroupResult | None:
     """spec.stallPolicy for a group that just became Stalled: Restart recreates it
     (status.restarts and stallRestarts, never a failure or a preemption; a group the API
@@ -101,12 +94,12 @@ def apply_stall_policy(draft: Draft, stuck: Stuck, pods: Mapping[str, Obj]) -> G
     condition = st.get_condition(draft.conditions, st.COND_STALLED) or {}
     message = str(condition.get("message") or stuck.reason)
     if spec.stall_policy == "Fail":
-        _stop(draft, slot, pods)
+        stop_group(draft, pods, slot.gpus_per_pod)
         finish(draft, succeeded=False, reason="Stalled", message=f"stalled: {message}")
         return GroupResult("ended")
     if spec.stall_policy != "Restart" or not slot.started:
         return None  # a group never created (refused) has nothing to recreate
-    _stop(draft, slot, pods)
+    stop_group(draft, pods, slot.gpus_per_pod)
     draft.event(
         "Warning",
         STALL_RESTART,
