@@ -15,10 +15,11 @@ from tuneop.act import executor
 from tuneop.api import names, queue
 from tuneop.api import status as st
 from tuneop.api.events import Event
-from tuneop.api.spec import job_spec
-from tuneop.decide.patch import Decision, Refusal
+from tuneop.decide.observed import Observed, Refusal
+from tuneop.decide.patch import Decision
 from tuneop.decide.reconcile import decide
 from tuneop.render import children
+from tuneop.render.trainer_pods import PodSettings
 from tuneop.run.config import Config
 
 from tests.unit.fakes import FakeKube
@@ -26,6 +27,7 @@ from tests.unit.fakes import FakeKube
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 """When every World's clock starts."""
 CONFIG = Config.from_env({})
+SETTINGS = PodSettings(CONFIG.trainer_metrics_port, CONFIG.trainer_uid)
 
 Obj = dict[str, Any]
 
@@ -153,23 +155,19 @@ class World:
 
         def decide_pass(refused: Refusal | None) -> Decision:
             return decide(
-                self.job,
-                list(self.pods.values()),
-                now=self.now,
-                last_seen=self.last_seen,
-                configmaps=self.configmaps,
-                progress_configmap=self.reported,
-                refused=refused,
+                Observed.of(
+                    self.job,
+                    list(self.pods.values()),
+                    now=self.now,
+                    last_seen=self.last_seen,
+                    scripts=self.configmaps,
+                    progress=self.reported,
+                    refused=refused,
+                    settings=SETTINGS,
+                )
             )
 
-        return executor.apply_pass(
-            self.kube,
-            self.job,
-            decide_pass,
-            metrics_port=CONFIG.trainer_metrics_port,
-            uid=CONFIG.trainer_uid,
-            spec=job_spec(self.job),
-        ).decision
+        return executor.apply_pass(self.kube, self.job, decide_pass).decision
 
     # --- what the cluster and the trainer do -----------------------------------
     def run_pods(self) -> None:

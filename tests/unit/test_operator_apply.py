@@ -12,6 +12,8 @@ import pytest
 from tuneop.act import executor
 from tuneop.api import names
 from tuneop.api.events import Event
+from tuneop.api.spec import job_spec
+from tuneop.decide.desired import rendered
 from tuneop.decide.patch import Decision, PodRef
 from tuneop.render import children
 from tuneop.run.config import Config
@@ -53,7 +55,7 @@ def test_apply_order_create_then_status_then_delete_then_events():
         delete_pods=[PodRef("old", "uid-old")],
         delete_job=True,
     )
-    executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(fake, JOB, rendered(decision, JOB, job_spec(JOB)))
     assert fake.calls == [
         ("create", "PersistentVolumeClaim/j-ckpt"),
         ("create", "ConfigMap/j-spec"),
@@ -75,17 +77,17 @@ def test_a_pod_of_an_older_group_blocks_the_status_patch():
     fake = FakeKube(pod_of_group("0"))
     decision = Decision(status={"attemptStarted": True}, create_pods=[0], create_attempt=1)
     with pytest.raises(executor.StaleGroup):
-        executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+        executor.apply(fake, JOB, rendered(decision, JOB, job_spec(JOB)))
     assert ("patch_status", "attemptStarted") not in fake.calls
     same_group = FakeKube(pod_of_group("1"))  # created before a crash: fine
-    executor.apply(same_group, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(same_group, JOB, rendered(decision, JOB, job_spec(JOB)))
     assert same_group.calls[-1] == ("patch_status", "attemptStarted")
 
 
 def test_the_spec_configmap_follows_spec_changes_at_the_next_group():
     fake = FakeKube({("ConfigMap", "j-spec"): child("ConfigMap", "j-spec", data=OLD_SPEC)})
     decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
-    executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(fake, JOB, rendered(decision, JOB, job_spec(JOB)))
     i = fake.calls.index(("create", "ConfigMap/j-spec"))
     assert fake.calls[i + 1 : i + 3] == [
         ("delete", "ConfigMap/j-spec"),
@@ -101,7 +103,7 @@ def test_the_progress_configmap_is_emptied_before_each_pod_group():
         {("ConfigMap", n): child("ConfigMap", n, data=OLD_SPEC) for n in ("j-spec", "j-progress")}
     )
     decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
-    executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(fake, JOB, rendered(decision, JOB, job_spec(JOB)))
     i = fake.calls.index(("create", "ConfigMap/j-progress"))
     assert fake.calls[i + 1 : i + 3] == [
         ("delete", "ConfigMap/j-progress"),
@@ -122,12 +124,12 @@ def test_a_trainer_role_from_an_older_operator_gets_the_current_rule():
 
     decision = Decision(ensure_children=True, create_pods=[0], create_attempt=1)
     fake = role_exists(old_rule)
-    executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(fake, JOB, rendered(decision, JOB, job_spec(JOB)))
     i = fake.calls.index(("create", "Role/j-trainer"))
     assert fake.calls[i + 1 : i + 3] == [("delete", "Role/j-trainer"), ("create", "Role/j-trainer")]
     assert fake.calls.index(("create", "Pod/j-worker-0")) > i + 2
     current = role_exists(children.build_role(JOB)["rules"])
-    executor.apply(current, JOB, decision, metrics_port=9464, uid=1000)
+    executor.apply(current, JOB, rendered(decision, JOB, job_spec(JOB)))
     assert ("delete", "Role/j-trainer") not in current.calls
 
 
@@ -155,14 +157,14 @@ def test_pods_get_the_out_of_memory_trials_of_the_status_the_decision_writes() -
     job = {**JOB, "status": {"oomTrials": ["3"]}}
     decision = Decision(create_pods=[0, 1], create_attempt=2, status={"oomTrials": ["3", "5"]})
     fake = FakeKube()
-    executor.apply(fake, job, decision, metrics_port=9464, uid=1000)
+    executor.apply(fake, job, rendered(decision, job, job_spec(job)))
     created = fake.of_kind("Pod")
     for pod in created:
         env = {v["name"]: v.get("value") for v in pod["spec"]["containers"][0]["env"]}
         assert env["TUNEOP_FAILED_TRIALS"] == "3:OOMKilled,5:OOMKilled"
     assert len(created) == 2
     fake = FakeKube()
-    executor.apply(fake, JOB, Decision(create_pods=[0]), metrics_port=9464, uid=1000)
+    executor.apply(fake, JOB, rendered(Decision(create_pods=[0]), JOB, job_spec(JOB)))
     created = fake.of_kind("Pod")
     env = [v["name"] for v in created[0]["spec"]["containers"][0]["env"]]
     assert "TUNEOP_FAILED_TRIALS" not in env

@@ -445,3 +445,24 @@ def test_status_schema_declares_every_key_the_operator_writes():
     described = status["conditions"]["description"]
     assert [t for t in st.CONDITION_TYPES if t not in described] == []
     assert [p for p in st.PHASES if p not in status["phase"]["description"]] == []
+
+
+def test_the_status_patch_takes_only_keys_the_schema_declares():
+    """Every key the operator can write: the status patch (decide.patch.StatusPatch)
+    and a group's entry (decide.slot) refuse any key outside st.KEYS and
+    st.GROUP_KEYS, which hold every key constant and which the schema declares."""
+    import datetime as dt
+
+    from tuneop.api import status as st
+    from tuneop.decide.patch import StatusPatch
+
+    status = schema()["properties"]["status"]["properties"]
+    every = _status_keys(exclude=("PHASE", "COND_", "GROUP_", "GOODPUT_", "REFUSED_"))
+    assert every | {st.PHASE} == st.KEYS
+    assert st.KEYS - set(status) == set()
+    assert st.GROUP_KEYS - set(status["groups"]["items"]["properties"]) == set()
+    patch = StatusPatch({}, 1, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), {})
+    with pytest.raises(KeyError, match="not declared"):
+        patch.put("undeclared", 1)
+    patch.put(st.PHASE, st.PHASE_PENDING)
+    assert patch.body == {st.PHASE: st.PHASE_PENDING}

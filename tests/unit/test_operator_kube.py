@@ -63,12 +63,12 @@ def test_the_ttl_deletion_carries_the_uid_of_the_job_read():
     re-created under its name since: the delete names the uid read, so the API server
     refuses it (409) for the successor, which is left alone."""
     api = FakeApiClient()
-    executor.apply(kube_on(api), JOB, Decision(delete_job=True), metrics_port=9464, uid=1000)
+    executor.apply(kube_on(api), JOB, Decision(delete_job=True))
     ((method, path, body, _),) = api.sent
     assert (method, path) == ("DELETE", "/apis/tuneop.io/v1alpha1/namespaces/ns/tuningjobs/j")
     assert body["preconditions"] == {"uid": JOB["metadata"]["uid"]}
     successor = FakeApiClient(409, {"message": "Precondition failed: UID in precondition"})
-    executor.apply(kube_on(successor), JOB, Decision(delete_job=True), metrics_port=9464, uid=1000)
+    executor.apply(kube_on(successor), JOB, Decision(delete_job=True))
     assert [m for m, *_ in successor.sent] == ["DELETE"]  # refused, and no error
 
 

@@ -17,12 +17,13 @@ PACKAGE = ROOT / "tuneop"
 ALLOWED: dict[str, set[str]] = {
     "api": {"api"},
     "render": {"api", "render"},
-    "decide": {"api", "decide"},
-    "act": {"api", "render", "decide", "act"},
+    "decide": {"api", "render", "decide"},
+    "act": {"api", "decide", "act"},
     "run": {"api", "render", "decide", "act", "run"},
 }
-"""The layers each layer may import (its own included): api at the bottom, render and
-decide beside each other above it, act above both, run on top."""
+"""The layers each layer may import (its own included): api at the bottom, render above
+it, decide above render (a decision carries the objects it creates, rendered), act
+above decide (it applies them as they are, rendering nothing), run on top."""
 
 THIRD_PARTY: dict[str, set[str]] = {
     "kubernetes": {"act", "run"},

@@ -11,6 +11,7 @@ from tuneop.api import names
 from tuneop.api import status as st
 from tuneop.api.groups import pod_groups
 from tuneop.api.spec import validate
+from tuneop.decide.observed import Observed
 from tuneop.decide.patch import Decision
 from tuneop.decide.reconcile import decide, nodes_to_read
 from tuneop.decide.refusal import POD_REJECTED
@@ -288,13 +289,15 @@ def test_the_shared_claim_must_be_read_write_many():
 def test_an_existing_claim_that_is_not_read_write_many_is_an_invalid_spec():
     w = ParallelWorld(checkpoint={"existingClaim": "data"})
     claim = {"spec": {"accessModes": ["ReadWriteOnce"]}}
-    d = decide(w.job, [], now=w.now, claim=claim)
+    d = decide(Observed.of(w.job, [], now=w.now, claim=claim))
     assert not d.create_groups
     failed = st.get_condition(d.status["conditions"], st.COND_FAILED)
     assert failed is not None and failed["reason"] == "InvalidSpec"
     assert "spec.checkpoint.existingClaim" in failed["message"]
     assert "ReadWriteMany" in failed["message"]
-    ok = decide(w.job, [], now=w.now, claim={"spec": {"accessModes": ["ReadWriteMany"]}})
+    ok = decide(
+        Observed.of(w.job, [], now=w.now, claim={"spec": {"accessModes": ["ReadWriteMany"]}})
+    )
     assert sorted(n for n, _ in ok.create_groups) == ["oracle", "t0", "t1"]
 
 

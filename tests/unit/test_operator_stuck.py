@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from tuneop.act import executor
 from tuneop.api import status as st
+from tuneop.api.spec import job_spec
 from tuneop.decide.classify import Outcome, classify, pending_reason
+from tuneop.decide.desired import rendered
 from tuneop.decide.patch import Decision
 from tuneop.decide.refusal import CHILD_CONFLICT, POD_REJECTED
 
@@ -130,7 +132,7 @@ def test_a_pod_refused_by_quota_is_reported_and_nothing_else_applied():
     fake = FakeKube(refuse_pods=QUOTA_REFUSAL)
     decision = Decision(status={"attemptStarted": True}, create_pods=[0], create_attempt=0)
     with pytest.raises(executor.PodRejected, match="exceeded quota: gpus"):
-        executor.apply(fake, JOB, decision, metrics_port=9464, uid=1000)
+        executor.apply(fake, JOB, rendered(decision, JOB, job_spec(JOB)))
     assert not [c for c in fake.calls if c[0] == "patch_status"]
 
 

@@ -1,6 +1,7 @@
-"""The operator's side effects: `apply` carries out a reconcile Decision in a crash-safe
-order (create children and pods, 409 = exists and must be ours; patch status; release
-and delete pods; post Events; delete the job at its TTL), `apply_pass` decides and
+"""The operator's side effects: `apply` carries out a reconcile Decision, its objects as
+the decision rendered them, in a crash-safe order (create children and pods, 409 =
+exists and must be ours; patch status; release and delete pods; post Events; delete
+the job at its TTL), `apply_pass` decides and
 applies one pass (deciding again when the API server refuses the pods), and `cleanup`
 removes what a deleted job owned. Only objects owned by the job's uid are adopted or deleted."""
 
@@ -11,16 +12,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import tuneop_contract as contract
-from tuneop_contract.spec import JobSpec
-
 from ..api import names, queue
-from ..api.groups import group_named
 from ..api.owners import owned_by, owner_uids
 from ..api.spec import job_spec
-from ..decide.patch import Decision, Refusal
+from ..decide.observed import Refusal
+from ..decide.patch import Decision
 from ..decide.refusal import CHILD_CONFLICT, POD_REJECTED
-from ..render import children, trainer_pods
 from .kube import ApiError, ChildConflict, Kube, collection
 
 Obj = dict[str, Any]
@@ -91,22 +88,11 @@ def ensure_child(kube: Kube, job: Obj, child: Obj) -> bool:
     return False
 
 
-REFRESHED = {"ConfigMap": "data", "Role": "rules"}
-"""Children that start each pod group as built (the field compared): the spec file
-follows spec changes (the mutable fields), the progress map is emptied (the last
-group's record says nothing about the new one), the trainer's Role follows the
-operator's version (a job created by an older operator gets the current rule)."""
-
-
-def refresh_child(
-    kube: Kube,
-    child: Obj,
-    logger: Logger = log,
-) -> None:
-    """Replace (delete + create) the job's own `child` when its REFRESHED field differs
-    from the built one. Only called before a group's pods are created: no trainer
-    mounts, reports to or acts under these objects then."""
-    meta, field = child["metadata"], REFRESHED[child["kind"]]
+def refresh_child(kube: Kube, child: Obj, field: str, logger: Logger = log) -> None:
+    """Replace (delete + create) the job's own `child` when its `field` differs from the
+    rendered one (decide.desired.REFRESHED). Only asked before a group's pods are
+    created: no trainer mounts, reports to or acts under these objects then."""
+    meta = child["metadata"]
     existing = kube.get(_path_of(child))
     if existing is not None and (existing.get(field) or {}) == (child.get(field) or {}):
         return
@@ -116,40 +102,28 @@ def refresh_child(
     logger.info("reset %s %s for the new pod group", child["kind"], meta["name"])
 
 
-def apply(
-    kube: Kube,
-    job: Obj,
-    decision: Decision,
-    *,
-    metrics_port: int,
-    uid: int,
-    logger: Logger = log,
-    spec: JobSpec | None = None,
-    progress_interval: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS,
-) -> Obj | None:
-    """Carry out `decision` for `job` (`spec`: its parsed spec, parsed here when not
-    given), in this order: children, pods, the status patch (the commit point), Kueue
-    releases, pod deletes, Events, the job's own deletion at its TTL. Returns the job as
-    the status patch left it (None: no patch)."""
+def apply(kube: Kube, job: Obj, decision: Decision, *, logger: Logger = log) -> Obj | None:
+    """Carry out `decision` for `job`, its objects as rendered, in this order: children,
+    pods, probes, the status patch (the commit point), Kueue releases, pod deletes,
+    Events, the job's own deletion at its TTL. Returns the job as the status patch left
+    it (None: no patch)."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    spec = spec or job_spec(job)
-    if decision.ensure_children:
-        _ensure_children(kube, job, spec, decision.reset_progress, logger)
-    pods = {"metrics_port": metrics_port, "uid": uid, "progress_interval": progress_interval}
-    _create_pods(kube, job, spec, decision, pods)
+    for child in decision.children:
+        if ensure_child(kube, job, child.obj):
+            logger.info("created %s %s", child.obj["kind"], child.obj["metadata"]["name"])
+        elif child.refresh is not None:
+            refresh_child(kube, child.obj, child.refresh, logger)
+    for pod in decision.pods:
+        create_pod(kube, job, pod)
+    _create_probes(kube, job, decision.probes)
     patched = None
     if decision.status:
         rv = meta.get("resourceVersion")
         patched = kube.patch_status(namespace, name, decision.status, resource_version=rv)
         if kube.fence is not None:
             kube.fence.committed()  # accepted as current: carry out the rest (act.fence)
-    for ref in decision.release_pods:
-        if kube.release_pod(namespace, ref.name, ref.uid):
-            logger.info("released pod %s from its Kueue pod group", ref.name)
-    for ref in decision.delete_pods:
-        if kube.delete("Pod", namespace, ref.name, uid=ref.uid):
-            logger.info("deleted pod %s (uid %s)", ref.name, ref.uid)
+    _release_and_delete(kube, namespace, decision, logger)
     for event in decision.events:
         logger.info("%s %s: %s", event.type, event.reason, event.message)
         try:
@@ -162,6 +136,27 @@ def apply(
         logger.info("ttlSecondsAfterFinished passed: deleting the TuningJob")
         kube.delete(names.KIND, namespace, name, uid=meta.get("uid"))
     return patched
+
+
+def _create_probes(kube: Kube, job: Obj, probes: list[Obj]) -> None:
+    """Probe pods (decide.elastic): one refused, or still there from an older job, is
+    only a probe, and the pass goes on."""
+    for probe in probes:
+        try:
+            create_pod(kube, job, probe)
+        except (PodRejected, StaleGroup) as err:
+            meta = job["metadata"]
+            log.warning("%s/%s: probe not created: %s", meta["namespace"], meta["name"], err)
+
+
+def _release_and_delete(kube: Kube, namespace: str, decision: Decision, logger: Logger) -> None:
+    """Kueue releases, then pod deletes (each that very pod: uid precondition)."""
+    for ref in decision.release_pods:
+        if kube.release_pod(namespace, ref.name, ref.uid):
+            logger.info("released pod %s from its Kueue pod group", ref.name)
+    for ref in decision.delete_pods:
+        if kube.delete("Pod", namespace, ref.name, uid=ref.uid):
+            logger.info("deleted pod %s (uid %s)", ref.name, ref.uid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,72 +175,24 @@ def apply_pass(
     job: Obj,
     decide: Callable[[Refusal | None], Decision],
     *,
-    metrics_port: int,
-    uid: int,
     logger: Logger = log,
-    spec: JobSpec | None = None,
-    progress_interval: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS,
 ) -> Applied:
     """Decide and apply one pass. When the API server refuses what the decision creates
     (a pod: PodRejected; a child's name taken by an object the job does not own:
     ChildConflict), decide again knowing it (decide.refusal) and apply that: the
     refusal reaches status and Events the way everything else does."""
     decision = decide(None)
-    options: dict[str, Any] = {
-        "metrics_port": metrics_port, "uid": uid, "logger": logger, "spec": spec,
-        "progress_interval": progress_interval,
-    }  # fmt: skip
     wrote = decision.writes_children
     try:
-        patched = apply(kube, job, decision, **options)
+        patched = apply(kube, job, decision, logger=logger)
     except (ChildConflict, PodRejected) as err:
         reason = CHILD_CONFLICT if isinstance(err, ChildConflict) else POD_REJECTED
         # the module's logger: kopf's per-object one would post it as an Event
         meta = job["metadata"]
         log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], reason, err)
         decision = decide(Refusal(reason, str(err), getattr(err, "pod", None)))
-        patched = apply(kube, job, decision, **options)
+        patched = apply(kube, job, decision, logger=logger)
     return Applied(decision, patched, wrote or decision.writes_children)
-
-
-def _ensure_children(
-    kube: Kube, job: Obj, spec: JobSpec, reset_progress: bool, logger: Logger
-) -> None:
-    """Every child a pod group needs, created if absent; the REFRESHED ones replaced
-    when they differ from what this spec builds (the progress map only with
-    `reset_progress`)."""
-    progress_map = names.progress_configmap_name(job["metadata"]["name"])
-    for child in children.build_children(job, spec):
-        if ensure_child(kube, job, child):
-            logger.info("created %s %s", child["kind"], child["metadata"]["name"])
-        elif child["kind"] in REFRESHED and (
-            reset_progress or child["metadata"]["name"] != progress_map
-        ):
-            refresh_child(kube, child, logger)
-
-
-def _create_pods(kube: Kube, job: Obj, spec: JobSpec, decision: Decision, pods: Obj) -> None:
-    """The sequential group's pods and each parallel group's the decision creates
-    (`pods`: build_pod's settings from the operator's config). The pods see the status
-    this decision writes (status.oomTrials -> their env)."""
-    updated = {**job, "status": decision.merged_status(job)}
-    for index in decision.create_pods:
-        pod = trainer_pods.build_pod(updated, spec, index, decision.create_attempt, **pods)
-        create_pod(kube, job, pod)
-    for index, node in decision.create_probes:
-        probe = trainer_pods.build_probe(job, spec, index, node, **pods)
-        try:
-            create_pod(kube, job, probe)
-        except (PodRejected, StaleGroup) as err:  # only a probe: the pass goes on
-            meta = job["metadata"]
-            log.warning("%s/%s: probe not created: %s", meta["namespace"], meta["name"], err)
-    for group_name, attempt in decision.create_groups:
-        group = group_named(job["metadata"]["name"], spec, group_name)
-        if group is None:  # the decision was made from this very spec
-            continue
-        for index in range(len(group.pod_names)):
-            pod = trainer_pods.build_pod(updated, spec, index, attempt, group=group, **pods)
-            create_pod(kube, job, pod)
 
 
 def _delete_owned(
@@ -292,4 +239,5 @@ def cleanup(kube: Kube, job: Obj, logger: Logger = log) -> None:
         if _delete_owned(kube, job, "PersistentVolumeClaim", names.pvc_name(name), logger):
             logger.info("deleted the checkpoint claim (reclaimPolicy Delete)")
     else:
-        logger.info("kept the checkpoint claim %s", children.claim_name(job, spec))
+        claim = spec.checkpoint.existing_claim or names.pvc_name(name)
+        logger.info("kept the checkpoint claim %s", claim)

@@ -91,10 +91,11 @@ def validate(spec: JobSpec) -> list[SpecError]:
     errors += _check_resources(spec)
     if not spec.checkpoint.existing_claim and parse_quantity(spec.checkpoint.size) is None:
         errors.append(SpecError("spec.checkpoint.size", f"{spec.checkpoint.size!r} is invalid"))
-    # spec.template (checked on the raw spec: it is laid over the pods as given)
-    errors += [SpecError(f, m) for f, m in podtemplate.check(spec.raw.get("template"))]
-    errors += _check_access_modes(spec)
-    return errors
+    access_modes = _check_access_modes(spec)
+    # spec.template (checked on the raw spec: it is laid over the pods as given), named
+    # before the claim's access modes
+    template = [SpecError(f, m) for f, m in podtemplate.check(spec.raw.get("template"))]
+    return errors + template + access_modes
 
 
 def _check_resources(spec: JobSpec) -> list[SpecError]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import tuneop_contract as contract
+
 Obj = dict[str, Any]
 
 # --- keys of TuningJob.status -------------------------------------------------------
@@ -82,6 +84,24 @@ GROUP_STEP = "step"
 REFUSED_REASON = "reason"
 REFUSED_SINCE = "since"
 """Keys of PODS_REFUSED."""
+
+KEYS = frozenset(
+    (OBSERVED_GENERATION, PHASE, MESSAGE, CONDITIONS, TRIALS, TRIALS_COMPLETED, TRIALS_TOTAL,
+     CURRENT_TRIAL, BEST_TRIAL, TOP_TRIALS, RESULT_SOURCE, PROGRESS, PREEMPTIONS, FAILURES,
+     TRIAL_OOMS, OOM_TRIALS, RESTARTS, RESTORES, STALL_RESTARTS, QUEUE_EVICTIONS, ATTEMPT,
+     ATTEMPT_STARTED, ATTEMPT_START_TIME, RESTORED_ATTEMPT, RESTORE_BASELINE, NEXT_RETRY_TIME,
+     PODS_REFUSED, LAST_PROGRESS_TIME, LAST_CHECKPOINT_TIME, START_TIME, COMPLETION_TIME,
+     GOODPUT, SHAPE, GROUPS)
+)  # fmt: skip
+"""Every key of TuningJob.status the operator writes: the status patch takes no other
+(decide.patch), and the CRD's status schema declares each (tests/unit/test_operator_crd.py)."""
+GROUP_KEYS = frozenset(
+    (GROUP_NAME, GROUP_STARTED, GROUP_STATE, GROUP_COMPLETED, GROUP_TRIAL_ID, GROUP_EPOCH,
+     GROUP_STEP, ATTEMPT, START_TIME, NEXT_RETRY_TIME, PODS_REFUSED, RESTORED_ATTEMPT,
+     RESTORE_BASELINE, LAST_PROGRESS_TIME, LAST_CHECKPOINT_TIME, PREEMPTIONS, FAILURES,
+     RESTARTS, RESTORES, QUEUE_EVICTIONS, MESSAGE)
+)  # fmt: skip
+"""Every key of a status.groups entry the operator writes (decide.slot takes no other)."""
 
 # --- keys of status.goodput (decide.goodput) ----------------------------------------
 GOODPUT_ALLOCATED = "allocatedGpuSeconds"
@@ -189,6 +209,19 @@ def int_of(value: Any) -> int:
         return int(value) if isinstance(value, (str, float)) else 0
     except (ValueError, OverflowError):
         return 0
+
+
+def mtbf_seconds(status: Obj, groups: int, now: dt.datetime) -> float:
+    """The job's mean time between disruptions so far (contract.mtbf_estimate): the time
+    of its `groups` pod groups (each can be disrupted) since `startTime`, over
+    `preemptions`. Time a lost group waited to be recreated counts as running time too:
+    a slight overestimate, small beside the prior's uncertainty."""
+    start = parse_time(status.get(START_TIME))
+    running = max(0.0, (now - start).total_seconds()) if start is not None else 0.0
+    preemptions = status.get(PREEMPTIONS)
+    if not isinstance(preemptions, int) or isinstance(preemptions, bool):
+        preemptions = 0
+    return contract.mtbf_estimate(running * groups, preemptions)
 
 
 def oom_trials(status: Obj) -> list[str]:

@@ -12,15 +12,13 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import queue
 from ..api import status as st
 from ..api.progress import ProgressView
 from .classify import TRAINER_PREEMPTED, Classification, Outcome
 from .job import delete_alive, finish
 from .patch import Draft
-from .slot import GroupResult, Slot, gpus_per_pod, last_checkpoint
+from .slot import GroupResult, Slot, last_checkpoint
 
 Obj = dict[str, Any]
 
@@ -43,7 +41,6 @@ def preemption_wins(outcomes: Mapping[str, Classification]) -> bool:
 
 def count_preemption(
     draft: Draft,
-    spec: JobSpec,
     slot: Slot,
     outcomes: Mapping[str, Classification],
     group: list[Obj],
@@ -54,8 +51,9 @@ def count_preemption(
     group is recreated at once, or the job fails past maxPreemptions. Disruption wins:
     other workers of a MultiWorkerMirrored group often crash (exit 1) once a peer is
     gone, which is not their failure."""
+    spec = draft.spec
     fp = spec.failure_policy
-    gpus = gpus_per_pod(spec, slot)
+    gpus = slot.gpus_per_pod
     what = ", ".join(
         f"{n}: {c.reason}"
         + (f" ({c.message})" if c.reason == queue.EVICTED_BY_KUEUE and c.message else "")
@@ -110,7 +108,6 @@ def _recreate_preempted(draft: Draft, slot: Slot, what: str) -> None:
 
 def count_failure(
     draft: Draft,
-    spec: JobSpec,
     slot: Slot,
     outcomes: Mapping[str, Classification],
     group: list[Obj],
@@ -118,6 +115,7 @@ def count_failure(
 ) -> GroupResult:
     """A trainer of the group failed: one failure, the group recreated after the
     backoff (`status.nextRetryTime`), or the job fails past maxFailures."""
+    spec = draft.spec
     fp = spec.failure_policy
     what = "; ".join(
         f"{n}: {c.reason}: {c.message}" for n, c in outcomes.items() if c.outcome == Outcome.FAILED
@@ -125,7 +123,7 @@ def count_failure(
     failures = draft.count(st.FAILURES)
     slot.count(st.FAILURES)
     delete_alive(draft, group)
-    draft.ledger.close(held, gpus_per_pod(spec, slot))
+    draft.ledger.close(held, slot.gpus_per_pod)
     if failures > fp.max_failures:
         finish(
             draft,
@@ -168,17 +166,17 @@ def trial_out_of_memory(
 
 def record_trial_oom(
     draft: Draft,
+    slot: Slot,
     outcomes: Mapping[str, Classification],
     progress: ProgressView,
-    spec: JobSpec,
     group: list[Obj],
-    slot: Slot,
     held: list[Obj],
 ) -> GroupResult:
     """Record the running trial in status.oomTrials (the next pods get it in
     TUNEOP_FAILED_TRIALS and mark it FAILED in the oracle), count it in trialOOMs, and
     recreate the group at once: no backoff, the failure budget untouched. More than
     failurePolicy.maxTrialOOMs such trials end the job."""
+    spec = draft.spec
     trial = str(progress.text("trialId"))
     fp = spec.failure_policy
     who = ", ".join(
@@ -190,7 +188,7 @@ def record_trial_oom(
     recorded = st.oom_trials({st.OOM_TRIALS: draft.get(st.OOM_TRIALS)})
     draft.put(st.OOM_TRIALS, [*recorded, trial])
     delete_alive(draft, group)
-    draft.ledger.close(held, gpus_per_pod(spec, slot))
+    draft.ledger.close(held, slot.gpus_per_pod)
     limits = (spec.resources.get("limits") or {}).get("memory")
     memory = f" (limit {limits})" if limits else ""
     advice = (

@@ -35,11 +35,10 @@ from ..api import status as st
 from ..api.queue import QUEUED, queue_name
 from .classify import UNSCHEDULABLE, classify, trainer_started_at
 from .classify import alive as is_alive
-from .group import release_held
-from .job import delete_alive
+from .job import delete_alive, release_held, stop_group
 from .job_groups import JobGroups
 from .patch import Draft
-from .slot import OLD_PODS_TERMINATING, GroupResult, Slot, gpus_per_pod
+from .slot import OLD_PODS_TERMINATING, GroupResult, Slot
 from .stall import idle_seconds
 
 Obj = dict[str, Any]
@@ -61,11 +60,10 @@ def shape_status(spec: JobSpec) -> Obj:
     }
 
 
-def follow_shape(
-    draft: Draft, spec: JobSpec, groups: JobGroups, results: dict[str, GroupResult]
-) -> None:
+def follow_shape(draft: Draft, groups: JobGroups, results: dict[str, GroupResult]) -> None:
     """Record the shape in use; recreate a group that waited `waitSeconds` in the next
     shape (its result becomes "recreate"), or requeue the pass for when it will have."""
+    spec = draft.spec
     dist = spec.distribution
     if dist.elastic is None or groups.parallel:
         return
@@ -84,7 +82,7 @@ def follow_shape(
         draft.decision.wake_within(left)
         return
     smaller = spec.at_shape(following)
-    _stop(draft, spec, slot, groups.current[slot.group.name])
+    stop_group(draft, groups.current[slot.group.name], slot.gpus_per_pod)
     message = (
         f"{slot.label} pod group {slot.attempt} ({dist.shape.name}) {result.reason} for "
         f"{int(waited)}s (elastic.waitSeconds={dist.elastic.wait_seconds}); recreating it "
@@ -98,12 +96,11 @@ def follow_shape(
     results[slot.group.name] = GroupResult("recreate", SHAPE_CHANGED, message, summary)
 
 
-def follow_probe(
-    draft: Draft, spec: JobSpec, groups: JobGroups, results: dict[str, GroupResult]
-) -> None:
+def follow_probe(draft: Draft, groups: JobGroups, results: dict[str, GroupResult]) -> None:
     """In a smaller shape: keep probes of the own shape; once every pod of one of their
     sets is scheduled, recreate the trainer group in the own shape (its result becomes
     "recreate")."""
+    spec = draft.spec
     dist = spec.distribution
     if dist.elastic is None or groups.parallel:
         return
@@ -123,7 +120,7 @@ def follow_probe(
         draft.decision.wake_within(left)
         return
     groups.keep_probes = True
-    wanted, sets = _wanted_probes(draft, spec, groups.current[slot.group.name])
+    wanted, sets = _wanted_probes(draft, groups.current[slot.group.name])
     gone = [  # evicted, failed (made again) or no longer wanted
         p for p in groups.probes if classify(p).ended or p["metadata"]["name"] not in wanted
     ]
@@ -139,7 +136,7 @@ def follow_probe(
     }
     fits = next((probes for probes in sets if all(bound.get(n) for n in probes)), None)
     if fits:
-        _move_up(draft, spec, slot, groups, results, sorted({bound[n] for n in fits}))
+        _move_up(draft, slot, groups, results, sorted({bound[n] for n in fits}))
 
 
 def _running_seconds(draft: Draft, pods: Iterable[Obj]) -> float:
@@ -159,7 +156,7 @@ def drop_probes(draft: Draft, probes: list[Obj]) -> None:
 
 
 def _wanted_probes(
-    draft: Draft, spec: JobSpec, pods: dict[str, Obj]
+    draft: Draft, pods: dict[str, Obj]
 ) -> tuple[dict[str, tuple[int, str]], list[list[str]]]:
     """The probe pods to keep, by name, and the sets of them any one of which, all
     scheduled, says the own shape fits:
@@ -174,9 +171,10 @@ def _wanted_probes(
     the quota the own shape needs beyond the running group's, while the own shape's
     probe would need all of it on top, and a probe of several pods (each its own Kueue
     pod group) could be admitted piece by piece."""
+    spec = draft.spec
     dist = spec.distribution
     own = dist.shapes[0]
-    job = draft.job["metadata"]["name"]
+    job = draft.seen.name
     nodes = {
         int((p["metadata"].get("labels") or {}).get(names.LABEL_WORKER_INDEX) or 0): str(
             p["spec"].get("nodeName") or ""
@@ -195,7 +193,7 @@ def _wanted_probes(
         beside = {}  # a running pod not bound yet: nothing to stand beside
     elif beside and all(index >= 0 for index, _ in beside.values()):
         anywhere = {}  # a part of the own shape anywhere: its whole would only compete
-    if queue_name(draft.job):
+    if queue_name(draft.seen.job):
         anywhere = {}
         beside = beside if len(beside) == 1 else {}
     sets = [list(probes) for probes in (beside, anywhere) if probes]
@@ -204,16 +202,16 @@ def _wanted_probes(
 
 def _move_up(
     draft: Draft,
-    spec: JobSpec,
     slot: Slot,
     groups: JobGroups,
     results: dict[str, GroupResult],
     nodes: list[str],
 ) -> None:
+    spec = draft.spec
     dist = spec.distribution
     own = dist.shapes[0]
     pods = groups.current[slot.group.name]
-    _stop(draft, spec, slot, pods)
+    stop_group(draft, pods, slot.gpus_per_pod)
     draft.decision.create_probes = []
     message = (
         f"the job's own shape {own.name} fits again (its probe was scheduled on "
@@ -225,11 +223,3 @@ def _move_up(
     draft.event("Normal", SHAPE_CHANGED, message[:1024])
     summary = f"recreating the {slot.label} pod group as {own.name}"
     results[slot.group.name] = GroupResult("recreate", SHAPE_CHANGED, message, summary)
-
-
-def _stop(draft: Draft, spec: JobSpec, slot: Slot, pods: dict[str, Obj]) -> None:
-    """The operator stops the group for another shape: its pods go, and the GPU time of
-    any that ran ends (goodput)."""
-    delete_alive(draft, list(pods.values()))
-    draft.ledger.close(pods.values(), gpus_per_pod(spec, slot))
-    draft.live_pods = [(p, g) for p, g in draft.live_pods if p not in pods.values()]

@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..api import status as st
 from ..api.progress import ProgressView
-
-if TYPE_CHECKING:  # the draft holds the ledger
-    from .patch import Draft
 
 Obj = dict[str, Any]
 
@@ -82,17 +79,21 @@ job would load the API server for nothing)."""
 
 class Ledger:
     """status.goodput of one pass: ended groups added, disruptions noted, recoveries
-    measured; `finish` writes it into the decision's status patch when it changed."""
+    measured, the pods that go on holding GPUs kept (`live`); `finish` says what to
+    write into status and when the running pods' share is due again."""
 
-    def __init__(self, draft: Draft) -> None:
-        self.draft = draft
-        old = draft.get(st.GOODPUT)
+    def __init__(self, old: Any, now: dt.datetime) -> None:
+        self.now = now
         self.values: Obj = (
             {k: v for k, v in old.items() if v is not None} if isinstance(old, dict) else {}
         )
         self.pending: Obj = dict(self.values.get(st.GOODPUT_PENDING) or {})
         self.changed = False
         self.recoveries: list[tuple[str, float]] = []
+        self.live: list[tuple[Obj, int]] = []
+        """Pods of started groups that hold GPUs after this pass, with their GPUs each."""
+        self.due: float | None = None
+        """Set by `finish`: seconds until the running pods' share is to be refreshed."""
 
     def _add(self, key: str, amount: float) -> None:
         if amount:
@@ -101,16 +102,26 @@ class Ledger:
 
     def close(self, pods: Iterable[Obj], gpus_per_pod: int) -> None:
         """A pod group ended (preempted, failed, completed, replaced): its GPU time."""
-        self._add(st.GOODPUT_ENDED, group_gpu_seconds(pods, gpus_per_pod, self.draft.now))
+        self._add(st.GOODPUT_ENDED, group_gpu_seconds(pods, gpus_per_pod, self.now))
+
+    def holding(self, pods: Iterable[Obj], gpus_per_pod: int) -> None:
+        """A group goes on holding its GPUs (the running pods' share)."""
+        self.live.extend((pod, gpus_per_pod) for pod in pods)
+
+    def stopped(self, pods: list[Obj], gpus_per_pod: int) -> None:
+        """The operator stops a group (another shape, a stall): its GPU time ends and is
+        no longer counted as held."""
+        self.close(pods, gpus_per_pod)
+        self.live = [(p, g) for p, g in self.live if p not in pods]
 
     def disrupted(self, group: str, last_checkpoint: Any, reason: str, gpus: int) -> None:
         """A preemption of `group`: its work since `last_checkpoint` will be redone."""
         if gpus <= 0:
             return
-        since = st.parse_time(last_checkpoint) or self.draft.now
+        since = st.parse_time(last_checkpoint) or self.now
         self.pending[group or "trainer"] = {
-            "since": st.rfc3339(min(since, self.draft.now)),
-            "at": st.rfc3339(self.draft.now),
+            "since": st.rfc3339(min(since, self.now)),
+            "at": st.rfc3339(self.now),
             "reason": reason,
             "gpus": gpus,
         }
@@ -135,18 +146,19 @@ class Ledger:
         self.pending.pop(group or "trainer")
         self.changed = True
 
-    def finish(self, live_pods: Iterable[tuple[Obj, int]]) -> list[tuple[str, float]]:
-        """Write status.goodput (closed part + the running pods' share) if anything
-        changed or REFRESH_SECONDS passed; returns the recoveries to observe."""
+    def finish(self) -> Obj | None:
+        """status.goodput to write (closed part + the running pods' share) if anything
+        changed or REFRESH_SECONDS passed (None: nothing to write); `due` says when the
+        share is to be refreshed while pods hold GPUs."""
         updated = st.parse_time(self.values.get(st.GOODPUT_UPDATED))
-        stale = updated is None or (self.draft.now - updated).total_seconds() >= REFRESH_SECONDS
-        live = sum(pod_gpu_seconds(pod, gpus, self.draft.now) for pod, gpus in live_pods)
+        stale = updated is None or (self.now - updated).total_seconds() >= REFRESH_SECONDS
+        live = sum(pod_gpu_seconds(pod, gpus, self.now) for pod, gpus in self.live)
         writes = self.changed or (stale and live > 0)
         if live > 0:  # the running pods' share grows: refreshed when it is due
-            age = 0.0 if writes or updated is None else (self.draft.now - updated).total_seconds()
-            self.draft.decision.wake_within(REFRESH_SECONDS - age)
+            age = 0.0 if writes or updated is None else (self.now - updated).total_seconds()
+            self.due = REFRESH_SECONDS - age
         if not writes:
-            return self.recoveries
+            return None
         ended = float(self.values.get(st.GOODPUT_ENDED) or 0.0)
         lost = float(self.values.get(st.GOODPUT_LOST) or 0.0)
         allocated = ended + live
@@ -154,8 +166,7 @@ class Ledger:
         share = percent(allocated, lost)
         if share is not None:
             self.values[st.GOODPUT_PERCENT] = share
-        self.values[st.GOODPUT_UPDATED] = st.rfc3339(self.draft.now)
+        self.values[st.GOODPUT_UPDATED] = st.rfc3339(self.now)
         # a merge patch: a key is removed by sending null
         self.values[st.GOODPUT_PENDING] = self.pending or None
-        self.draft.put(st.GOODPUT, self.values)
-        return self.recoveries
+        return self.values

@@ -1,15 +1,12 @@
 """The rules for one pod group, shared by sequential and parallel jobs: start it (after
 any backoff), classify its pods, say what they show (completed, disrupted, failed,
 terminating, running, pending) and count what it costs (decide.budgets), report a
-restore, and release the Kueue pod groups the operator is done with. Its bookkeeping is
-a `Slot` (decide.slot)."""
+restore, say whether Kueue holds it. Its bookkeeping is a `Slot` (decide.slot)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-from tuneop_contract.spec import JobSpec
 
 from ..api import queue
 from ..api import status as st
@@ -25,24 +22,14 @@ from .classify import (
     classify,
     classify_missing,
 )
-from .patch import UNWATCHED_RECHECK_SECONDS, Draft, PodRef
-from .slot import GroupResult, Slot, gpus_per_pod
+from .patch import UNWATCHED_RECHECK_SECONDS, Draft
+from .slot import GroupResult, Slot
 
 Obj = dict[str, Any]
 
 PODS_PENDING = "PodsPending"
 STUCK = (*STUCK_WAITING_REASONS, UNSCHEDULABLE)
 """Pending reasons named in the Running condition (and in Stalled once they last)."""
-
-
-def current_pods(slot: Slot, pods: list[Obj]) -> dict[str, Obj]:
-    """The group's pods of its current attempt, by name."""
-    attempt = str(slot.attempt)
-    return {
-        p["metadata"]["name"]: p
-        for p in pods
-        if attempt_of(p) == attempt and p["metadata"]["name"] in slot.group.pod_names
-    }
 
 
 def backoff_wait(draft: Draft, slot: Slot) -> str | None:
@@ -118,7 +105,6 @@ def held_pods(slot: Slot, current: Mapping[str, Obj], last_seen: Mapping[str, Ob
 
 def run_group(
     draft: Draft,
-    spec: JobSpec,
     slot: Slot,
     current: Mapping[str, Obj],
     outcomes: Mapping[str, Classification],
@@ -131,7 +117,7 @@ def run_group(
     held = group if held is None else held
     kinds = {c.outcome for c in outcomes.values()}
     chief = outcomes[slot.group.pod_names[0]]
-    gpus = gpus_per_pod(spec, slot)
+    gpus = slot.gpus_per_pod
     if chief.outcome == Outcome.COMPLETED and not kinds & {Outcome.FAILED, Outcome.INVALID_SPEC}:
         draft.ledger.close(held, gpus)
         return GroupResult("completed", chief=chief)
@@ -142,14 +128,14 @@ def run_group(
         draft.ledger.close(held, gpus)
         return GroupResult("invalid", message=f"trainer rejected the spec: {bad}")
     if budgets.preemption_wins(outcomes):
-        return budgets.count_preemption(draft, spec, slot, outcomes, group, held)
+        return budgets.count_preemption(draft, slot, outcomes, group, held)
     if Outcome.FAILED in kinds and budgets.trial_out_of_memory(draft, outcomes, progress):
-        return budgets.record_trial_oom(draft, outcomes, progress, spec, group, slot, held)
+        return budgets.record_trial_oom(draft, slot, outcomes, progress, group, held)
     if Outcome.FAILED in kinds:
-        return budgets.count_failure(draft, spec, slot, outcomes, group, held)
+        return budgets.count_failure(draft, slot, outcomes, group, held)
     if Outcome.TERMINATING in kinds:
         return _terminating(outcomes)
-    draft.live_pods.extend((p, gpus) for p in group)  # the group goes on holding its GPUs
+    draft.ledger.holding(group, gpus)
     if all(c.outcome in (Outcome.RUNNING, Outcome.COMPLETED) for c in outcomes.values()):
         report_restore(draft, slot, progress)
         draft.ledger.progressed(slot.group.name, progress)
@@ -184,7 +170,8 @@ def _pending(draft: Draft, outcomes: Mapping[str, Classification], group: list[O
     stuck = next((c.reason for _, c in pending if c.reason in STUCK), None)
     if stuck is None and any(c.reason == queue.QUEUED for _, c in pending):
         gated = next(p for p in group if queue.gated(p))
-        message = queue.queued_message(gated, draft.workloads.get(queue.workload_name(gated) or ""))
+        workload = draft.seen.workloads.get(queue.workload_name(gated) or "")
+        message = queue.queued_message(gated, workload)
         return GroupResult("pending", queue.QUEUED, message)
     return GroupResult("pending", stuck or PODS_PENDING, text)
 
@@ -212,20 +199,6 @@ def report_restore(draft: Draft, slot: Slot, progress: ProgressView) -> None:
         f"{slot.label} pod group {attempt} resumed trial {progress.text('trialId')} {where} "
         "from the checkpoint",
     )
-
-
-def release_held(draft: Draft, pods: list[Obj], keep: set[str], stopping: bool) -> None:
-    """Declare over the Kueue pod groups the operator is done with: pods Kueue still
-    holds that are not of a group's current attempt (`keep`; created but not yet
-    recorded as started counts as current), are being deleted, or belong to a job that
-    stops (finished, suspended). Their Workload finishes and its quota is free."""
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        name = str(meta.get("name"))
-        if not queue.held(pod):
-            continue
-        if stopping or name not in keep or meta.get("deletionTimestamp"):
-            draft.decision.release_pods.append(PodRef(name, meta.get("uid")))
 
 
 def queued_condition(draft: Draft, message: str | None) -> None:

@@ -1,7 +1,7 @@
 """Steps on the job as a whole, shared by the sequential and the parallel decision: the
-trainer's progress and final summary into status, finishing the job, deleting pods,
-the TTL, waiting for the script's ConfigMap, reopening a fixed InvalidSpec, suspend and
-resume."""
+trainer's progress and final summary into status, finishing the job, deleting pods and
+releasing the Kueue pod groups the operator is done with, the TTL, the script's
+ConfigMap (checked, waited for). Reopening, suspend and resume: decide.lifecycle."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import tuneop_contract as contract
-from tuneop_contract.spec import JobSpec, SpecError
+from tuneop_contract.spec import SpecError
 
-from ..api import names
+from ..api import names, queue
 from ..api import status as st
 from ..api.progress import ProgressView, top_trials_status
 from ..api.progress import from_configmap as progress_from_configmap
 from ..api.progress import read as read_progress
 from ..api.spec import check_script_configmap
 from .classify import Classification, alive, classify
+from .observed import Observed
 from .patch import UNWATCHED_RECHECK_SECONDS, Draft, PodRef
-from .slot import Slot
 
 Obj = dict[str, Any]
 
@@ -29,6 +29,10 @@ INVALID_SPEC_PREFIX = "invalid spec: "
 starts otherwise): such a failure reopens as soon as the operator's checks pass."""
 SCRIPT_MISSING = "ScriptConfigMapMissing"
 """Reason (condition Running, Warning Event) while spec.script.configMap does not exist."""
+
+ScriptCheck = Callable[[], SpecError | None]
+"""What is wrong with the script's ConfigMap or the existing claim (None: fine), asked
+lazily."""
 
 RESULT_FROM_SUMMARY = "TerminationMessage"
 """status.resultSource once the final trials/best came from the trainer's final summary;
@@ -42,14 +46,14 @@ def copy_progress(draft: Draft, configmap: Obj | None, tuner_id: str | None = No
     removed), or status.progress as it is while the map holds no record. Only this
     record comes from the trainer; phase, counters and budgets never do. `tuner_id`:
     whose record (a parallel job's oracle; None: the sequential trainer)."""
-    name = names.progress_configmap_name(draft.job["metadata"]["name"])
+    name = names.progress_configmap_name(draft.seen.name)
     reported = progress_from_configmap(configmap, name, tuner_id)
     if reported is None:
         return read_progress(draft.old.get(st.PROGRESS))
     old = draft.old.get(st.PROGRESS)
     old = old if isinstance(old, dict) else {}
     if {k: v for k, v in old.items() if v is not None} != reported.values:
-        draft.decision.status[st.PROGRESS] = {**dict.fromkeys(old), **reported.values}
+        draft.write(st.PROGRESS, {**dict.fromkeys(old), **reported.values})
     return reported
 
 
@@ -139,7 +143,7 @@ def finish(draft: Draft, *, succeeded: bool, reason: str, message: str) -> None:
         draft.cond(st.COND_FAILED, True, reason, message)
         draft.event("Warning", reason, message)
     if reason == "InvalidSpec" and message.startswith(INVALID_SPEC_PREFIX):
-        draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)  # see reopen_or_stay
+        draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)  # see lifecycle.reopen_or_stay
 
 
 def delete_alive(draft: Draft, pods: list[Obj], *, keep_ended: bool = False) -> None:
@@ -153,7 +157,15 @@ def delete_alive(draft: Draft, pods: list[Obj], *, keep_ended: bool = False) -> 
             draft.decision.delete_pods.append(PodRef(name, pod["metadata"].get("uid")))
 
 
-def ttl(draft: Draft, spec: JobSpec) -> None:
+def stop_group(draft: Draft, pods: Mapping[str, Obj], gpus_per_pod: int) -> None:
+    """The operator stops a group (for another shape, or a stall): its pods go, and
+    their GPU time ends and is no longer counted as held (goodput)."""
+    delete_alive(draft, list(pods.values()))
+    draft.ledger.stopped(list(pods.values()), gpus_per_pod)
+
+
+def ttl(draft: Draft) -> None:
+    spec = draft.spec
     ttl = spec.ttl_seconds_after_finished
     if ttl is None:
         return
@@ -165,21 +177,24 @@ def ttl(draft: Draft, spec: JobSpec) -> None:
         draft.decision.wake_within(left)
 
 
-def script_missing(spec: JobSpec, configmaps: Mapping[str, Obj | None]) -> bool:
-    return bool(spec.script_configmap) and configmaps.get(spec.script_configmap) is None
+def script_missing(seen: Observed) -> bool:
+    name = seen.spec.script_configmap
+    return bool(name) and seen.scripts.get(name) is None
 
 
-def script_error(spec: JobSpec, configmaps: Mapping[str, Obj | None]) -> SpecError | None:
+def script_error(seen: Observed) -> SpecError | None:
     """What is wrong with an existing spec.script.configMap (None: fine or missing)."""
-    configmap = configmaps.get(spec.script_configmap) if spec.script_configmap else None
-    return check_script_configmap(spec, configmap) if configmap is not None else None
+    name = seen.spec.script_configmap
+    configmap = seen.scripts.get(name) if name else None
+    return check_script_configmap(seen.spec, configmap) if configmap is not None else None
 
 
-def wait_for_script(draft: Draft, spec: JobSpec) -> None:
+def wait_for_script(draft: Draft) -> None:
     """The user's ConfigMap does not exist (yet: `kubectl apply -f dir/` or a GitOps tool
     may create it after the job). Wait for it rather than fail, but visibly; never
     create pods that would sit in ContainerCreating until it appears."""
-    name, ns = spec.script_configmap, draft.job["metadata"]["namespace"]
+    spec = draft.spec
+    name, ns = spec.script_configmap, draft.seen.job["metadata"]["namespace"]
     key = spec.script.key if spec.script is not None and spec.script.key else None
     message = (
         f"waiting for ConfigMap {name!r} (spec.script.configMap.name) in namespace {ns!r}; "
@@ -194,75 +209,15 @@ def wait_for_script(draft: Draft, spec: JobSpec) -> None:
     draft.put(st.MESSAGE, message)
 
 
-def reopen_or_stay(
-    draft: Draft,
-    spec: JobSpec,
-    slots: list[Slot],
-    current: list[Obj],
-    errors: list[SpecError],
-    script_err: Callable[[], SpecError | None],
-) -> bool:
-    """A finished job stays finished (True: the decision is complete) unless it failed
-    with an InvalidSpec that is fixed now: then it reopens (phase Pending), every
-    started pod group is replaced, and the caller goes on (False). `slots`: the job's
-    group slots (decide.slot.Slot)."""
-    phase = draft.get(st.PHASE)
-    failed = st.get_condition(draft.conditions, st.COND_FAILED) or {}
-    # A spec edit may fix what the trainer rejected; what the operator rejected is
-    # re-checked every pass (a fixed ConfigMap changes no generation).
-    operator_rejected = failed.get("reason") == "InvalidSpec" and str(
-        failed.get("message", "")
-    ).startswith(INVALID_SPEC_PREFIX)
-    reopen = (
-        phase == st.PHASE_FAILED
-        and failed.get("reason") == "InvalidSpec"
-        and (failed.get("observedGeneration") != draft.generation or operator_rejected)
-        and not errors
-        and script_err() is None
-    )
-    if not reopen:
-        draft.decision.finished = not operator_rejected
-        if operator_rejected:
-            draft.decision.wake_within(UNWATCHED_RECHECK_SECONDS)
-        delete_alive(draft, current, keep_ended=phase != st.PHASE_FAILED)
-        ttl(draft, spec)
-        return True
-    draft.put(st.PHASE, st.PHASE_PENDING)
-    draft.put(st.COMPLETION_TIME, None)
-    draft.cond(st.COND_FAILED, False, "SpecChanged", "the spec changed; trying again")
-    draft.event("Normal", "SpecChanged", "the spec is valid now; starting the trainer again")
-    for slot in slots:
-        slot.put(st.GROUP_COMPLETED, None)
-        slot.put(st.PODS_REFUSED, None)
-        if slot.started:
-            slot.recreate()
-    delete_alive(draft, current)
-    return False
-
-
-def suspend(draft: Draft, slots: list[Slot], pods: list[Obj]) -> None:
-    """spec.suspend: every pod stops gracefully (they checkpoint), the volume stays;
-    each started group gets a new pod group index, so resuming creates fresh pods."""
-    if draft.get(st.PHASE) != st.PHASE_SUSPENDED:
-        draft.put(st.PHASE, st.PHASE_SUSPENDED)
-        draft.cond(st.COND_SUSPENDED, True, "Suspended", "spec.suspend is true")
-        draft.cond(st.COND_RUNNING, False, "Suspended", "")
-        draft.cond(st.COND_STALLED, False, "Suspended", "")
-        draft.event(
-            "Normal",
-            "Suspended",
-            "stopping the trainer pods gracefully (they checkpoint); the volume is kept",
-        )
-        for slot in slots:
-            slot.put(st.PODS_REFUSED, None)
-            if slot.started:
-                slot.recreate()
-    delete_alive(draft, pods)
-    draft.put(st.MESSAGE, "suspended" if not pods else f"suspending: {len(pods)} pod(s) stopping")
-
-
-def resume_if_suspended(draft: Draft) -> None:
-    if draft.get(st.PHASE) == st.PHASE_SUSPENDED:
-        draft.put(st.PHASE, st.PHASE_PENDING)
-        draft.cond(st.COND_SUSPENDED, False, "Resumed", "spec.suspend is false")
-        draft.event("Normal", "Resumed", "resuming the search from the checkpoint volume")
+def release_held(draft: Draft, pods: list[Obj], keep: set[str], stopping: bool) -> None:
+    """Declare over the Kueue pod groups the operator is done with: pods Kueue still
+    holds that are not of a group's current attempt (`keep`; created but not yet
+    recorded as started counts as current), are being deleted, or belong to a job that
+    stops (finished, suspended). Their Workload finishes and its quota is free."""
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        name = str(meta.get("name"))
+        if not queue.held(pod):
+            continue
+        if stopping or name not in keep or meta.get("deletionTimestamp"):
+            draft.decision.release_pods.append(PodRef(name, meta.get("uid")))

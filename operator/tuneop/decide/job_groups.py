@@ -10,16 +10,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import names
 from ..api import status as st
 from ..api.groups import pod_groups, sequential_group
 from ..api.owners import foreign
 from ..api.progress import ProgressView
 from ..api.progress import from_configmap as progress_from_configmap
-from .group import current_pods, release_held
-from .job import apply_progress, copy_progress, delete_alive
+from .job import apply_progress, copy_progress, delete_alive, release_held
 from .patch import Draft
 from .slot import Slot
 
@@ -87,15 +84,14 @@ class JobGroups:
             draft.put(st.GROUPS, [s.entry for s in self.slots])
 
 
-def read_groups(
-    draft: Draft, spec: JobSpec, pods: list[Obj], progress_configmap: Obj | None
-) -> JobGroups:
+def read_groups(draft: Draft) -> JobGroups:
     """The job's groups with their trainers' records copied into status, and its pods
     sorted: pods of no current attempt deleted, the Kueue pod groups the operator is
     done with released."""
-    job_name = draft.job["metadata"]["name"]
+    seen = draft.seen
+    spec, job_name, progress_configmap = seen.spec, seen.name, seen.progress
     if spec.parallel:
-        entries = _entries(draft, spec)
+        entries = _entries(draft)
         slots = [Slot(draft, g, entries[g.name]) for g in pod_groups(job_name, spec)]
         progress = _read_parallel_progress(draft, slots, progress_configmap)
     else:
@@ -104,12 +100,12 @@ def read_groups(
         draft.decision.ignored = record.ignored
         apply_progress(draft, record)
         progress = {slots[0].group.name: record}
-    job = draft.job
-    probes = [p for p in pods if names.is_probe(p) and not foreign(p, job)]
-    pods = [p for p in pods if not names.is_probe(p)]
+    job = seen.job
+    probes = [p for p in seen.pods if names.is_probe(p) and not foreign(p, job)]
+    pods = [p for p in seen.pods if not names.is_probe(p)]
     others = [p for p in pods if foreign(p, job)]
     pods = [p for p in pods if not foreign(p, job)]
-    current = {s.group.name: current_pods(s, pods) for s in slots}
+    current = {s.group.name: s.current_pods(pods) for s in slots}
     alive_names = {n for group in current.values() for n in group}
     stale = [p for p in pods if p["metadata"]["name"] not in alive_names]
     delete_alive(draft, stale)
@@ -119,13 +115,14 @@ def read_groups(
     return JobGroups(slots, progress, pods, others, current, stale, every_current, probes)
 
 
-def _entries(draft: Draft, spec: JobSpec) -> dict[str, Obj]:
+def _entries(draft: Draft) -> dict[str, Obj]:
     """Each group's status.groups entry (a copy to update), by name; new groups start
     empty. Entries of anything else than a dict are dropped (status is writable)."""
+    spec = draft.spec
     old = {e.get(st.GROUP_NAME): dict(e) for e in draft.get(st.GROUPS) or [] if isinstance(e, dict)}
     return {
         g.name: old.get(g.name) or {st.GROUP_NAME: g.name, st.ATTEMPT: 0}
-        for g in pod_groups(draft.job["metadata"]["name"], spec)
+        for g in pod_groups(draft.seen.name, spec)
     }
 
 
@@ -164,7 +161,7 @@ def _group_progress(
 ) -> ProgressView:
     """The group's own record, if its current pod group wrote it (an older trainer's
     record stays until the new one reports: it must not count as a restore)."""
-    name = names.progress_configmap_name(draft.job["metadata"]["name"])
+    name = names.progress_configmap_name(draft.seen.name)
     view = progress_from_configmap(configmap, name, slot.group.tuner_id)
     if view is None:
         return ProgressView({})

@@ -1,28 +1,21 @@
-"""What a reconcile pass decides (`Decision`: the status patch and the actions the
-executor carries out) and the draft it is drawn up in (`Draft`)."""
+"""What a reconcile pass decides (`Decision`: the status patch, the objects to create,
+already rendered, and the other actions the executor carries out), the typed status
+patch (`StatusPatch`) and the draft the decision is drawn up in (`Draft`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
 from typing import Any, NamedTuple
+
+from tuneop_contract.spec import JobSpec
 
 from ..api import status as st
 from ..api.events import Event
 from .goodput import Ledger
+from .observed import Observed
 
 Obj = dict[str, Any]
-
-
-class Refusal(NamedTuple):
-    """What the API server answered when a decision's pods or children were created:
-    the reason (decide.refusal's POD_REJECTED or CHILD_CONFLICT), its message, and the
-    pod it refused (None: a child, before any pod)."""
-
-    reason: str
-    message: str
-    pod: str | None = None
 
 
 class PodRef(NamedTuple):
@@ -30,6 +23,15 @@ class PodRef(NamedTuple):
 
     name: str
     uid: str | None
+
+
+class Child(NamedTuple):
+    """A child a pod group needs (claim, ConfigMaps, ServiceAccount, Role, ...), as
+    rendered: created if absent; with `refresh` (a field, "data" say), replaced where
+    that field of the one that exists differs (decide.desired.REFRESHED)."""
+
+    obj: Obj
+    refresh: str | None
 
 
 UNWATCHED_RECHECK_SECONDS = 10.0
@@ -41,7 +43,7 @@ Kueue's message for its queued pods."""
 @dataclasses.dataclass
 class Decision:
     status: Obj = dataclasses.field(default_factory=dict)
-    """Merge patch for .status (only what changed)."""
+    """Merge patch for .status (only what changed; keys of st.KEYS only)."""
     events: list[Event] = dataclasses.field(default_factory=list)
     ensure_children: bool = False
     create_pods: list[int] = dataclasses.field(default_factory=list)
@@ -55,6 +57,12 @@ class Decision:
     reset_progress: bool = True
     """With ensure_children: empty the progress ConfigMap for the new pod group. Not for
     a parallel job's group, whose siblings keep reporting there under their own keys."""
+    children: list[Child] = dataclasses.field(default_factory=list)
+    """What ensure_children creates, rendered, in creation order (decide.desired)."""
+    pods: list[Obj] = dataclasses.field(default_factory=list)
+    """The trainer pods of create_pods and create_groups, rendered, in creation order."""
+    probes: list[Obj] = dataclasses.field(default_factory=list)
+    """The probe pods of create_probes, rendered (a refused one does not fail the pass)."""
     delete_pods: list[PodRef] = dataclasses.field(default_factory=list)
     release_pods: list[PodRef] = dataclasses.field(default_factory=list)
     """Pods whose Kueue pod group is over (annotated retriable-in-group=false first)."""
@@ -93,7 +101,8 @@ class Decision:
         )
 
     def merged_status(self, job: Obj) -> Obj:
-        """The job's status after this decision's patch (for metrics and logs)."""
+        """The job's status after this decision's patch (for metrics, logs and the
+        pods it creates)."""
         merged = dict(job.get("status") or {})
         for key, value in self.status.items():
             if isinstance(value, dict) and isinstance(merged.get(key), dict):
@@ -103,48 +112,62 @@ class Decision:
         return merged
 
 
-class Draft:
-    """One pass's decision as it is drawn up: the status patch, whose reads (`get`) see
-    its earlier writes (`put`, `count`, `cond`), the Events and the actions, plus what
-    the pass has learnt on the way (the goodput ledger, the pods that go on holding
-    GPUs, Kueue's Workloads)."""
+class StatusPatch:
+    """The merge patch of .status one pass writes (`body`): only the keys the CRD
+    declares (st.KEYS; any other is a bug, refused at once), only what changed; its
+    reads (`get`) see its earlier writes (`put`, `count`, `cond`)."""
 
-    def __init__(self, job: Obj, now: dt.datetime) -> None:
-        self.job = job
+    def __init__(self, old: Obj, generation: int, now: dt.datetime, body: Obj) -> None:
+        self.old = old
+        self.generation = generation
         self.now = now
-        self.old: Obj = dict(job.get("status") or {})
-        self.decision = Decision()
-        self.generation = st.int_of(job["metadata"].get("generation")) or 1
-        self.conditions: list[Obj] = list(self.old.get(st.CONDITIONS) or [])
-        self.ledger = Ledger(self)
-        self.live_pods: list[tuple[Obj, int]] = []
-        """Pods of started groups that hold GPUs after this pass (goodput's live share)."""
-        self.workloads: Mapping[str, Obj | None] = {}
-        """Kueue Workloads of queued pod groups, by name (their admission message)."""
-        self.refused: Refusal | None = None
-        """The API server refused what this pass's first decision created: no pod
-        group starts in this one (decide.refusal)."""
+        self.body = body
+        self.conditions: list[Obj] = list(old.get(st.CONDITIONS) or [])
 
     def get(self, key: str, default: Any = None) -> Any:
-        if key in self.decision.status:
-            return self.decision.status[key]
+        if key in self.body:
+            return self.body[key]
         return self.old.get(key, default)
 
     def put(self, key: str, value: Any) -> None:
-        if self.old.get(key) != value or key in self.decision.status:
-            self.decision.status[key] = value
+        if self.old.get(key) != value or key in self.body:
+            self.write(key, value)
+
+    def write(self, key: str, value: Any) -> None:
+        """`key` into the patch whether or not it changed (a whole record replaced)."""
+        if key not in st.KEYS:
+            raise KeyError(f"status.{key} is not declared in the TuningJob's status schema")
+        self.body[key] = value
 
     def cond(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conditions = st.set_condition(
             self.conditions, type_, status, reason, message, self.generation, self.now
         )
         if self.conditions != (self.old.get(st.CONDITIONS) or []):
-            self.decision.status[st.CONDITIONS] = self.conditions
-
-    def event(self, type_: str, reason: str, message: str) -> None:
-        self.decision.events.append(Event(type_, reason, message))
+            self.write(st.CONDITIONS, self.conditions)
 
     def count(self, key: str) -> int:
         value = st.int_of(self.get(key)) + 1
         self.put(key, value)
         return value
+
+
+class Draft(StatusPatch):
+    """One pass's decision as it is drawn up from what the pass read (`seen`, never
+    changed): the status patch, the Events and actions (`decision`), and the goodput
+    ledger of the GPU time the pass closes, opens and sees held."""
+
+    def __init__(self, seen: Observed) -> None:
+        self.seen = seen
+        self.decision = Decision()
+        generation = st.int_of(seen.job["metadata"].get("generation")) or 1
+        super().__init__(seen.status, generation, seen.now, self.decision.status)
+        self.ledger = Ledger(self.get(st.GOODPUT), seen.now)
+
+    @property
+    def spec(self) -> JobSpec:
+        """The job's spec as this pass parsed it (at the shape in use)."""
+        return self.seen.spec
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.decision.events.append(Event(type_, reason, message))

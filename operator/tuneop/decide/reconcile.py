@@ -1,6 +1,7 @@
-"""The level-based decision, as a pure function: given the TuningJob (spec + status),
-its pods and what is known of their nodes, return what to change. No API calls here:
-act.executor applies a Decision; tests/unit/test_operator_*.py drive this function
+"""The level-based decision, as a pure function: given what one pass read (the
+TuningJob, its pods, what is known of their nodes, ...: decide.observed), return what to
+change, with the objects to create rendered. No API calls here: act.executor applies a
+Decision; tests/unit/test_operator_*.py drive this function
 through whole scenarios (preemption, failures and backoff, budgets, suspend, restore
 reporting, stall, TTL, parallel trials, Kueue).
 
@@ -19,9 +20,8 @@ nothing twice and counts nothing."""
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from tuneop_contract.spec import JobSpec, SpecError
@@ -32,6 +32,7 @@ from ..api.owners import foreign
 from ..api.queue import QUEUED
 from ..api.spec import check_existing_claim, job_spec, validate
 from .classify import attempt_of, needs_node
+from .desired import rendered
 from .elastic import drop_probes, follow_probe, follow_shape
 from .group import (
     backoff_wait,
@@ -43,29 +44,26 @@ from .group import (
 )
 from .job import (
     INVALID_SPEC_PREFIX,
+    ScriptCheck,
     apply_final,
     best_text,
     delete_alive,
     finish,
-    reopen_or_stay,
-    resume_if_suspended,
     script_error,
     script_missing,
-    suspend,
     ttl,
     wait_for_script,
 )
 from .job_groups import JobGroups, read_groups
-from .patch import Decision, Draft, Refusal
+from .lifecycle import stop_phase
+from .observed import Observed
+from .patch import Decision, Draft
 from .refusal import held_from, hold_back, refused_stuck
 from .report import NOT_FOLLOWED, record_states, report
-from .slot import OLD_PODS_TERMINATING, GroupResult, Slot, gpus_per_pod
+from .slot import OLD_PODS_TERMINATING, GroupResult, Slot
 from .stall import apply_stall_policy, judge_stall, running_stuck, waiting_stuck
 
 Obj = dict[str, Any]
-ScriptCheck = Callable[[], SpecError | None]
-"""What is wrong with the script's ConfigMap or the existing claim (None: fine), asked
-lazily."""
 
 __all__ = ["decide", "nodes_to_read"]
 
@@ -103,131 +101,68 @@ def nodes_to_read(job: Obj, pods: list[Obj], spec: JobSpec | None = None) -> lis
     )
 
 
-def decide(
-    job: Obj,
-    pods: list[Obj],
-    *,
-    now: dt.datetime,
-    nodes: dict[str, Obj | None] | None = None,
-    last_seen: dict[str, Obj] | None = None,
-    configmaps: Mapping[str, Obj | None] | None = None,
-    progress_configmap: Obj | None = None,
-    claim: Obj | None = None,
-    workloads: Mapping[str, Obj | None] | None = None,
-    spec: JobSpec | None = None,
-    refused: Refusal | None = None,
-) -> Decision:
-    """What to do next for `job`. `pods`: the job's pods (by label). `nodes`: Node objects
-    by name, None for a node known not to exist (names absent = unknown). `last_seen`:
-    the last version of each pod the watch delivered (says why a vanished pod went).
-    `configmaps`: the ConfigMap named by spec.script.configMap, by name (None or absent
-    = not found), looked up only where it matters (a group about to start, a pending
-    pod, a rejected job to reopen), so no pod is created without it; run.runtime passes
-    a Mapping that reads it on first lookup.
-    `progress_configmap`: the job's progress ConfigMap, where the trainers report; their
-    valid fields are copied into status (None or empty: status as it is). `claim`:
-    spec.checkpoint.existingClaim as read (parallel jobs check its access modes; None:
-    not read or not found). `workloads`: Kueue Workloads of the job's queued pod
-    groups, by name (their admission message). `spec`: the job's parsed spec (parsed
-    here when not given). `refused`: what the API server answered when this pass's
-    first decision was applied (decide.refusal): no group starts in this one."""
-    configmaps = configmaps or {}
-    draft = Draft(job, now)
-    draft.workloads = workloads or {}
-    draft.refused = refused
-    spec = spec or job_spec(job)
+def decide(seen: Observed) -> Decision:
+    """What to do next for the job `seen` read (decide.observed), with the objects to
+    create already rendered (decide.desired)."""
+    draft = Draft(seen)
+    spec = seen.spec
     draft.put(st.OBSERVED_GENERATION, draft.generation)
     for counter in st.COUNTERS:
         if draft.get(counter) is None:
             draft.put(counter, 0)
     if draft.get(st.PHASE) is None:
         draft.put(st.PHASE, st.PHASE_PENDING)
-    groups = read_groups(draft, spec, pods, progress_configmap)
-    errors = validate(spec.at_shape(0))  # the job as written, whatever shape is in use
+    groups = read_groups(draft)
 
     @functools.cache
     def bad_script() -> SpecError | None:
         # asked only where it matters (a group to start, a rejected job to reopen): the
         # script's ConfigMap is then read (run.runtime reads it on first use)
-        return script_error(spec, configmaps) or (
-            check_existing_claim(spec, claim) if spec.parallel and claim is not None else None
+        claim = seen.claim if spec.parallel else None
+        return script_error(seen) or (
+            check_existing_claim(spec, claim) if claim is not None else None
         )
 
-    if not _stop_phase(draft, spec, groups, errors, bad_script):
-        _run_groups(draft, spec, groups, nodes or {}, last_seen or {}, configmaps, bad_script)
+    errors = validate(spec.at_shape(0))  # the job as written, whatever shape is in use
+    if not stop_phase(draft, groups, errors, bad_script):
+        _run_groups(draft, groups, bad_script)
     if not groups.keep_probes:
         drop_probes(draft, groups.probes)
     groups.write_entries(draft)
-    draft.decision.recoveries = draft.ledger.finish(draft.live_pods)
-    return draft.decision
+    _close_ledger(draft)
+    return rendered(draft.decision, seen.job, spec, seen.settings, seen.now)
 
 
-def _stop_phase(
-    draft: Draft,
-    spec: JobSpec,
-    groups: JobGroups,
-    errors: list[SpecError],
-    bad_script: ScriptCheck,
-) -> bool:
-    """A finished job stays finished (or reopens: its groups start afresh), an invalid
-    spec fails the job, a suspended job stops every group. True: the decision is
-    complete."""
-    slots = groups.slots
-    if draft.get(st.PHASE) in st.TERMINAL_PHASES:
-        if reopen_or_stay(draft, spec, slots, groups.every_current, errors, bad_script):
-            return True
-        groups.current = {s.group.name: {} for s in slots}
-    if errors:
-        message = INVALID_SPEC_PREFIX + "; ".join(str(e) for e in errors)
-        delete_alive(draft, groups.every_current)
-        _close(draft, spec, slots, groups)
-        finish(draft, succeeded=False, reason="InvalidSpec", message=message)
-        return True
-    if spec.suspend:
-        _close(draft, spec, [s for s in slots if s.started], groups)
-        suspend(draft, slots, groups.pods)
-        for slot in slots:
-            slot.put(st.GROUP_STATE, "Succeeded" if slot.get(st.GROUP_COMPLETED) else "Suspended")
-        return True
-    resume_if_suspended(draft)
-    return False
+def _close_ledger(draft: Draft) -> None:
+    """status.goodput, when it changed or is due, and the running pods' next refresh."""
+    goodput = draft.ledger.finish()
+    if goodput is not None:
+        draft.put(st.GOODPUT, goodput)
+    if draft.ledger.due is not None:
+        draft.decision.wake_within(draft.ledger.due)
+    draft.decision.recoveries = draft.ledger.recoveries
 
 
-def _close(draft: Draft, spec: JobSpec, slots: list[Slot], groups: JobGroups) -> None:
-    """The groups' pods are stopped by the operator (suspend, an invalid spec): their
-    GPU time ends."""
-    for slot in slots:
-        draft.ledger.close(groups.current[slot.group.name].values(), gpus_per_pod(spec, slot))
-
-
-def _run_groups(
-    draft: Draft,
-    spec: JobSpec,
-    groups: JobGroups,
-    nodes: Mapping[str, Obj | None],
-    last_seen: Mapping[str, Obj],
-    configmaps: Mapping[str, Obj | None],
-    bad_script: ScriptCheck,
-) -> None:
+def _run_groups(draft: Draft, groups: JobGroups, bad_script: ScriptCheck) -> None:
     """Start the groups that wait, follow the running ones, judge stalls, and report;
     the job succeeds once every trial group has completed."""
     results: dict[str, GroupResult] = {}
-    if _start_groups(draft, spec, groups, configmaps, bad_script, results):
+    if _start_groups(draft, groups, bad_script, results):
         return
-    if _follow_groups(draft, spec, groups, nodes, last_seen, results):
+    if _follow_groups(draft, groups, results):
         return
-    follow_shape(draft, spec, groups, results)
-    if _judge_stalls(draft, spec, groups, results):
+    follow_shape(draft, groups, results)
+    if _judge_stalls(draft, groups, results):
         return
-    follow_probe(draft, spec, groups, results)
+    follow_probe(draft, groups, results)
     record_states(groups, results)
     if all(_completed(s, results) for s in groups.trial_slots):
         delete_alive(draft, groups.every_current, keep_ended=True)
         message = f"search completed: {best_text(draft)}"
         finish(draft, succeeded=True, reason="Completed", message=message)
-        ttl(draft, spec)
+        ttl(draft)
         return
-    report(draft, spec, groups, results, configmaps)
+    report(draft, groups, results)
 
 
 def _completed(slot: Slot, results: Mapping[str, GroupResult]) -> bool:
@@ -237,19 +172,17 @@ def _completed(slot: Slot, results: Mapping[str, GroupResult]) -> bool:
 
 def _start_groups(
     draft: Draft,
-    spec: JobSpec,
     groups: JobGroups,
-    configmaps: Mapping[str, Obj | None],
     bad_script: ScriptCheck,
     results: dict[str, GroupResult],
 ) -> bool:
     """Start each group that has not started nor completed, or say what it waits for
     (into `results`). True: the job failed (an invalid script or claim)."""
-    held = held_from(groups.slots, draft.refused)
+    held = held_from(groups.slots, draft.seen.refused)
     for index, slot in enumerate(groups.slots):
         if slot.started or slot.get(st.GROUP_COMPLETED):
             continue
-        result = _waits(draft, spec, slot, groups, bad_script, configmaps)
+        result = _waits(draft, slot, groups, bad_script)
         if result is None:
             result = _create(draft, slot, groups, held, index)
         if result.kind == "invalid":
@@ -263,12 +196,7 @@ def _start_groups(
 
 
 def _waits(
-    draft: Draft,
-    spec: JobSpec,
-    slot: Slot,
-    groups: JobGroups,
-    bad_script: ScriptCheck,
-    configmaps: Mapping[str, Obj | None],
+    draft: Draft, slot: Slot, groups: JobGroups, bad_script: ScriptCheck
 ) -> GroupResult | None:
     """What a group that is to start waits for (None: nothing)."""
     mine = groups.stale_of(slot)
@@ -276,7 +204,7 @@ def _waits(
         summary = f"waiting for {len(mine)} old trainer pod(s) to terminate"
         return GroupResult("waiting", OLD_PODS_TERMINATING, summary, summary)
     if groups.others:
-        name = draft.job["metadata"]["name"]
+        name = draft.seen.name
         summary = f"waiting for {len(groups.others)} pod(s) of an earlier TuningJob {name!r}"
         return GroupResult("waiting", "EarlierJobPods", summary, summary)
     waiting = backoff_wait(draft, slot)
@@ -285,8 +213,8 @@ def _waits(
     invalid = bad_script()
     if invalid is not None:
         return GroupResult("invalid", message=INVALID_SPEC_PREFIX + str(invalid))
-    if script_missing(spec, configmaps):
-        wait_for_script(draft, spec)
+    if script_missing(draft.seen):
+        wait_for_script(draft)
         return GroupResult("waiting", "ScriptConfigMapMissing", "the script's ConfigMap")
     return None
 
@@ -296,10 +224,11 @@ def _create(
 ) -> GroupResult:
     """Create the group's pods (kind "started"), unless a refusal holds it back (`held`:
     the index of the first group held, decide.refusal)."""
-    if draft.refused is not None and held is not None and index >= held:
+    refused = draft.seen.refused
+    if refused is not None and held is not None and index >= held:
         delete_alive(draft, list(groups.current[slot.group.name].values()))
         if index == held:
-            return hold_back(draft, slot, draft.refused)
+            return hold_back(draft, slot, refused)
         first = groups.slots[held].label
         summary = f"waiting until the {first} pod group can be created"
         return GroupResult("waiting", "GroupRefused", summary, summary)
@@ -311,24 +240,20 @@ def _create(
         slot.put(st.RESTORE_BASELINE, progress.count("restores") or 0)
     if slot.attempt > 0 and not groups.parallel:
         # what the new trainer reports from now on is about this group
-        draft.decision.status[st.PROGRESS] = {
-            **(draft.decision.status.get(st.PROGRESS) or {}),
-            "resumedFromStep": None,
-            "resumedFromEpoch": None,
-        }
+        draft.write(
+            st.PROGRESS,
+            {
+                **(draft.body.get(st.PROGRESS) or {}),
+                "resumedFromStep": None,
+                "resumedFromEpoch": None,
+            },
+        )
     workers = len(slot.group.pod_names)
     summary = f"starting {slot.label} pod group {slot.attempt} ({workers} worker(s))"
     return GroupResult("started", "PodsPending", "created", summary)
 
 
-def _follow_groups(
-    draft: Draft,
-    spec: JobSpec,
-    groups: JobGroups,
-    nodes: Mapping[str, Obj | None],
-    last_seen: Mapping[str, Obj],
-    results: dict[str, GroupResult],
-) -> bool:
+def _follow_groups(draft: Draft, groups: JobGroups, results: dict[str, GroupResult]) -> bool:
     """Each started group that has not completed: what its pods say (into `results`);
     the final group's completion gives the final result. True: the job ended (a budget
     spent, an InvalidSpec)."""
@@ -336,10 +261,10 @@ def _follow_groups(
         if slot.group.name in results or slot.get(st.GROUP_COMPLETED):
             continue  # started in this pass, or done
         group_pods = groups.current[slot.group.name]
-        outcomes = classify_group(slot, group_pods, nodes, last_seen)
-        held = held_pods(slot, group_pods, last_seen)
+        outcomes = classify_group(slot, group_pods, draft.seen.nodes, draft.seen.last_seen)
+        held = held_pods(slot, group_pods, draft.seen.last_seen)
         progress = groups.progress[slot.group.name]
-        result = run_group(draft, spec, slot, group_pods, outcomes, progress, held)
+        result = run_group(draft, slot, group_pods, outcomes, progress, held)
         if result.kind == "ended":  # a budget is spent: the job failed
             delete_alive(draft, groups.every_current)
             return True
@@ -356,9 +281,7 @@ def _follow_groups(
     return False
 
 
-def _judge_stalls(
-    draft: Draft, spec: JobSpec, groups: JobGroups, results: dict[str, GroupResult]
-) -> bool:
+def _judge_stalls(draft: Draft, groups: JobGroups, results: dict[str, GroupResult]) -> bool:
     """Condition Queued, and the groups judged for Stalled (running trial groups against
     their progress, waiting groups against their start, refused ones against their first
     refusal; not while Kueue holds them), with the stall policy for the group that just
@@ -369,11 +292,11 @@ def _judge_stalls(
         if slot.get(st.GROUP_COMPLETED) or outcome is None:
             continue
         if outcome.kind == "running" and not slot.group.oracle:
-            candidates.append(running_stuck(draft, spec, slot, slot.get(st.LAST_PROGRESS_TIME)))
+            candidates.append(running_stuck(draft, slot, slot.get(st.LAST_PROGRESS_TIME)))
         elif outcome.kind in ("pending", "terminating") and outcome.reason != QUEUED:
-            candidates.append(waiting_stuck(draft, spec, slot, outcome))
+            candidates.append(waiting_stuck(draft, slot, outcome))
         elif outcome.kind == "refused":
-            candidates.append(refused_stuck(draft, spec, slot, outcome))
+            candidates.append(refused_stuck(draft, slot, outcome))
     queued = [
         (f"{slot.group.name}: " if groups.parallel else "") + result.message
         for slot in groups.slots
@@ -387,7 +310,7 @@ def _judge_stalls(
     stalled = judge_stall(draft, candidates)
     if stalled is None:
         return False
-    acted = apply_stall_policy(draft, spec, stalled, groups.current[stalled.slot.group.name])
+    acted = apply_stall_policy(draft, stalled, groups.current[stalled.slot.group.name])
     if acted is not None and acted.kind == "ended":
         delete_alive(draft, groups.every_current)
         return True

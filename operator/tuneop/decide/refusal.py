@@ -2,7 +2,7 @@
 ResourceQuota, Pod Security or another admission check: PodRejected) or a child's name
 taken by an object the job does not own (ChildConflict). The executor meets the refusal
 when it applies a pass's decision; the pass then decides again with it
-(`Draft.refused`), and that decision holds back every group it would start and says why.
+(`Observed.refused`), and that decision holds back every group it would start and says why.
 The groups created whole before the refused pod start; the refused one waits from its
 first refusal (`podsRefused.since`) and is judged against pendingTimeoutSeconds like any
 group that does not start, so spec.stallPolicy applies to it; the groups after it wait
@@ -11,10 +11,9 @@ needs, unwatched). Every later pass tries to create the groups again."""
 
 from __future__ import annotations
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import status as st
-from .patch import UNWATCHED_RECHECK_SECONDS, Draft, Refusal
+from .observed import Refusal
+from .patch import UNWATCHED_RECHECK_SECONDS, Draft
 from .slot import GroupResult, Slot
 from .stall import Stuck
 
@@ -57,8 +56,9 @@ def hold_back(draft: Draft, slot: Slot, refusal: Refusal) -> GroupResult:
     )
 
 
-def refused_stuck(draft: Draft, spec: JobSpec, slot: Slot, result: GroupResult) -> Stuck:
+def refused_stuck(draft: Draft, slot: Slot, result: GroupResult) -> Stuck:
     """A refused group judged against pendingTimeoutSeconds since its first refusal."""
+    spec = draft.spec
     held = slot.get(st.PODS_REFUSED)
     since = st.parse_time(held.get(st.REFUSED_SINCE)) if isinstance(held, dict) else None
     idle = (draft.now - since).total_seconds() if since else 0.0

@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import status as st
 from .job import script_missing
 from .job_groups import JobGroups
@@ -51,28 +49,25 @@ def record_states(groups: JobGroups, results: Mapping[str, GroupResult]) -> None
 
 def report(
     draft: Draft,
-    spec: JobSpec,
     groups: JobGroups,
     results: Mapping[str, GroupResult],
-    configmaps: Mapping[str, Obj | None],
 ) -> None:
     """Phase, condition Running and message of a job that goes on (a parallel job's
     group states are recorded first, `record_states`)."""
     if not groups.parallel:
         slot = groups.slots[0]
-        _report_one(draft, spec, slot, configmaps, results[slot.group.name])
+        _report_one(draft, slot, results[slot.group.name])
         return
     _summarize(draft, groups.slots, results)
 
 
 def _report_one(
     draft: Draft,
-    spec: JobSpec,
     slot: Slot,
-    configmaps: Mapping[str, Obj | None],
     result: GroupResult,
 ) -> None:
     """A sequential job: its one group's result is the job's."""
+    spec = draft.spec
     if result.kind != "running" and draft.get(st.PHASE) == st.PHASE_RUNNING:
         draft.put(st.PHASE, st.PHASE_PENDING)  # no trainer trains while the group is replaced
     if result.kind in ("started", "waiting"):
@@ -96,7 +91,7 @@ def _report_one(
         )
     elif result.kind == "pending":
         pending = result.message
-        if script_missing(spec, configmaps):
+        if script_missing(draft.seen):
             # deleted after the check: the kubelet retries the mount until it is back
             pending += (
                 f"; ConfigMap {spec.script_configmap!r} (spec.script.configMap.name) not "

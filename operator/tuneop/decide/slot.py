@@ -9,11 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import status as st
 from ..api.groups import PodGroup
-from .classify import Classification
+from .classify import Classification, attempt_of
 from .patch import Draft
 
 Obj = dict[str, Any]
@@ -31,6 +29,13 @@ TOP_LEVEL = {
 }
 """Where the sequential group's bookkeeping lives in status, by the key a parallel
 job's group uses for it inside its `status.groups` entry."""
+
+
+def _declared(key: str) -> str:
+    """`key` of a status.groups entry, which the CRD declares (st.GROUP_KEYS)."""
+    if key not in st.GROUP_KEYS:
+        raise KeyError(f"status.groups[].{key} is not declared in the TuningJob's status schema")
+    return key
 
 
 class Slot:
@@ -55,12 +60,12 @@ class Slot:
         elif value is None:
             self.entry.pop(key, None)
         else:
-            self.entry[key] = value
+            self.entry[_declared(key)] = value
 
     def count(self, key: str) -> None:
         """A per-group counter (parallel jobs only; the job's own counts are `Draft.count`)."""
         if self.entry is not None:
-            self.entry[key] = st.int_of(self.entry.get(key)) + 1
+            self.entry[_declared(key)] = st.int_of(self.entry.get(key)) + 1
 
     @property
     def attempt(self) -> int:
@@ -69,6 +74,20 @@ class Slot:
     @property
     def started(self) -> bool:
         return bool(self.get(st.GROUP_STARTED))
+
+    def current_pods(self, pods: list[Obj]) -> dict[str, Obj]:
+        """The group's pods of its current attempt, by name."""
+        attempt = str(self.attempt)
+        return {
+            p["metadata"]["name"]: p
+            for p in pods
+            if attempt_of(p) == attempt and p["metadata"]["name"] in self.group.pod_names
+        }
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """The GPUs each of the group's pods holds (none for a parallel job's oracle)."""
+        return self.draft.spec.distribution.gpus_per_worker if self.group.gpus else 0
 
     @property
     def label(self) -> str:
@@ -106,10 +125,6 @@ class GroupResult:
     summary: str = ""
     """status.message of a sequential job."""
     chief: Classification | None = None
-
-
-def gpus_per_pod(spec: JobSpec, slot: Slot) -> int:
-    return spec.distribution.gpus_per_worker if slot.group.gpus else 0
 
 
 def last_checkpoint(draft: Draft, slot: Slot) -> Any:

@@ -10,12 +10,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from tuneop_contract.spec import JobSpec
-
 from ..api import status as st
-from .job import delete_alive, finish
+from .job import finish, stop_group
 from .patch import Draft
-from .slot import GroupResult, Slot, gpus_per_pod
+from .slot import GroupResult, Slot
 
 Obj = dict[str, Any]
 
@@ -38,15 +36,17 @@ class Stuck:
     field: str = "stallTimeoutSeconds"
 
 
-def running_stuck(draft: Draft, spec: JobSpec, slot: Slot, last_progress: Any) -> Stuck:
+def running_stuck(draft: Draft, slot: Slot, last_progress: Any) -> Stuck:
     """A running group: idle since its last progress (or its start)."""
+    spec = draft.spec
     idle = idle_seconds(draft, last_progress, slot.get(st.START_TIME))
     return Stuck(slot, idle, spec.stall_timeout_seconds, "NoProgress")
 
 
-def waiting_stuck(draft: Draft, spec: JobSpec, slot: Slot, result: GroupResult) -> Stuck:
+def waiting_stuck(draft: Draft, slot: Slot, result: GroupResult) -> Stuck:
     """A group whose pods have not started (or cannot finish terminating) since it was
     created: judged against pendingTimeoutSeconds, with the reason it waits."""
+    spec = draft.spec
     idle = idle_seconds(draft, None, slot.get(st.START_TIME))
     return Stuck(
         slot, idle, spec.pending_timeout_seconds, result.reason, result.message,
@@ -84,31 +84,22 @@ def judge_stall(draft: Draft, candidates: list[Stuck]) -> Stuck | None:
 STALL_RESTART = "StallRestart"
 
 
-def _stop(draft: Draft, spec: JobSpec, slot: Slot, pods: Mapping[str, Obj]) -> None:
-    """The operator stops a running group: its pods go, their GPU time is closed and no
-    longer counted as live."""
-    delete_alive(draft, list(pods.values()))
-    draft.ledger.close(pods.values(), gpus_per_pod(spec, slot))
-    draft.live_pods = [(p, g) for p, g in draft.live_pods if p not in pods.values()]
-
-
-def apply_stall_policy(
-    draft: Draft, spec: JobSpec, stuck: Stuck, pods: Mapping[str, Obj]
-) -> GroupResult | None:
+def apply_stall_policy(draft: Draft, stuck: Stuck, pods: Mapping[str, Obj]) -> GroupResult | None:
     """spec.stallPolicy for a group that just became Stalled: Restart recreates it
     (status.restarts and stallRestarts, never a failure or a preemption; a group the API
     server refuses is tried again every pass anyway), Fail ends the job with reason
     Stalled; Ignore leaves it to the condition and the alert."""
+    spec = draft.spec
     slot = stuck.slot
     condition = st.get_condition(draft.conditions, st.COND_STALLED) or {}
     message = str(condition.get("message") or stuck.reason)
     if spec.stall_policy == "Fail":
-        _stop(draft, spec, slot, pods)
+        stop_group(draft, pods, slot.gpus_per_pod)
         finish(draft, succeeded=False, reason="Stalled", message=f"stalled: {message}")
         return GroupResult("ended")
     if spec.stall_policy != "Restart" or not slot.started:
         return None  # a group never created (refused) has nothing to recreate
-    _stop(draft, spec, slot, pods)
+    stop_group(draft, pods, slot.gpus_per_pod)
     draft.event(
         "Warning",
         STALL_RESTART,

@@ -23,6 +23,16 @@ from . import children, overlay
 Obj = dict[str, Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class PodSettings:
+    """The operator's settings every trainer pod is built with (run.config): its
+    trainer's metrics port, the uid it runs as, the steady progress interval."""
+
+    metrics_port: int = contract.DEFAULT_METRICS_PORT
+    uid: int = names.TRAINER_UID
+    progress_interval: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS
+
+
 def pod_host(job: Obj, pod: str) -> str:
     """DNS name of the job's pod `pod` behind the headless Service."""
     job_name, ns = job["metadata"]["name"], job["metadata"]["namespace"]
@@ -49,20 +59,6 @@ def _field_env(name: str, path: str) -> Obj:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def mtbf_seconds(job: Obj, spec: JobSpec, now: dt.datetime) -> float:
-    """The job's mean time between disruptions so far (contract.mtbf_estimate): its pod
-    groups' time since `status.startTime` (x parallelTrials: each group can be disrupted)
-    over `status.preemptions`. Time a lost group waited to be recreated counts as running
-    time too: a slight overestimate, small beside the prior's uncertainty."""
-    status = job.get("status") or {}
-    start = st.parse_time(status.get(st.START_TIME))
-    running = max(0.0, (now - start).total_seconds()) if start is not None else 0.0
-    preemptions = status.get(st.PREEMPTIONS)
-    if not isinstance(preemptions, int) or isinstance(preemptions, bool):
-        preemptions = 0
-    return contract.mtbf_estimate(running * spec.parallel_trials, preemptions)
-
-
 def progress_report_seconds(spec: JobSpec, configured: float) -> float:
     """How often the trainer writes steady progress: the operator's configured interval
     (its API server budget), shorter for a job whose stallTimeoutSeconds is short, so a
@@ -79,6 +75,11 @@ def build_env(
     now: dt.datetime | None = None,
     progress_interval: float = contract.DEFAULT_PROGRESS_INTERVAL_SECONDS,
 ) -> list[Obj]:
+    # what the job's status tells each (re)created trainer: the mean time between
+    # disruptions its losses give, the trials to record FAILED instead of retrying them
+    status = job.get("status") or {}
+    mtbf = st.mtbf_seconds(status, spec.parallel_trials, now or dt.datetime.now(dt.UTC))
+    failed = st.oom_trials(status)
     env: list[Obj] = [
         {"name": contract.ENV_JOB_NAME, "value": job["metadata"]["name"]},
         {"name": contract.ENV_JOB_NAMESPACE, "value": job["metadata"]["namespace"]},
@@ -96,19 +97,13 @@ def build_env(
         {"name": contract.ENV_WORKER_INDEX, "value": str(index)},
         {"name": contract.ENV_CHECKPOINT_DIR, "value": contract.DEFAULT_CHECKPOINT_DIR},
         {"name": contract.ENV_SPEC_FILE, "value": contract.DEFAULT_SPEC_FILE},
-        {
-            # read at each (re)creation: a recreated pod gets the MTBF its losses give
-            "name": contract.ENV_MTBF_SECONDS,
-            "value": str(round(mtbf_seconds(job, spec, now or dt.datetime.now(dt.UTC)))),
-        },
+        {"name": contract.ENV_MTBF_SECONDS, "value": str(round(mtbf))},
     ]
     if spec.script is not None and not _template_working_dir(spec):
         # the script's relative writes (a saved model, a CSV log) kept on the claim
         workdir = f"{contract.DEFAULT_CHECKPOINT_DIR}/{contract.OUTPUTS_DIR}"
         env.append({"name": contract.ENV_SCRIPT_WORKDIR, "value": workdir})
-    failed = st.oom_trials(job.get("status") or {})
     if failed:
-        # the trainer records these FAILED in the oracle instead of retrying them
         value = contract.format_failed_trials(dict.fromkeys(failed, contract.FAILED_REASON_OOM))
         env.append({"name": contract.ENV_FAILED_TRIALS, "value": value})
     if group is not None and group.tuner_id is not None:

@@ -20,8 +20,10 @@ from ..act import kube as kube_mod
 from ..api import names, podtemplate, queue
 from ..api import status as st
 from ..api.spec import job_spec
-from ..decide.patch import Decision, Refusal
+from ..decide.observed import Observed, Refusal
+from ..decide.patch import Decision
 from ..decide.reconcile import decide, nodes_to_read
+from ..render.trainer_pods import PodSettings
 from . import metrics
 from .config import Config
 from .watched import Snapshot, Watched
@@ -130,31 +132,22 @@ class Runtime:
         workloads = self._workloads(namespace, pods)
         claim = self._claim(key, spec)
 
-        def decide_pass(refused: Refusal | None = None) -> Decision:
-            return decide(
-                job,
-                pods,
-                spec=spec,
-                now=dt.datetime.now(dt.UTC),
-                nodes=nodes,
-                last_seen=self.last_seen(key),
-                configmaps=script,
-                progress_configmap=view.progress,
-                claim=claim,
-                workloads=workloads,
-                refused=refused,
-            )
-
-        applied = executor.apply_pass(
-            self.kube,
-            job,
-            decide_pass,
-            metrics_port=self.config.trainer_metrics_port,
-            uid=self.config.trainer_uid,
-            logger=logger,
-            spec=spec,
-            progress_interval=self.config.progress_interval_seconds,
+        settings = PodSettings(
+            self.config.trainer_metrics_port,
+            self.config.trainer_uid,
+            self.config.progress_interval_seconds,
         )
+
+        def decide_pass(refused: Refusal | None = None) -> Decision:
+            # read now: a pass decided again after a refusal sees the watch's latest
+            seen = Observed(
+                job=job, spec=spec, pods=pods, now=dt.datetime.now(dt.UTC), nodes=nodes,
+                last_seen=self.last_seen(key), scripts=script, progress=view.progress,
+                claim=claim, workloads=workloads, refused=refused, settings=settings,
+            )  # fmt: skip
+            return decide(seen)
+
+        applied = executor.apply_pass(self.kube, job, decide_pass, logger=logger)
         self.watched.applied(key, applied.job, applied.wrote_children)
         decision = applied.decision
         self._log_ignored(key, decision.ignored, logger)
