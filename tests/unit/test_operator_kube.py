@@ -153,11 +153,17 @@ def test_a_conflict_is_surfaced_in_status_and_one_event():
     # the next passes meet the same conflict: no second Event, and nothing logged through
     # kopf's per-object logger (each of its warnings would be an Event)
     kopf_logger = EventPostingLogger()
-    job = {**JOB, "status": fake.patches[-1]}
-    fake.job = job
+    fake.job = written(JOB, fake.patches[-1])
     for _ in range(3):
         runtime.reconcile_once("ns", "j", kopf_logger)
     assert fake.events == [CHILD_CONFLICT] and kopf_logger.posted == []
+
+
+def written(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """`job` as the API server holds it once `status` is written: a newer version."""
+    meta = job["metadata"]
+    version = str(int(meta["resourceVersion"]) + 1)
+    return {**job, "metadata": {**meta, "resourceVersion": version}, "status": status}
 
 
 def _stalled_gauge(namespace: str, name: str) -> tuple[float, str] | None:
@@ -182,8 +188,7 @@ def test_pods_refused_past_the_pending_timeout_stall_the_job_once_and_are_export
     # still refused, 601 s after the first refusal (pendingTimeoutSeconds 600)
     long_ago = st.rfc3339(dt.datetime.now(dt.UTC) - dt.timedelta(seconds=601))
     refused = {**first["podsRefused"], "since": long_ago}
-    job = {**JOB, "status": {**first, "podsRefused": refused}}
-    fake.job = job
+    fake.job = written(JOB, {**first, "podsRefused": refused})
     runtime.reconcile_once("ns", "j", LOG)
     stalled = next(c for c in fake.patches[-1]["conditions"] if c["type"] == "Stalled")
     assert stalled["status"] == "True" and stalled["reason"] == POD_REJECTED
@@ -193,7 +198,7 @@ def test_pods_refused_past_the_pending_timeout_stall_the_job_once_and_are_export
     assert fake.events == [POD_REJECTED, "Stalled"]
     assert _stalled_gauge("ns", "j") == (1.0, POD_REJECTED)
     # once stalled with that reason: no new patch, no new Event
-    job["status"] = {**job["status"], **fake.patches[-1]}  # as the API server merges it
+    fake.job = written(fake.job, {**fake.job["status"], **fake.patches[-1]})  # merged
     patches = len(fake.patches)
     runtime.reconcile_once("ns", "j", LOG)
     assert len(fake.patches) == patches and fake.events == [POD_REJECTED, "Stalled"]

@@ -154,6 +154,22 @@ def test_an_older_copy_never_replaces_a_newer_one():
     assert snap is not None and snap.job == JOB  # resourceVersion 7 kept
 
 
+def test_at_the_same_version_the_watchs_copy_is_kept_not_a_second_one():
+    """The watch's copy shares its objects with kopf's; a status patch's answer or a
+    live read of the same version would be a second copy of every job in memory."""
+    watched = Watched(clock=Clock())
+    delivered = {**JOB, "metadata": {**JOB["metadata"], "resourceVersion": "8"}}
+    watched.job_event(KEY, delivered, False)
+    watched.read_live(KEY, dict(delivered), [], {"resourceVersion": "8"}, None)
+    watched.applied(KEY, dict(delivered), wrote_children=False)
+    snap = watched.snapshot(KEY)
+    assert snap is not None and snap.job is delivered
+    answer = {**JOB, "metadata": {**JOB["metadata"], "resourceVersion": "9"}}
+    watched.applied(KEY, answer, wrote_children=False)  # newer: it replaces
+    snap = watched.snapshot(KEY)
+    assert snap is not None and snap.job is answer
+
+
 def test_a_deleted_pod_is_not_brought_back_by_a_list_served_before_its_deletion():
     watched = Watched(clock=Clock())
     watched.pod_event(KEY, pod(rv=15), True)

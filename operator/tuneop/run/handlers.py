@@ -18,7 +18,7 @@ from ..act import executor, kube
 from ..act.fence import Frozen
 from ..api import names
 from ..api import status as st
-from . import health, metrics
+from . import health, heap, metrics, session
 from .runtime import Runtime, job_of
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
@@ -74,18 +74,30 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.networking.connect_timeout = timeout
 
 
+@kopf.on.login()
+async def login(
+    logger: Any, settings: kopf.OperatorSettings, memo: Any, **_: Any
+) -> kopf.AiohttpSession | None:
+    """kopf's credentials on a session with a bounded connection pool (run.session)."""
+    namespaces = len(_runtime(memo).config.namespaces)
+    return await session.bounded_session(logger, settings, namespaces)
+
+
 @kopf.on.startup()
-async def start_fence(memo: Any, **_: Any) -> None:
-    """The fence's ticker runs on kopf's event loop: a gap in it is a frozen process."""
+async def start_background(memo: Any, **_: Any) -> None:
+    """The fence's ticker runs on kopf's event loop: a gap in it is a frozen process.
+    The heap trimmer (run.heap) gives back what a burst of passes freed."""
     runtime = _runtime(memo)
     if runtime.kube.fence is not None:
-        runtime.fence_task = asyncio.create_task(runtime.kube.fence.run())
+        runtime.background.append(asyncio.create_task(runtime.kube.fence.run()))
+    release = heap.trimmer()
+    if release is not None:
+        runtime.background.append(asyncio.create_task(heap.trim_periodically(release)))
 
 
 @kopf.on.cleanup()
-async def stop_fence(memo: Any, **_: Any) -> None:
-    task = _runtime(memo).fence_task
-    if task is not None:
+async def stop_background(memo: Any, **_: Any) -> None:
+    for task in _runtime(memo).background:
         task.cancel()
 
 

@@ -49,7 +49,8 @@ class Runtime:
         self._seen: dict[Key, dict[str, Obj]] = {}
         self._ignored: dict[Key, tuple[str, ...]] = {}
         self._claims: dict[Key, tuple[float, Obj]] = {}
-        self.fence_task: asyncio.Task[None] | None = None
+        self.background: list[asyncio.Task[None]] = []
+        """Tasks on kopf's loop for the operator's life (the fence, the heap trimmer)."""
 
     def node(self, name: str) -> Obj | None:
         """The Node `name` as the node watch delivered it; one the watch has not named
