@@ -99,8 +99,8 @@ def test_a_ttl_deletion_in_flight_spares_a_job_recreated_under_its_name(e2e: Env
     new_uid = e2e.job(ns)["metadata"]["uid"]
     assert new_uid != read["metadata"]["uid"]
     ttl_reached = Decision(delete_job=True)
-    executor.apply(kube, read, ttl_reached, metrics_port=9464, uid=1000)
+    executor.apply(kube, read, ttl_reached)
     assert e2e.job(ns)["metadata"]["uid"] == new_uid  # not deleted
     # the same step on a read of the new job does delete it: the precondition is what spared it
-    executor.apply(kube, kube.get_job(ns, "search") or {}, ttl_reached, metrics_port=9464, uid=1000)
+    executor.apply(kube, kube.get_job(ns, "search") or {}, ttl_reached)
     wait_for(lambda: e2e.kubectl.job(ns, "search") is None, 60, "the new job's deletion")
