@@ -23,7 +23,7 @@ the job Succeeded, a progress write to the same step in status.progress, a new j
 its first phase); then the active replica SIGKILLed: seconds until the standby leads,
 and until it has passed over every job (at most `--failover-limit` s after it leads).
 Floors (reported, not asserted): reconcile p99 < 1 s, the operator under 1 core on
-average and under the chart's memory limit (256 MiB), at most 0.05 API requests/s per
+average and under the chart's memory limit (values.yaml), at most 0.05 API requests/s per
 training job, every job passed within 60 s of the take-over. Table on stdout, JSON in
 bench/results/operator-scale.json."""
 
@@ -48,7 +48,9 @@ for sub in ("contract", "operator", "trainer_image", "."):
     sys.path.insert(0, str(ROOT / sub))
 
 import tuneop_contract as contract  # noqa: E402
+import yaml  # noqa: E402
 from kubernetes import client  # noqa: E402
+from kubernetes.utils import parse_quantity  # noqa: E402
 from tuneop.run.watched import RESYNC_SECONDS  # noqa: E402
 
 from bench.operator import apimeasure as am  # noqa: E402
@@ -59,7 +61,15 @@ from tests.localcluster.controlplane import ControlPlane  # noqa: E402
 
 NS = "bench"
 OUT = ROOT / "bench" / "results" / "operator-scale.json"
-MEMORY_LIMIT_MIB = 256  # charts/tuneop/values.yaml resources.limits.memory
+
+
+def chart_memory_limit_mib() -> float:
+    """The operator's memory limit as the chart sets it (resources.limits.memory), MiB."""
+    values = yaml.safe_load((ROOT / "charts" / "tuneop" / "values.yaml").read_text())
+    return float(parse_quantity(values["resources"]["limits"]["memory"])) / 2**20
+
+
+MEMORY_LIMIT_MIB = chart_memory_limit_mib()
 RESYNC_READS = 3
 """A steady job's live reads at each resync (the job, its pods, its progress map): the
 windows here start under RESYNC_SECONDS after the jobs did, so they see none of them."""
