@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import tuneop_contract as contract
@@ -15,6 +16,7 @@ from tuneop.act import executor
 from tuneop.api import names, queue
 from tuneop.api import status as st
 from tuneop.api.events import Event
+from tuneop.api.spec import job_spec
 from tuneop.decide.observed import Observed, Refusal
 from tuneop.decide.patch import Decision
 from tuneop.decide.reconcile import decide
@@ -30,6 +32,13 @@ CONFIG = Config.from_env({})
 SETTINGS = PodSettings(CONFIG.trainer_metrics_port, CONFIG.trainer_uid)
 
 Obj = dict[str, Any]
+
+
+def observed(job: Obj, pods: Sequence[Obj], *, now: dt.datetime, **read: Any) -> Observed:
+    """What a pass would read: `job` and `pods` at `now`, with whatever else was read
+    (`read`: Observed's fields by name); the spec parsed from the job unless given."""
+    spec = read.pop("spec", None) or job_spec(job)
+    return Observed(job=job, spec=spec, pods=pods, now=now, **read)
 
 
 def merge_patch(target: Obj, patch: Obj) -> Obj:
@@ -155,7 +164,7 @@ class World:
 
         def decide_pass(refused: Refusal | None) -> Decision:
             return decide(
-                Observed.of(
+                observed(
                     self.job,
                     list(self.pods.values()),
                     now=self.now,

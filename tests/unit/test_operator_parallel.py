@@ -11,7 +11,6 @@ from tuneop.api import names
 from tuneop.api import status as st
 from tuneop.api.groups import pod_groups
 from tuneop.api.spec import validate
-from tuneop.decide.observed import Observed
 from tuneop.decide.patch import Decision
 from tuneop.decide.reconcile import decide, nodes_to_read
 from tuneop.decide.refusal import POD_REJECTED
@@ -19,7 +18,7 @@ from tuneop.render import children, trainer_pods
 from tuneop_contract.spec import DEFAULT_GPU_RESOURCE, JobSpec
 
 from tests.unit.fakes import QUOTA_REFUSAL
-from tests.unit.operator_world import World
+from tests.unit.operator_world import World, observed
 
 ORACLE, T0, T1 = "j-oracle", "j-t0-worker-0", "j-t1-worker-0"
 EVICTED = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
@@ -289,15 +288,13 @@ def test_the_shared_claim_must_be_read_write_many():
 def test_an_existing_claim_that_is_not_read_write_many_is_an_invalid_spec():
     w = ParallelWorld(checkpoint={"existingClaim": "data"})
     claim = {"spec": {"accessModes": ["ReadWriteOnce"]}}
-    d = decide(Observed.of(w.job, [], now=w.now, claim=claim))
+    d = decide(observed(w.job, [], now=w.now, claim=claim))
     assert not d.create_groups
     failed = st.get_condition(d.status["conditions"], st.COND_FAILED)
     assert failed is not None and failed["reason"] == "InvalidSpec"
     assert "spec.checkpoint.existingClaim" in failed["message"]
     assert "ReadWriteMany" in failed["message"]
-    ok = decide(
-        Observed.of(w.job, [], now=w.now, claim={"spec": {"accessModes": ["ReadWriteMany"]}})
-    )
+    ok = decide(observed(w.job, [], now=w.now, claim={"spec": {"accessModes": ["ReadWriteMany"]}}))
     assert sorted(n for n, _ in ok.create_groups) == ["oracle", "t0", "t1"]
 
 

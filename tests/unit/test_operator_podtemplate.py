@@ -16,7 +16,6 @@ import yaml
 from tuneop.api import names, podtemplate
 from tuneop.api.podtemplate import Defaults
 from tuneop.api.spec import validate
-from tuneop.decide.observed import Observed
 from tuneop.decide.reconcile import decide
 from tuneop.render import overlay, trainer_pods
 from tuneop.run.config import Config, ConfigError
@@ -25,6 +24,7 @@ from tuneop_contract.spec import JobSpec
 
 from tests.unit.crd_schema import ROOT, check, schema
 from tests.unit.fakes import FakeKube
+from tests.unit.operator_world import observed
 
 JOB: dict[str, Any] = {
     "apiVersion": names.API_VERSION,
@@ -279,7 +279,7 @@ def test_spec_validate_reports_template_errors_as_spec_errors():
 
 def test_an_invalid_template_fails_the_job_with_invalid_spec_and_no_pods():
     job = {**JOB, "spec": {**JOB["spec"], "template": {"spec": {"hostPID": True}}}}
-    decision = decide(Observed.of(job, [], now=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)))
+    decision = decide(observed(job, [], now=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)))
     assert decision.create_pods == []
     assert decision.status["phase"] == "Failed"
     failed = next(c for c in decision.status["conditions"] if c["type"] == "Failed")

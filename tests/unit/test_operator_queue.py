@@ -12,7 +12,7 @@ from tuneop.decide.classify import Outcome, classify
 from tuneop.render import trainer_pods
 from tuneop_contract.spec import JobSpec
 
-from tests.unit.operator_world import QUEUE, World, admit, gate, start
+from tests.unit.operator_world import QUEUE, World, admit, gate, observed, start
 
 
 def queued_world(**spec: Any) -> World:
@@ -95,7 +95,6 @@ def test_kueue_s_message_comes_from_the_workload():
     gate(w)
     name = queue.workload_name(next(iter(w.pods.values())))
     assert name == "j-abcde-0"
-    from tuneop.decide.observed import Observed
     from tuneop.decide.reconcile import decide
 
     workload = {
@@ -105,7 +104,7 @@ def test_kueue_s_message_comes_from_the_workload():
             ]
         }
     }
-    d = decide(Observed.of(w.job, list(w.pods.values()), now=w.now, workloads={name: workload}))
+    d = decide(observed(w.job, list(w.pods.values()), now=w.now, workloads={name: workload}))
     queued = st.get_condition(d.status["conditions"], st.COND_QUEUED)
     assert queued is not None and queued["message"] == "LocalQueue team-a: insufficient quota"
 

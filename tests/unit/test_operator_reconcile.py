@@ -9,13 +9,12 @@ from typing import Any
 import tuneop_contract as contract
 from tuneop.api import names
 from tuneop.api import status as st
-from tuneop.decide.observed import Observed
 from tuneop.decide.reconcile import decide, nodes_to_read
 from tuneop.render import children, trainer_pods
 from tuneop_contract.spec import JobSpec
 
 from tests.unit.crd_schema import check, schema
-from tests.unit.operator_world import T0, World, start
+from tests.unit.operator_world import T0, World, observed, start
 
 
 def test_happy_path_runs_to_completion_with_best_trial():
@@ -240,7 +239,7 @@ def test_ttl_deletes_the_finished_job():
 
 def test_operator_restart_between_create_and_status_patch_creates_no_duplicates():
     w = World()
-    d = decide(Observed.of(w.job, [], now=T0))
+    d = decide(observed(w.job, [], now=T0))
     assert d.create_pods == [0]
     # pods were created, then the operator died before patching status:
     pod = trainer_pods.build_pod(w.job, JobSpec.from_dict(w.job["spec"]), 0, 0)
@@ -501,7 +500,7 @@ def test_a_poisoned_progress_is_ignored_field_by_field_and_the_job_still_reconci
     w.report("not an object")
     assert w.step().ignored == ("configmaps/j-progress",)
     poisoned = {**w.job, "status": {**w.status, "progress": "not an object"}}
-    assert decide(Observed.of(poisoned, list(w.pods.values()), now=w.now)).ignored == (
+    assert decide(observed(poisoned, list(w.pods.values()), now=w.now)).ignored == (
         "status.progress",
     )
     w.terminate("j-worker-0", 0)

@@ -14,7 +14,6 @@ from typing import Any, NamedTuple
 
 from tuneop_contract.spec import JobSpec
 
-from ..api.spec import job_spec
 from ..render.trainer_pods import PodSettings
 
 Obj = dict[str, Any]
@@ -60,13 +59,6 @@ class Observed:
     group starts in this one (decide.refusal)."""
     settings: PodSettings = dataclasses.field(default_factory=PodSettings)
     """The operator's settings the trainer pods are rendered with."""
-
-    @classmethod
-    def of(cls, job: Obj, pods: Sequence[Obj], *, now: dt.datetime, **read: Any) -> Observed:
-        """`job` and `pods` read at `now`, with whatever else was read (`read`: the
-        fields by name); the spec is parsed here unless given."""
-        spec = read.pop("spec", None) or job_spec(job)
-        return cls(job=job, spec=spec, pods=pods, now=now, **read)
 
     @property
     def name(self) -> str:
