@@ -241,12 +241,24 @@ def test_operator_restart_mid_run_creates_no_duplicates(e2e: Env, reference: dic
     uid = e2e.cluster.pod(ns, "search-worker-0").metadata.uid
     e2e.operator.kill()
     e2e.operator.start()
+    # kopf lists the trainer pods and progress maps (indexed) before it starts a job's
+    # loop: the first pass of every job trusts that listing, none reads live
+    counters = wait_for(lambda: _passed(e2e.operator), 60, "a first pass", every=0.1)
+    assert counters["tuneop_reconcile_live_reads_total"] == 0, counters
     final = e2e.wait_phase(ns, "Succeeded", timeout=400)
     pods = e2e.kubectl.pods(ns, "search")
     assert [p["metadata"]["uid"] for p in pods] == [uid]
     assert final["preemptions"] == 0 and final["restarts"] == 0
     assert final["bestTrial"]["id"] == reference["bestTrial"]["id"]
     assert e2e.reasons(ns) == ["Created", "Completed"]
+
+
+def _passed(operator: Operator) -> dict[str, float] | None:
+    """The operator's pass counters once it has completed a pass."""
+    wanted = ("tuneop_reconcile_passes_total", "tuneop_reconcile_live_reads_total")
+    lines = [line.split() for line in operator.metrics().splitlines()]
+    counters = {line[0]: float(line[1]) for line in lines if line and line[0] in wanted}
+    return counters if counters.get("tuneop_reconcile_passes_total", 0) >= 1 else None
 
 
 def test_suspend_resume_and_delete_keeps_the_retained_claim(e2e: Env, reference: dict[str, Any]):

@@ -32,6 +32,7 @@ OPERATOR = {
     "tuneop_operator_leader",
     "tuneop_reconcile_passes_total",
     "tuneop_reconcile_errors_total",
+    "tuneop_reconcile_live_reads_total",
 }
 # Per job, from the reconcile loops' health (run.health, run.metrics.LoopSeries); also
 # while a job's passes fail.

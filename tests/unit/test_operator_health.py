@@ -18,12 +18,12 @@ from tests.unit.fakes import Clock
 
 
 class Runtime:
-    """reconcile_once raises while `failing` names the job (the API refusing it)."""
+    """A pass raises while `failing` names the job (the API refusing it)."""
 
     def __init__(self) -> None:
         self.failing: set[str] = set()
 
-    def reconcile_once(self, namespace: str, name: str, logger: Any) -> None:
+    async def run_pass(self, namespace: str, name: str, logger: Any) -> None:
         if name in self.failing:
             raise kube.ApiError(503, "{}", "GET", f"/tuningjobs/{name}")
 

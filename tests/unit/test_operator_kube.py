@@ -224,7 +224,7 @@ class FailingRuntime:
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def reconcile_once(self, namespace: str, name: str, logger: Any) -> None:
+    async def run_pass(self, namespace: str, name: str, logger: Any) -> None:
         raise self.error
 
 

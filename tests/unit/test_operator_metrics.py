@@ -65,6 +65,7 @@ def test_series_names_labels_and_values():
     assert one["tuneop_operator_leader"] == 1
     assert one["tuneop_reconcile_passes_total"] == 1
     assert one["tuneop_reconcile_errors_total"] == 0
+    assert one["tuneop_reconcile_live_reads_total"] == 0
     assert one["tuneop_tuningjob_trials_completed"] == 3
     assert one["tuneop_tuningjob_trials_planned"] == 10
     assert one["tuneop_tuningjob_best_score"] == 0.75
@@ -144,8 +145,10 @@ def test_passes_and_errors_are_counted():
     jobs.observe("ml", "a", {}, {})
     jobs.observe("ml", "a", {}, {})
     jobs.reconcile_failed()
+    jobs.read_live()
     assert _value(jobs, "tuneop_reconcile_passes_total") == 2
     assert _value(jobs, "tuneop_reconcile_errors_total") == 1
+    assert _value(jobs, "tuneop_reconcile_live_reads_total") == 1
 
 
 def test_an_invalid_max_failures_is_left_out():

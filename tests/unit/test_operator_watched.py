@@ -62,6 +62,58 @@ def test_a_steady_running_job_reads_nothing_after_its_first_pass():
     assert server.reads == LIVE + LIVE + ["Node/n1"]
 
 
+def fed_by_the_watches(runtime: Runtime, server: FakeKube, worker: Obj) -> None:
+    """What kopf's first listing delivers of the running world: the job, its pod."""
+    assert server.job is not None
+    runtime.watched.job_event(KEY, server.job, False)
+    runtime.pod_seen("ns", "j", worker)
+
+
+def test_after_the_watches_first_listing_a_first_pass_reads_nothing():
+    """kopf starts the job's daemon only once the indexed pods and progress maps are
+    listed: the first pass after a start or a take-over trusts that listing."""
+    clock = Clock()
+    runtime, server, worker = running_world(clock)
+    fed_by_the_watches(runtime, server, worker)
+    assert runtime.watched.snapshot(KEY) is None  # the listing may still be on its way
+    runtime.watched.listing_complete()
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads == []
+    # a job first seen after the listing: the watches stream it whole
+    runtime.watched.job_event(("ns", "later"), {**server.job, "metadata": {
+        **server.job["metadata"], "name": "later"}}, False)  # fmt: skip
+    assert runtime.watched.snapshot(("ns", "later")) is not None
+    # the listing ages like a live read: the resync reads live
+    clock.now += RESYNC_SECONDS
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads[:3] == LIVE
+
+
+def test_after_a_pause_no_listing_is_trusted_again():
+    """A replica that led, paused and leads again: kopf does not wait for its relist,
+    which reports nothing deleted meanwhile. Every job's next pass reads live."""
+    clock = Clock()
+    runtime, server, worker = running_world(clock)
+    fed_by_the_watches(runtime, server, worker)
+    runtime.watched.listing_complete()
+    runtime.reconcile_once("ns", "j", LOG)
+    runtime.watched.paused()
+    runtime.watched.listing_complete()  # its daemons start again
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads[:3] == LIVE
+    runtime.watched.job_event(("ns", "later"), {**server.job, "metadata": {
+        **server.job["metadata"], "name": "later"}}, False)  # fmt: skip
+    assert runtime.watched.snapshot(("ns", "later")) is None
+
+
+def test_a_job_the_watches_have_not_delivered_is_read_live():
+    clock = Clock()
+    runtime, _server, worker = running_world(clock)
+    runtime.watched.listing_complete()
+    runtime.pod_seen("ns", "j", worker)  # its pod came first
+    assert runtime.watched.snapshot(KEY) is None
+
+
 def test_a_status_patch_answer_keeps_the_cache_fresh_and_pod_writes_do_not():
     clock = Clock()
     runtime, server, worker = running_world(clock)

@@ -55,6 +55,11 @@ class Config:
     request_timeout_seconds: float = 30.0
     """Longest wait for one API call (connect + response): a half-open connection fails
     the pass, which is retried, instead of blocking a reconcile thread for ever."""
+    pass_threads: int = 16
+    """Threads that run passes: a pass waits on the API server for most of its time (a
+    status patch, sometimes a few reads), one request after another, so at scale the
+    passes in flight are bounded by this, not by CPU. The Kube client keeps as many
+    connections (plus KOPF_HANDLER_CONNECTIONS)."""
     error_backoff_max_seconds: float = 60.0
     """After consecutive failed passes the next waits reconcile_seconds·2^(n-1), at most
     this long."""
@@ -98,6 +103,7 @@ class Config:
             request_timeout_seconds=read.number(
                 "REQUEST_TIMEOUT_SECONDS", cls.request_timeout_seconds, 1, 600
             ),
+            pass_threads=read.integer("PASS_THREADS", cls.pass_threads, 1, 256),
             error_backoff_max_seconds=read.number(
                 "ERROR_BACKOFF_MAX_SECONDS", cls.error_backoff_max_seconds, 1, 3600
             ),
@@ -106,6 +112,11 @@ class Config:
             ),
             trainer_defaults=trainer_defaults(read.get),
         )
+
+
+KOPF_HANDLER_CONNECTIONS = 4
+"""Connections of the Kube client beyond the pass threads: kopf's thread pool runs the
+cleanup handler of a deleted job beside the passes."""
 
 
 class _Env:

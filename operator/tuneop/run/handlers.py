@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -97,8 +97,10 @@ async def start_background(memo: Any, **_: Any) -> None:
 
 @kopf.on.cleanup()
 async def stop_background(memo: Any, **_: Any) -> None:
-    for task in _runtime(memo).background:
+    runtime = _runtime(memo)
+    for task in runtime.background:
         task.cancel()
+    runtime.passes.shutdown(wait=False, cancel_futures=True)
 
 
 @kopf.daemon(*RESOURCE, id="reconcile", cancellation_timeout=10.0)
@@ -109,6 +111,9 @@ async def reconcile(
     runtime = _runtime(memo)
     config = runtime.config
     trigger = runtime.trigger((namespace, name))
+    # kopf starts no daemon before its indexed resources (the trainer pods and progress
+    # maps, below) are listed whole, the first time the operator leads
+    runtime.watched.listing_complete()
     errors = 0
     while not stopped:
         errors, wait = await _pass(runtime, namespace, name, logger, errors)
@@ -118,6 +123,8 @@ async def reconcile(
         else:  # until the job's next deadline, or an event of its objects
             await pause(stopped, trigger, max(wait, config.reconcile_seconds))
         trigger.clear()
+    if stopped.reason is not None and kopf.DaemonStoppingReason.OPERATOR_PAUSING in stopped.reason:
+        runtime.watched.paused()
 
 
 async def pause(stopped: Any, trigger: asyncio.Event | None, seconds: float) -> None:
@@ -148,7 +155,7 @@ async def _pass(
     per-job reconcile metrics)."""
     job, key = f"{namespace}/{name}", (namespace, name)
     try:
-        wait = await asyncio.to_thread(runtime.reconcile_once, namespace, name, logger)
+        wait = await runtime.run_pass(namespace, name, logger)
     except executor.StaleGroup as err:
         log.info("%s: %s (waiting)", job, err)
         loops.succeeded(key)
@@ -208,10 +215,40 @@ async def job_event(
         runtime.wake((namespace, name))
 
 
-@kopf.on.event(
-    *POD_RESOURCE,
-    labels={names.LABEL_MANAGED_BY: names.MANAGED_BY, names.LABEL_JOB: kopf.PRESENT},
-)
+LabelFilter = Mapping[str, Any]  # kopf's filter type is not exported
+TRAINER_POD_LABELS: LabelFilter = {
+    names.LABEL_MANAGED_BY: names.MANAGED_BY,
+    names.LABEL_JOB: kopf.PRESENT,
+}
+PROGRESS_LABELS: LabelFilter = {
+    names.LABEL_MANAGED_BY: names.MANAGED_BY,
+    names.LABEL_COMPONENT: names.COMPONENT_PROGRESS,
+}
+
+
+@kopf.index(*POD_RESOURCE, labels=TRAINER_POD_LABELS)
+async def trainer_pods_listed(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+    """The trainer pods are an indexed resource so that kopf lists them whole before it
+    starts any job's daemon (run.watched.listing_complete). kopf calls an index handler
+    before the other handlers of the same version and never for a deletion: the copy
+    it brings goes into the cache (the event handler below brings it again, a no-op).
+    Nothing goes into kopf's index (None)."""
+    pod = dict(body)
+    job = job_of(pod)
+    if job and namespace:
+        _runtime(memo).watched.pod_event((namespace, job), pod, deleted=False)
+
+
+@kopf.index(*CONFIGMAP_RESOURCE, labels=PROGRESS_LABELS)
+async def progress_listed(body: kopf.Body, namespace: str | None, memo: Any, **_: Any) -> None:
+    """The progress maps, indexed for the same reason as the trainer pods."""
+    configmap = dict(body)
+    job = job_of(configmap)
+    if job and namespace:
+        _runtime(memo).watched.progress_event((namespace, job), configmap, deleted=False)
+
+
+@kopf.on.event(*POD_RESOURCE, labels=TRAINER_POD_LABELS)
 async def pod_event(
     body: kopf.Body, type: str | None, namespace: str | None, memo: Any, **_: Any
 ) -> None:
@@ -221,13 +258,7 @@ async def pod_event(
         _runtime(memo).pod_seen(namespace, job, pod, deleted=type == "DELETED")
 
 
-@kopf.on.event(
-    *CONFIGMAP_RESOURCE,
-    labels={
-        names.LABEL_MANAGED_BY: names.MANAGED_BY,
-        names.LABEL_COMPONENT: names.COMPONENT_PROGRESS,
-    },
-)
+@kopf.on.event(*CONFIGMAP_RESOURCE, labels=PROGRESS_LABELS)
 async def progress_event(
     body: kopf.Body, type: str | None, namespace: str | None, memo: Any, **_: Any
 ) -> None:

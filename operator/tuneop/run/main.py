@@ -15,7 +15,7 @@ from ..act import kube
 from ..act.fence import Fence
 from . import handlers as _handlers  # registers the handlers
 from . import metrics
-from .config import PREFIX, Config, ConfigError
+from .config import KOPF_HANDLER_CONNECTIONS, PREFIX, Config, ConfigError
 from .runtime import Runtime
 
 del _handlers
@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("kopf.objects").addFilter(_QuietPodEvents())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # one kept-alive connection per thread that calls the API (urllib3 discards a
+    # connection beyond its pool's size after each request, and the next one handshakes)
+    credentials.connection_pool_maxsize = config.pass_threads + KOPF_HANDLER_CONNECTIONS
     client = kube.Kube(credentials, timeout=config.request_timeout_seconds, fence=Fence())
     metrics.register()
     if config.peering_name:

@@ -20,8 +20,9 @@ or deleted job "Running". Two guards, both in the collector:
 
 Operator-wide series (no labels): `tuneop_operator_leader`,
 `tuneop_reconcile_passes_total` (passes that reached a decision and applied it, counted
-by `JobMetrics.observe`) and `tuneop_reconcile_errors_total` (passes that failed,
-counted by `reconcile_failed()`, which the reconcile loop calls on a failed pass).
+by `JobMetrics.observe`), `tuneop_reconcile_errors_total` (passes that failed,
+counted by `reconcile_failed()`, which the reconcile loop calls on a failed pass) and
+`tuneop_reconcile_live_reads_total` (passes that read their objects live, run.watched).
 Per job, also while its passes fail (run.health):
 `tuneop_tuningjob_last_reconcile_success_timestamp_seconds` and
 `tuneop_tuningjob_reconcile_consecutive_errors`."""
@@ -223,6 +224,7 @@ class JobMetrics(Collector):
         self._leader = True
         self._passes = 0
         self._errors = 0
+        self._live_reads = 0
         self._recoveries: dict[str, list[float]] = {}
         """reason -> per-bucket counts (RECOVERY_BUCKETS, then +Inf), then the sum."""
 
@@ -252,6 +254,12 @@ class JobMetrics(Collector):
         with self._lock:
             self._errors += 1
 
+    def read_live(self) -> None:
+        """A pass read its job's objects from the API server (run.watched did not
+        trust what the watches held)."""
+        with self._lock:
+            self._live_reads += 1
+
     def set_leader(self, active: bool) -> None:
         """Whether this replica is the active one (kopf peering not paused)."""
         with self._lock:
@@ -277,6 +285,7 @@ class JobMetrics(Collector):
         """The replica's own series: leadership, passes, errors, recovery times."""
         with self._lock:
             leader, passes, errors = self._leader, self._passes, self._errors
+            live_reads = self._live_reads
         yield GaugeMetricFamily(
             "tuneop_operator_leader",
             "1 while this replica is the active one (exports job series), 0 on a standby.",
@@ -291,6 +300,12 @@ class JobMetrics(Collector):
             "tuneop_reconcile_errors",
             "Reconcile passes that failed (retried after a backoff).",
             value=float(errors),
+        )
+        yield CounterMetricFamily(
+            "tuneop_reconcile_live_reads",
+            "Passes that read their job, its pods and its progress map from the API server "
+            "instead of the watches' cache (first pass after a write, a failure, a resync).",
+            value=float(live_reads),
         )
         with self._lock:
             recoveries = {k: list(v) for k, v in self._recoveries.items()}

@@ -7,10 +7,13 @@ went)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
+import functools
 import logging
 import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tuneop_contract.spec import JobSpec
@@ -51,6 +54,17 @@ class Runtime:
         self._claims: dict[Key, tuple[float, Obj]] = {}
         self.background: list[asyncio.Task[None]] = []
         """Tasks on kopf's loop for the operator's life (the fence, the heap trimmer)."""
+        self.passes = ThreadPoolExecutor(config.pass_threads, thread_name_prefix="tuneop-pass")
+        """The passes' own threads (Config.pass_threads): asyncio's default pool has
+        min(32, cores + 4), six on two cores, and a pass mostly waits on the API server."""
+
+    async def run_pass(self, namespace: str, name: str, logger: Logger) -> float:
+        """`reconcile_once` on the pass threads, in the caller's context (as
+        asyncio.to_thread: kopf's per-object logging reads it)."""
+        call = functools.partial(
+            contextvars.copy_context().run, self.reconcile_once, namespace, name, logger
+        )
+        return await asyncio.get_running_loop().run_in_executor(self.passes, call)
 
     def node(self, name: str) -> Obj | None:
         """The Node `name` as the node watch delivered it; one the watch has not named
@@ -121,7 +135,10 @@ class Runtime:
 
     def _reconcile(self, namespace: str, name: str, logger: Logger) -> float:
         key = (namespace, name)
-        view = self.watched.snapshot(key) or self._read_live(namespace, name)
+        view = self.watched.snapshot(key)
+        if view is None:
+            metrics.JOBS.read_live()
+            view = self._read_live(namespace, name)
         if view.job is None or view.job["metadata"].get("deletionTimestamp"):
             return 0.0
         # what the job leaves unset comes from the cluster-wide trainer defaults

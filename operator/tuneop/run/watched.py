@@ -4,8 +4,13 @@ kopf's watches (run.handlers) feed one `Watched` per operator: each TuningJob, i
 trainer pods, its progress ConfigMap, and the Nodes (trimmed to what classification
 reads). A pass reads a job's objects live instead when the cache cannot be trusted:
 
-- never read live since the operator started (the watches' first listing may still be
-  on its way);
+- never read live since the operator started, unless the watches' first listing is
+  known to be complete: the trainer pods and progress maps are kopf indexed resources
+  (run.handlers), and kopf starts no daemon before every indexed resource is listed,
+  so the first pass of every job after a start or a take-over trusts the listing
+  instead of reading three objects of each job (`listing_complete`). A replica that
+  lost its lead and leads again is not waited for by kopf (its relist also reports no
+  deletions): its cache is never trusted without a live read again (`paused`);
 - after a pass that wrote pods or children (created, deleted, released, replaced): what
   it wrote reaches the cache only when the watch delivers it, and a decision made on
   the older state would count a pod it just created as vanished;
@@ -107,6 +112,8 @@ class Watched:
         self._tombstones: dict[str, tuple[int | None, float]] = {}  # pod uid -> (rv, when)
         self._gone: dict[Key, float] = {}  # deleted jobs -> when: their stragglers are dropped
         self._nodes: dict[str, tuple[Obj | None, float]] = {}  # -> (node, None: gone; when)
+        self._listed = False  # the watches' first listing is complete, and still streaming
+        self._paused = False  # the operator paused once: no listing is trusted again
 
     # --- fed by the watches --------------------------------------------------------
     def job_event(self, key: Key, job: Obj, deleted: bool) -> None:
@@ -171,13 +178,39 @@ class Watched:
         with self._lock:
             return key in self._gone
 
+    def listing_complete(self) -> None:
+        """The watches have delivered their first listing of every trainer pod and
+        progress map (kopf starts a job's daemon only then, the first time it leads):
+        what they hold is as good as a live read now, and every job created later is
+        seen whole by the watches. Nothing once the operator has paused (`paused`)."""
+        with self._lock:
+            if self._listed or self._paused:
+                return
+            self._listed = True
+            now = self.clock()
+            for held in self._jobs.values():
+                if held.read_at is None:
+                    held.read_at = now
+
+    def paused(self) -> None:
+        """The operator lost its lead: its watches stop, and when it leads again they
+        list anew without reporting what was deleted meanwhile, and kopf does not wait
+        for that listing. Every job's next pass reads live, for the rest of the
+        process's life."""
+        with self._lock:
+            self._listed, self._paused = False, True
+            for held in self._jobs.values():
+                held.read_at = None
+
     # --- read by the passes --------------------------------------------------------
     def snapshot(self, key: Key) -> Snapshot | None:
         """The job's objects, or None when the pass must read them live."""
         with self._lock:
             held = self._jobs.get(key)
             now = self.clock()
-            if held is None or held.read_at is None or now - held.read_at >= self.resync_seconds:
+            if held is None or held.job is None or held.read_at is None:
+                return None
+            if now - held.read_at >= self.resync_seconds:
                 return None
             return Snapshot(held.job, list(held.pods.values()), held.progress)
 
@@ -252,7 +285,10 @@ class Watched:
 
     # --- internals -----------------------------------------------------------------
     def _objects(self, key: Key) -> JobObjects:
-        return self._jobs.setdefault(key, JobObjects())
+        held = self._jobs.get(key)
+        if held is None:  # a job first seen while the watches stream whole: trusted
+            held = self._jobs[key] = JobObjects(read_at=self.clock() if self._listed else None)
+        return held
 
     def _drop(self, key: Key) -> None:
         self._jobs.pop(key, None)
