@@ -37,7 +37,8 @@ def create(kubectl: Kubectl, docs: list[Obj]) -> None:
 
 
 def counters(kubectl: Kubectl) -> tuple[Counter[tuple[str, str]], float]:
-    """apiserver_request_total summed by (verb, resource[/subresource]), and
+    """apiserver_request_total summed by (verb, resource[/subresource][ code]: the code
+    only when not 2xx), and
     `etcd_requests_total` of the writing operations, from one scrape."""
     totals: Counter[tuple[str, str]] = Counter()
     writes = 0.0
@@ -48,6 +49,9 @@ def counters(kubectl: Kubectl) -> tuple[Counter[tuple[str, str]], float]:
             resource = labels.get("resource", "")
             if labels.get("subresource"):
                 resource += "/" + labels["subresource"]
+            code = labels.get("code", "")
+            if code and not code.startswith("2"):  # a refusal is its own row: 409, 429, ...
+                resource += f" {code}"
             totals[(labels.get("verb", ""), resource)] += float(match["value"])
         elif line.startswith("etcd_requests_total{"):
             labels = dict(LABEL.findall(line[line.index("{") + 1 : line.index("}")]))
@@ -97,11 +101,51 @@ def cpu_seconds(operator: Operator) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy(measure: Callable[[], T]) -> tuple[T, float]:
+    """What `measure` returns, and the cores the whole machine was busy while it ran
+    (/proc/stat: all but idle and iowait), for the API server's share of the load."""
+
+    def ticks() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(values), values[3] + values[4]
+
+    (total, idle), start = ticks(), time.monotonic()
+    value = measure()
+    (total2, idle2), took = ticks(), time.monotonic() - start
+    busy = (total2 - total) - (idle2 - idle)
+    return value, round(busy / os.sysconf("SC_CLK_TCK") / took, 2)
+
+
 def cores(operator: Operator, measure: Callable[[], T]) -> tuple[T, float]:
     """What `measure` returns, and the operator's CPU (cores) while it ran."""
     cpu, start = cpu_seconds(operator), time.monotonic()
     value = measure()
     return value, round((cpu_seconds(operator) - cpu) / (time.monotonic() - start), 3)
+
+
+PASS_COUNTERS = ("tuneop_reconcile_passes_total", "tuneop_reconcile_live_reads_total",
+                 "tuneop_reconcile_errors_total")  # fmt: skip
+
+
+def pass_counters(operator: Operator) -> dict[str, float]:
+    """The operator's own pass counters (passes, live reads, failed passes)."""
+    lines = [line.split() for line in operator.metrics().splitlines()]
+    return {line[0]: float(line[1]) for line in lines if line and line[0] in PASS_COUNTERS}
+
+
+def pass_rates(operator: Operator, measure: Callable[[], T]) -> tuple[T, dict[str, float]]:
+    """What `measure` returns, and the operator's passes, live reads and failed passes
+    per second while it ran."""
+    before, start = pass_counters(operator), time.monotonic()
+    value = measure()
+    after, took = pass_counters(operator), time.monotonic() - start
+    per_second = {
+        name.removeprefix("tuneop_reconcile_").removesuffix("_total") + "_per_second": round(
+            (after.get(name, 0.0) - before.get(name, 0.0)) / took, 2
+        )
+        for name in PASS_COUNTERS
+    }
+    return value, per_second
 
 
 def print_measures(rows: list[tuple[str, Any]], width: int, value_width: int) -> None:

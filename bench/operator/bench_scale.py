@@ -33,6 +33,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -188,9 +189,13 @@ def idle_phase(
 
 def window(kubectl: Kubectl, leader: Operator, seconds: float, base: float, training: int) -> Obj:
     """kube-apiserver's and the operator's figures over `seconds`."""
-    (rates, writes), cores = am.cores(leader, lambda: am.rates(kubectl, seconds))
+    (((rates, writes), cores), passes), busy = am.machine_busy(lambda: am.pass_rates(
+        leader, lambda: am.cores(leader, lambda: am.rates(kubectl, seconds))
+    ))  # fmt: skip
     total = sum(rates.values())
     return {
+        "operator_passes": passes,
+        "machine_busy_cores": busy,
         "window_seconds": seconds,
         "requests_per_second": rates,
         "requests_per_second_total": round(total, 2),
@@ -347,7 +352,12 @@ def report_windows(result: Obj) -> None:
         ("etcd writes/s", [w["etcd_writes_per_second"] for _, w in windows]),
         ("operator CPU (cores)", [w["operator_cpu_cores"] for _, w in windows]),
         ("operator RSS (MiB)", [w["operator_rss_mib"]["VmRSS"] for _, w in windows]),
-    ]
+        (f"machine busy (cores of {os.cpu_count()})",
+         [w.get("machine_busy_cores", "-") for _, w in windows]),
+        *((f"operator {name.replace('_', ' ')}", [
+            w.get("operator_passes", {}).get(name, "-") for _, w in windows])
+          for name in ("passes_per_second", "live_reads_per_second", "errors_per_second")),
+    ]  # fmt: skip
     for key, values in rows:
         print(f"{key:40}" + "".join(f"{v:>9}" for v in values))
 

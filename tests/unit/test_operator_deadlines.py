@@ -88,6 +88,33 @@ def test_running_pods_keep_goodput_fresh_and_nothing_else_ticks():
     assert w.status[st.GOODPUT][st.GOODPUT_UPDATED] != updated
 
 
+def test_goodput_rides_on_each_reports_patch_and_costs_no_patch_of_its_own():
+    """GPUs held, a report every 60 s (the default interval), each pass at the deadline
+    its decision asked for or at the report, whichever comes first: every status patch
+    is a report's (goodput refreshed with it), none a refresh's own."""
+    w = World(distribution={"workers": 1, "gpusPerWorker": 2}, stallTimeoutSeconds=900)
+    start(w)
+    for pod in w.pods.values():  # the kubelet's start time: GPU seconds count from it
+        pod["status"]["startTime"] = st.rfc3339(w.now)
+    w.progress(trial_id="t0", step=1)
+    d = w.step(1)
+    d = w.step(1)  # settled
+    patches, refreshed, report_in, step = [], [], 60.0, 1
+    for _ in range(30):
+        wait = min(due(d), report_in)
+        report_in -= wait
+        if report_in <= 0:
+            step, report_in = step + 5, 60.0
+            w.progress(trial_id="t0", step=step)
+        d = w.step(wait)
+        patches += [bool(d.status)]
+        refreshed += [st.GOODPUT in d.status]
+    reports = step // 5
+    assert reports >= 10
+    assert sum(patches) == reports  # one patch a report, none of the refresh's own
+    assert sum(refreshed) >= reports - 1  # the share refreshed with (nearly) each
+
+
 def test_a_failure_backoff_ends_in_the_pass_due_then():
     w = World()
     start(w)

@@ -7,7 +7,7 @@ import datetime as dt
 
 from tuneop.api import status as st
 from tuneop.api.progress import ProgressView
-from tuneop.decide.goodput import pod_gpu_seconds, trained_since_restore
+from tuneop.decide.goodput import REFRESH_SECONDS, pod_gpu_seconds, trained_since_restore
 
 from tests.unit.operator_world import T0, World
 
@@ -54,9 +54,9 @@ def test_a_preemption_costs_the_work_since_the_checkpoint_plus_the_recovery():
     assert goodput["percent"] == round(100 * (1 - 70 / (54 + 30)), 1)
     assert "pending" not in goodput  # removed by the merge patch
     d = w.step(1)
-    assert d.recoveries == [] and "goodput" not in d.status  # refreshed at most every minute
-    d = w.step(60)
-    assert d.status["goodput"]["allocatedGpuSeconds"] == 2 * 27 + 2 * (111 - 35)
+    assert d.recoveries == [] and "goodput" not in d.status  # refreshed now and then only
+    d = w.step(REFRESH_SECONDS)  # a pass of its own once the share is that old
+    assert d.status["goodput"]["allocatedGpuSeconds"] == 2 * 27 + 2 * (51 + REFRESH_SECONDS - 35)
 
 
 def test_pod_gpu_seconds_end_at_the_trainer_s_exit():

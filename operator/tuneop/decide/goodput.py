@@ -72,9 +72,15 @@ def percent(allocated: float, lost: float) -> float | None:
     return round(100.0 * max(0.0, 1.0 - lost / allocated), 1)
 
 
-REFRESH_SECONDS = 60.0
-"""The running pods' share is written at most this often (a status patch per pass per
-job would load the API server for nothing)."""
+REFRESH_SECONDS = 120.0
+"""The running pods' share is refreshed by a pass of its own once it is this old (a
+status patch per pass per job would load the API server for nothing)."""
+RIDE_SECONDS = 30.0
+"""A pass that patches status anyway (a progress report) refreshes the share once it is
+this old. A job reporting progress every interval (60 s by default, every interval at
+most REFRESH_SECONDS / 2 apart for a refresh to ride on each) then pays one status
+patch a report instead of a report's and a refresh's: at 1,000 training jobs, 17 patches
+a second instead of 36."""
 
 
 class Ledger:
@@ -146,17 +152,18 @@ class Ledger:
         self.pending.pop(group or "trainer")
         self.changed = True
 
-    def finish(self) -> Obj | None:
+    def finish(self, patching: bool = False) -> Obj | None:
         """status.goodput to write (closed part + the running pods' share) if anything
-        changed or REFRESH_SECONDS passed (None: nothing to write); `due` says when the
-        share is to be refreshed while pods hold GPUs."""
+        changed, REFRESH_SECONDS passed, or RIDE_SECONDS passed and the pass patches
+        status anyway (`patching`); None: nothing to write. `due` says when the share is
+        to be refreshed while pods hold GPUs."""
         updated = st.parse_time(self.values.get(st.GOODPUT_UPDATED))
-        stale = updated is None or (self.now - updated).total_seconds() >= REFRESH_SECONDS
+        age = None if updated is None else (self.now - updated).total_seconds()
+        due_after = RIDE_SECONDS if patching else REFRESH_SECONDS
         live = sum(pod_gpu_seconds(pod, gpus, self.now) for pod, gpus in self.live)
-        writes = self.changed or (stale and live > 0)
+        writes = self.changed or ((age is None or age >= due_after) and live > 0)
         if live > 0:  # the running pods' share grows: refreshed when it is due
-            age = 0.0 if writes or updated is None else (self.now - updated).total_seconds()
-            self.due = REFRESH_SECONDS - age
+            self.due = REFRESH_SECONDS - (0.0 if writes or age is None else age)
         if not writes:
             return None
         ended = float(self.values.get(st.GOODPUT_ENDED) or 0.0)

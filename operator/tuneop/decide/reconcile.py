@@ -135,7 +135,7 @@ def decide(seen: Observed) -> Decision:
 
 def _close_ledger(draft: Draft) -> None:
     """status.goodput, when it changed or is due, and the running pods' next refresh."""
-    goodput = draft.ledger.finish()
+    goodput = draft.ledger.finish(patching=bool(draft.decision.status))
     if goodput is not None:
         draft.put(st.GOODPUT, goodput)
     if draft.ledger.due is not None:
