@@ -102,10 +102,11 @@ class Simulator:
 
     # -- the trainers --------------------------------------------------------------------
     def watch_pods(self) -> None:
+        since: dict[str, str] = {}  # where the last stream stopped (apimeasure.stream)
         while not self.stop.is_set():
             try:
                 for kind, pod in stream(
-                    self.core.list_namespaced_pod, self.namespace,
+                    self.core.list_namespaced_pod, self.namespace, since=since,
                     label_selector=names.TRAINER_PODS_SELECTOR, timeout_seconds=60,
                 ):  # fmt: skip
                     self.on_pod(kind, pod)

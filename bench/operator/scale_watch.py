@@ -40,7 +40,7 @@ class ScaleWatcher(Watcher):
         self.window: list[float] = [0.0, 0.0]
         super().__init__(api, namespace)
 
-    def watches(self) -> list[Callable[[], None]]:
+    def watches(self) -> list[Callable[[dict[str, str]], None]]:
         return [*super().watches(), self._progress_events]
 
     def measuring(self, on: bool) -> None:
@@ -50,9 +50,9 @@ class ScaleWatcher(Watcher):
         with self.lock:
             return sum(1 for p in self.phases.values() if p == phase)
 
-    def _progress_events(self) -> None:
+    def _progress_events(self, since: dict[str, str]) -> None:
         for _, configmap in stream(
-            self.core.list_namespaced_config_map, self.namespace,
+            self.core.list_namespaced_config_map, self.namespace, since=since,
             label_selector=names.PROGRESS_SELECTOR, timeout_seconds=60,
         ):  # fmt: skip
             now = time.monotonic()
