@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from tuneop_contract import ENV_POD_NAME, PHASE_RUNNING, read_progress
-from tuneop_trainer.report.progress import Reporter
+from tuneop_trainer.report.progress import Reporter, carried_on
 
 from tests.e2e.harness import fetch_progress
 
@@ -40,6 +40,26 @@ def test_progress_file_and_endpoint(tmp_path: Path) -> None:
         assert "tuneop_trainer_trials_total_planned 5.0" in metrics
     finally:
         reporter.close()
+
+
+def test_a_new_process_carries_on_the_searchs_record_not_its_trial(tmp_path: Path) -> None:
+    """A trainer restarted after a preemption: its first report keeps what the search
+    has done (trials completed, the best so far, restores), never 0 trials done until
+    its next trial ends; what the killed process was doing it reports anew."""
+    before = Reporter(tmp_path, min_interval=3600)
+    before.update(force=True, phase=PHASE_RUNNING, trial_id="0004", trials_completed=3,
+                  trials_total=5, best_trial_id="0002", best_score=0.9, restores=1,
+                  top_trials=[{"trialId": "0002", "score": 0.9}])  # fmt: skip
+    before.step(epoch=2, step=7)
+    before.close()
+    after = Reporter(tmp_path, min_interval=3600)
+    after.update(**carried_on(after.previous()))
+    first = after.progress
+    assert (first.trials_completed, first.trials_total, first.restores) == (3, 5, 1)
+    assert (first.best_trial_id, first.best_score) == ("0002", 0.9)
+    assert first.top_trials == [{"trialId": "0002", "score": 0.9}]
+    assert (first.phase, first.trial_id, first.step) == ("Starting", None, 0)
+    assert carried_on(None) == {}
 
 
 def test_progress_names_its_pod_so_a_reader_can_tell_another_answer(

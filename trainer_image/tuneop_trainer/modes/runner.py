@@ -42,7 +42,7 @@ from ..engine.projects import Projects
 from ..engine.runtime import Runtime
 from ..exits import fail
 from ..patches import tuners
-from ..report.progress import Reporter
+from ..report.progress import Reporter, carried_on
 from ..report.results import collect, export, search_progress, write_final_summary
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,7 @@ def run_program(
         tf.config.experimental.enable_op_determinism()
 
     reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
-    previous = reporter.previous() if write else None
-    reporter.update(force=False, restores=previous.restores if previous else 0)
+    reporter.update(force=False, **carried_on(reporter.previous() if write else None))
     reporter.serve()
     rt = runtime.Runtime(
         root=checkpoint_dir,

@@ -148,6 +148,24 @@ class Metrics:
         )
 
 
+CARRIED_ON = (
+    "trials_completed", "trials_total", "best_trial_id", "best_score",
+    "best_hyperparameters", "objective", "direction", "top_trials", "restores",
+)  # fmt: skip
+"""What a search has done, which a new process of it carries on from the record the
+last one left: its first report must not say 0 trials done until its next trial ends
+(status.trialsCompleted, the best trial and the dashboard would move backwards after
+every preemption). What the process itself does (phase, trial, step, times) it reports
+anew."""
+
+
+def carried_on(previous: Progress | None) -> dict[str, Any]:
+    """The fields of `previous` (the record on the volume) a new process starts from."""
+    if previous is None:
+        return {}
+    return {name: getattr(previous, name) for name in CARRIED_ON}
+
+
 class Reporter:
     def __init__(
         self,
