@@ -150,7 +150,10 @@ class StatusHistory:
                 continue
             value = float(status[key] or 0)
             if value < self.last.get(key, value):
-                out.append(self.job.violation("monotone", f"{key} {self.last[key]} -> {value}"))
+                seen = f"phase {status.get('phase')}: {status.get('message', '')}"[:160]
+                out.append(
+                    self.job.violation("monotone", f"{key} {self.last[key]} -> {value} ({seen})")
+                )
             self.last[key] = max(value, self.last.get(key, value))
         score = (status.get("bestTrial") or {}).get("score")
         if isinstance(score, int | float):
