@@ -172,6 +172,15 @@ bench-operator-scale: venv cluster-tools ## 10,000 TuningJobs, 1,000 training, o
 	@hack/cluster-tools/build.sh kwok >/dev/null
 	$(PY) bench/operator/bench_scale.py $(BENCH_SCALE_ARGS)
 
+# The chaos soak on the local cluster (node agents, two operator replicas): DURATION s of
+# seeded faults over JOBS job slots; the fault matrix on stdout (docs/design/chaos.md).
+DURATION ?= 900
+SEED ?= 1
+JOBS ?= 6
+.PHONY: chaos
+chaos: venv cluster-tools ## Chaos soak: JOBS TuningJobs under DURATION s of seeded overlapping faults (SEED) → fault matrix, bench/results/chaos.json
+	$(PY) bench/chaos/run.py --duration $(DURATION) --seed $(SEED) --jobs $(JOBS)
+
 .PHONY: bench-recovery
 bench-recovery: venv cluster-tools images-cpu ## Eviction → next training step, real container vs node agent process, 5 evictions each → bench/results/recovery.json
 	$(PY) bench/operator/bench_recovery.py

@@ -1,0 +1,269 @@
+"""The chaos soak's core, on a cluster someone else started (bench/chaos/run.py's own,
+or the e2e session's): two operator replicas, a job per slot (a new one in a fresh
+namespace whenever a slot's job ends while faults still come), the seeded faults on
+threads of their own, a sampler checking status and memory as it runs, each job
+checked when it ends and deleted, with nothing of it left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import tuneop_contract as contract
+
+from bench.chaos import invariants as inv
+from bench.chaos import jobkinds, matrix
+from bench.chaos import schedule as s
+from bench.chaos.faults import FAULTS, JOB_LABEL, Context, SlotJob
+from bench.chaos.ledger import ERROR, INJECTED, FaultRecord, Ledger, Violation
+from bench.chaos.replicas import Replicas
+from tests.e2e.harness import Env, Kubectl, claim_dir
+from tests.localcluster.cluster import LocalCluster
+
+Obj = dict[str, Any]
+FINISHED = ("Succeeded", "Failed")
+
+
+@dataclasses.dataclass(frozen=True)
+class SoakConfig:
+    duration: float
+    seed: int
+    jobs: int
+    max_faults: int = 400
+    max_overlap: int = 3
+    settle_seconds: float = 900.0
+    """After the fault window, how long the last jobs may take to end."""
+    peering_lifetime: int = 15
+    memory_limit_mib: float = 1024.0
+    fault_kinds: tuple[str, ...] = s.FAULT_KINDS
+    job_kinds: tuple[str, ...] = jobkinds.JOB_KINDS
+
+    def limits(self) -> s.Limits:
+        return s.Limits(self.duration, self.jobs, max_faults=self.max_faults,
+                        max_overlap=self.max_overlap)  # fmt: skip
+
+
+@dataclasses.dataclass
+class JobOutcome:
+    slot: int
+    kind: str
+    namespace: str
+    uid: str
+    phase: str = ""
+    status: Obj = dataclasses.field(default_factory=dict)
+    violations: int = 0
+
+
+class Soak:
+    def __init__(self, cluster: LocalCluster, kubectl: Kubectl, work: Path, cfg: SoakConfig):
+        self.cfg = cfg
+        self.cluster, self.kubectl, self.work = cluster, kubectl, work
+        self.ledger = Ledger()
+        self.replicas = Replicas(cluster.control_plane.kubeconfig, work, cfg.peering_lifetime)
+        self.histories: dict[tuple[str, str], inv.StatusHistory] = {}
+        self.outcomes: list[JobOutcome] = []
+        self.adopted: set[tuple[str, str]] = set()
+        self.stop = threading.Event()
+        self.ctx: Context | None = None
+
+    # --- jobs -------------------------------------------------------------------------
+    def submit(self, ctx: Context, slot: SlotJob) -> None:
+        """The slot's next job, in a fresh namespace."""
+        slot.namespace = ctx.env.namespace(f"chaos-{slot.index}")
+        if slot.kind == jobkinds.SCRIPT:
+            ctx.env.create_script_configmap(slot.namespace)
+        ctx.env.kubectl.apply(jobkinds.document(slot.kind, slot.namespace))
+        slot.uid = ctx.env.job(slot.namespace, jobkinds.JOB_NAME)["metadata"]["uid"]
+
+    def finalize(self, ctx: Context, slot: SlotJob) -> None:
+        """Check the slot's ended job, then delete it and its namespace; nothing of it
+        may be left."""
+        ns, uid = slot.namespace, slot.uid
+        status = ctx.env.status(ns, jobkinds.JOB_NAME)
+        job = inv.JobRef(ns, uid, slot.kind)
+        hits = self.ledger.hits_of(ns, uid)
+        low, _ = inv.expected_preemptions(hits)
+        found = inv.check_phase(job, status, jobkinds.MAX_PREEMPTIONS, low)
+        found += inv.check_counters(job, status, hits, self.ledger.suspensions.get((ns, uid), 0),
+                                    any(f.kind == s.JOB_RECREATE and f.namespace == ns
+                                        for f in self.ledger.faults))  # fmt: skip
+        found += inv.check_trials(job, status, self.results(ns), jobkinds.known(slot.kind))
+        found += self.delete(ns)
+        self.ledger.add_violations(found)
+        self.outcomes.append(JobOutcome(slot.index, slot.kind, ns, uid, str(status.get("phase")),
+                                        status, len(found)))  # fmt: skip
+        slot.namespace, slot.uid = "", ""
+
+    def results(self, namespace: str) -> Obj | None:
+        with contextlib.suppress(OSError, ValueError, RuntimeError, KeyError, TypeError):
+            path = claim_dir(self.kubectl, namespace, jobkinds.JOB_NAME) / contract.RESULTS_FILE
+            return dict(json.loads(path.read_text()))
+        return None
+
+    def delete(self, namespace: str) -> list[Violation]:
+        """The job deleted; its pods (trainers, probes) and Workloads must go."""
+        self.kubectl("delete", "tj", jobkinds.JOB_NAME, "-n", namespace, "--timeout=120s",
+                     check=False)  # fmt: skip
+        deadline = time.monotonic() + 90
+        left: list[str] = []
+        while time.monotonic() < deadline:
+            left = self.leftovers(namespace)
+            if not left:
+                break
+            time.sleep(2)
+        self.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        return inv.check_leftovers(namespace, left)
+
+    def leftovers(self, namespace: str) -> list[str]:
+        pods = self.kubectl("get", "pods", "-n", namespace, "-l", JOB_LABEL, "-o", "name",
+                            check=False).stdout.split()  # fmt: skip
+        workloads = self.kubectl("get", "workloads.kueue.x-k8s.io", "-n", namespace, "-o",
+                                 "name", check=False)  # fmt: skip
+        return pods + (workloads.stdout.split() if workloads.returncode == 0 else [])
+
+    # --- while it runs ----------------------------------------------------------------
+    def sample(self, ctx: Context) -> None:
+        """Every 3 s: each job's status against its history, the replicas' RSS."""
+        while not self.stop.wait(3.0):
+            for slot in list(ctx.slots):
+                ns, uid = slot.namespace, slot.uid
+                if not uid:
+                    continue
+                with contextlib.suppress(Exception):  # the API server may be down
+                    status = ctx.env.status(ns, jobkinds.JOB_NAME)
+                    key = (ns, uid)
+                    history = self.histories.setdefault(
+                        key, inv.StatusHistory(inv.JobRef(ns, uid, slot.kind))
+                    )
+                    if ctx.env.job(ns, jobkinds.JOB_NAME)["metadata"]["uid"] == uid:
+                        self.ledger.add_violations(history.observe(status))
+            self.replicas.sample_rss()
+
+    def inject(self, ctx: Context, planned: s.Planned) -> None:
+        """One fault on its own thread: recorded whatever happens."""
+        slot = ctx.slots[planned.slot]
+        scoped = planned.kind not in (s.APISERVER_RESTART, s.OPERATOR_KILL)
+        record = FaultRecord(planned.kind, planned.slot, planned.at,
+                             slot.kind if scoped else matrix.ALL_JOBS,
+                             slot.namespace, slot.uid, started=ctx.now())  # fmt: skip
+        wall = dt.datetime.now(dt.UTC)
+        try:
+            FAULTS[planned.kind](ctx, record, planned)
+        except Exception as err:  # recorded: the soak goes on
+            record.outcome, record.detail = ERROR, f"{type(err).__name__}: {err}"[:300]
+        record.ended = ctx.now()
+        self.ledger.add_fault(record)
+        if record.outcome == INJECTED and record.hits:
+            record.recovery_seconds = self.recovery(ctx, record, wall)
+
+    def recovery(self, ctx: Context, record: FaultRecord, since: dt.datetime) -> float | None:
+        """Seconds from the fault to the hit job's next progress in its status."""
+        ns = record.hits[0].namespace
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not self.stop.is_set():
+            with contextlib.suppress(Exception):
+                status = ctx.env.status(ns, jobkinds.JOB_NAME)
+                last = status.get("lastProgressTime")
+                if status.get("phase") in FINISHED or (last and _parse(last) > since):
+                    return round((dt.datetime.now(dt.UTC) - since).total_seconds(), 1)
+            time.sleep(2)
+        return None
+
+    def run_faults(self, ctx: Context, plan: list[s.Planned]) -> list[threading.Thread]:
+        threads = []
+        for planned in plan:
+            delay = ctx.t0 + planned.at - time.monotonic()
+            if self.stop.wait(max(0.0, delay)):
+                break
+            thread = threading.Thread(target=self.inject, args=(ctx, planned), daemon=True)
+            thread.start()
+            threads.append(thread)
+        return threads
+
+    # --- the whole run ----------------------------------------------------------------
+    def churn(self, ctx: Context, until: float, resubmit: bool) -> None:
+        """Until `until` (s since start) or every job has ended: each ended job is
+        checked and, with `resubmit`, followed by a new one in its slot."""
+        while ctx.now() < until:
+            live = 0
+            for slot in ctx.slots:
+                if not slot.uid:
+                    continue
+                live += 1
+                with contextlib.suppress(Exception):
+                    if ctx.env.status(slot.namespace).get("phase") in FINISHED:
+                        self.finalize(ctx, slot)
+                        if resubmit:
+                            self.submit(ctx, slot)
+            if not live and not resubmit:
+                return
+            time.sleep(5)
+
+    def run(self) -> Obj:
+        cfg = self.cfg
+        plan = s.plan(cfg.seed, cfg.limits(), cfg.fault_kinds)
+        self.replicas.start()
+        env = Env(self.cluster, self.kubectl, self.replicas.alive[0][0])
+        kinds = jobkinds.job_mix(cfg.seed, cfg.jobs, cfg.job_kinds)
+        ctx = Context(env, self.replicas, self.ledger, [SlotJob(i, k) for i, k in enumerate(kinds)],
+                      time.monotonic())  # fmt: skip
+        self.ctx = ctx
+        try:
+            return self._run(ctx, plan)
+        finally:
+            self.stop.set()
+            self.replicas.stop()
+
+    def _run(self, ctx: Context, plan: list[s.Planned]) -> Obj:
+        for slot in ctx.slots:
+            self.submit(ctx, slot)
+        sampler = threading.Thread(target=self.sample, args=(ctx,), daemon=True)
+        sampler.start()
+        injector: list[threading.Thread] = []
+        feeder = threading.Thread(target=lambda: injector.extend(self.run_faults(ctx, plan)),
+                                  daemon=True)  # fmt: skip
+        feeder.start()
+        window_end = self.cfg.duration - self.cfg.limits().tail
+        self.churn(ctx, window_end, resubmit=True)
+        feeder.join()
+        for thread in injector:
+            thread.join(timeout=600)
+        self.churn(ctx, ctx.now() + self.cfg.settle_seconds, resubmit=False)
+        unfinished = [sl for sl in ctx.slots if sl.uid]
+        for slot in unfinished:
+            self.ledger.add_violations([Violation("honest-phase", slot.namespace, slot.uid,
+                                                  "not ended in time", slot.kind)])  # fmt: skip
+            self.delete(slot.namespace)
+        self.stop.set()
+        sampler.join(timeout=30)
+        for name, samples in self.replicas.rss.items():
+            self.ledger.add_violations(inv.check_memory(samples, self.cfg.memory_limit_mib, name))
+        return self.result(plan)
+
+    def result(self, plan: list[s.Planned]) -> Obj:
+        faults = sorted(self.ledger.faults, key=lambda f: f.started)
+        return {
+            "seed": self.cfg.seed,
+            "config": {k: v for k, v in dataclasses.asdict(self.cfg).items()},
+            "planned": len(plan),
+            "overlapping": s.overlapping(plan),
+            "not_built": list(s.NOT_BUILT),
+            "faults": [f.to_json() for f in faults],
+            "jobs": [dataclasses.asdict(o) for o in self.outcomes],
+            "violations": [dataclasses.asdict(v) for v in self.ledger.violations],
+            "rss_mib": {
+                k: {"samples": len(v), "max": max(v, default=0)}
+                for k, v in self.replicas.rss.items()
+            },
+            "matrix": matrix.build(faults, self.ledger.violations),
+        }
+
+
+def _parse(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))

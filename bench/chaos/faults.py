@@ -1,0 +1,299 @@
+"""The soak's faults, one function per kind (its name in schedule.py), each through the
+test harness's own means (tests/localcluster/disruption.py, the control plane, the
+operator replicas): it acts on the job of its slot and records what it did, to which
+pod groups and when, in a FaultRecord."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+
+from bench.chaos import schedule as s
+from bench.chaos.jobkinds import JOB_NAME, document
+from bench.chaos.ledger import SKIPPED, FaultRecord, Hit, Ledger
+from bench.chaos.replicas import Replicas
+from tests.e2e.harness import Env, wait_for
+from tests.localcluster import disruption
+
+Obj = dict[str, Any]
+JOB_LABEL = "tuneop.io/tuningjob"
+PREEMPTOR_NAME = "chaos-preemptor"
+
+
+@dataclasses.dataclass
+class SlotJob:
+    """The job a slot runs now: its kind, namespace and uid (a new uid after a
+    re-creation under its name)."""
+
+    index: int
+    kind: str
+    namespace: str = ""
+    uid: str = ""
+
+
+@dataclasses.dataclass
+class Context:
+    """What a fault acts through."""
+
+    env: Env
+    replicas: Replicas
+    ledger: Ledger
+    slots: list[SlotJob]
+    t0: float
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.t0, 2)
+
+
+def trainer_pods(ctx: Context, namespace: str | None = None, node: str | None = None) -> list[Obj]:
+    """The trainer pods (and probes) of the soak's jobs, in `namespace` or all, on `node`
+    or any."""
+    args = ["get", "pods", "-l", JOB_LABEL]
+    args += ["-n", namespace] if namespace else ["-A"]
+    if node:
+        args += ["--field-selector", f"spec.nodeName={node}"]
+    return list(ctx.env.kubectl.json(*args)["items"])
+
+
+def hit(pod: Obj) -> Hit:
+    """The pod group `pod` belongs to, and whether this disruption must be counted."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    owner = next((o["uid"] for o in meta.get("ownerReferences") or []
+                  if o.get("kind") == "TuningJob"), "")  # fmt: skip
+    running = (pod.get("status") or {}).get("phase") == "Running"
+    return Hit(
+        meta["namespace"],
+        owner,
+        labels.get("tuneop.io/group", "trainer"),
+        labels.get("tuneop.io/attempt", ""),
+        clean=running and not meta.get("deletionTimestamp"),
+    )
+
+
+def _job_phase(ctx: Context, slot: SlotJob) -> str | None:
+    job = ctx.env.kubectl.job(slot.namespace, JOB_NAME) if slot.namespace else None
+    return None if job is None else str((job.get("status") or {}).get("phase") or "")
+
+
+def _live_pods(ctx: Context, record: FaultRecord, slot: SlotJob) -> list[Obj]:
+    """The slot's running trainer pods; [] (and the record skipped) when there is none."""
+    phase = _job_phase(ctx, slot)
+    if phase in (None, "Succeeded", "Failed"):
+        return _skip(record, f"job {phase or 'absent'}")
+    pods = [
+        p for p in trainer_pods(ctx, slot.namespace) if not p["metadata"].get("deletionTimestamp")
+    ]
+    return pods or _skip(record, "no live trainer pod")
+
+
+def _skip(record: FaultRecord, why: str) -> list[Obj]:
+    record.outcome, record.detail = SKIPPED, why
+    return []
+
+
+def _rng(record: FaultRecord) -> random.Random:
+    return random.Random(f"{record.kind}/{record.slot}/{record.planned_at}")
+
+
+def pod_fault(grace: int | None, evict: bool) -> Callable[[Context, FaultRecord, s.Planned], None]:
+    """A trainer pod deleted (grace 0: SIGKILL; None: its own grace, SIGTERM) or evicted."""
+
+    def inject(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+        slot = ctx.slots[planned.slot]
+        pods = _live_pods(ctx, record, slot)
+        if not pods:
+            return
+        pod = _rng(record).choice(pods)
+        name = pod["metadata"]["name"]
+        record.hits.append(hit(pod))
+        api = ctx.env.cluster.api
+        if evict:
+            disruption.evict_pod(api, slot.namespace, name)
+        else:
+            disruption.delete_pod(api, slot.namespace, name, grace)
+        record.detail = name
+
+    return inject
+
+
+def _node_of(ctx: Context, record: FaultRecord, planned: s.Planned) -> str | None:
+    pods = [
+        p for p in _live_pods(ctx, record, ctx.slots[planned.slot]) if p["spec"].get("nodeName")
+    ]
+    if not pods:
+        return None
+    node = str(_rng(record).choice(pods)["spec"]["nodeName"])
+    if node not in ctx.env.cluster.agents:
+        _skip(record, f"node {node} is not a node agent's")
+        return None
+    return node
+
+
+def _hit_node(record: FaultRecord, pods: list[Obj]) -> None:
+    record.hits.extend(hit(p) for p in pods if not p["metadata"].get("deletionTimestamp"))
+
+
+def scheduler_preempt(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """A pod of a higher PriorityClass needing every GPU of the job's node: the
+    scheduler preempts the trainers there; the victims are those gone or terminating once
+    it is bound. Held `hold` s, then deleted."""
+    node = _node_of(ctx, record, planned)
+    if node is None:
+        return
+    api, ns = ctx.env.cluster.api, ctx.slots[planned.slot].namespace
+    before = {p["metadata"]["uid"]: p for p in trainer_pods(ctx, node=node)}
+    gpus = int(ctx.env.cluster.core.read_node(node).status.allocatable["nvidia.com/gpu"])
+    name = disruption.preempt_with_priority(api, ns, gpus, name=PREEMPTOR_NAME, node=node)
+    try:
+        bound = _wait_quietly(lambda: _bound(ctx, ns, name), planned.hold + 30)
+        now = {p["metadata"]["uid"]: p for p in trainer_pods(ctx, node=node)}
+        victims = [p for uid, p in before.items()
+                   if uid not in now or now[uid]["metadata"].get("deletionTimestamp")]  # fmt: skip
+        _hit_node(record, victims)
+        record.detail = f"node {node}, preemptor bound: {bool(bound)}"
+        time.sleep(planned.hold)
+    finally:
+        ctx.env.cluster.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
+def _bound(ctx: Context, namespace: str, name: str) -> bool:
+    pod = ctx.env.cluster.pod(namespace, name)
+    return bool(pod is not None and pod.spec.node_name)
+
+
+def _wait_quietly(predicate: Callable[[], Any], timeout: float) -> Any:
+    try:
+        return wait_for(predicate, timeout, "", every=1.0)
+    except TimeoutError:
+        return None
+
+
+def node_crash(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """The job's node crashes (its pods' processes SIGKILLed, no heartbeat); it comes
+    back once the taint manager has marked its pods for deletion, at least `hold` s
+    later (back sooner, its pods would restart under restartPolicy Never: no loss)."""
+    node = _node_of(ctx, record, planned)
+    if node is None:
+        return
+    pods = trainer_pods(ctx, node=node)
+    _hit_node(record, pods)
+    disruption.crash_node(ctx.env.cluster, node)
+    try:
+        started = time.monotonic()
+        uids = {p["metadata"]["uid"] for p in pods}
+        _wait_quietly(lambda: _all_marked(ctx, node, uids), 180)
+        time.sleep(max(0.0, planned.hold - (time.monotonic() - started)))
+    finally:
+        disruption.recover_node(ctx.env.cluster, node)
+    record.detail = f"node {node}, {len(pods)} pod(s)"
+
+
+def _all_marked(ctx: Context, node: str, uids: set[str]) -> bool:
+    for pod in trainer_pods(ctx, node=node):
+        if pod["metadata"]["uid"] in uids and not pod["metadata"].get("deletionTimestamp"):
+            return False
+    return True
+
+
+def node_drain(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """`kubectl drain`'s two steps: cordon, evict every trainer pod there; uncordoned
+    `hold` s later."""
+    node = _node_of(ctx, record, planned)
+    if node is None:
+        return
+    kubectl = ctx.env.kubectl
+    kubectl("cordon", node)
+    try:
+        pods = [
+            p for p in trainer_pods(ctx, node=node) if not p["metadata"].get("deletionTimestamp")
+        ]
+        for pod in pods:
+            meta = pod["metadata"]
+            try:
+                disruption.evict_pod(ctx.env.cluster.api, meta["namespace"], meta["name"])
+                record.hits.append(hit(pod))
+            except client.ApiException as err:
+                if err.status != 404:
+                    raise
+        record.detail = f"node {node}, {len(record.hits)} evicted"
+        time.sleep(planned.hold)
+    finally:
+        kubectl("uncordon", node)
+
+
+def apiserver_restart(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """kube-apiserver SIGKILLed, started again `hold` s later."""
+    ctx.env.cluster.control_plane.restart_apiserver(down_seconds=planned.hold)
+    record.detail = f"down {planned.hold} s"
+
+
+def operator_kill(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """The leading replica SIGKILLed; the standby leads; the killed one returns as standby."""
+    took = ctx.replicas.kill_active()
+    record.detail = f"standby led after {took:.1f} s"
+
+
+def progress_configmap_delete(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    slot = ctx.slots[planned.slot]
+    if _job_phase(ctx, slot) in (None, "Succeeded", "Failed"):
+        _skip(record, "job finished or absent")
+        return
+    ctx.env.kubectl("delete", "cm", f"{JOB_NAME}-progress", "-n", slot.namespace, check=False)
+    record.detail = f"{JOB_NAME}-progress"
+
+
+def _patch_suspend(ctx: Context, namespace: str, value: bool) -> None:
+    body = json.dumps({"spec": {"suspend": value}})
+    ctx.env.kubectl("patch", "tj", JOB_NAME, "-n", namespace, "--type=merge", "-p", body)
+
+
+def suspend_resume(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """spec.suspend set, the job Suspended (its pods gone), `hold` s, then unset."""
+    slot = ctx.slots[planned.slot]
+    if not _live_pods(ctx, record, slot):
+        return
+    ns, uid = slot.namespace, slot.uid
+    _patch_suspend(ctx, ns, True)
+    ctx.ledger.suspended(ns, uid)
+    try:
+        _wait_quietly(lambda: _job_phase(ctx, slot) in ("Suspended", "Succeeded", "Failed"), 120)
+        time.sleep(planned.hold)
+    finally:
+        _patch_suspend(ctx, ns, False)
+    record.detail = f"suspended {planned.hold} s"
+
+
+def job_recreate(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """The job deleted (its claim stays) and applied again under its name, adopting the
+    search on the claim: a new job (uid) that continues it."""
+    slot = ctx.slots[planned.slot]
+    if not _live_pods(ctx, record, slot):
+        return
+    ns = slot.namespace
+    ctx.env.kubectl("delete", "tj", JOB_NAME, "-n", ns, "--timeout=120s")
+    ctx.env.kubectl.apply(document(slot.kind, ns, adopt=True))
+    old, slot.uid = slot.uid, ctx.env.job(ns, JOB_NAME)["metadata"]["uid"]
+    record.detail = f"uid {old} -> {slot.uid}"
+
+
+FAULTS: dict[str, Callable[[Context, FaultRecord, s.Planned], None]] = {
+    s.POD_SIGKILL: pod_fault(0, evict=False),
+    s.POD_SIGTERM: pod_fault(None, evict=False),
+    s.POD_EVICT: pod_fault(None, evict=True),
+    s.SCHEDULER_PREEMPT: scheduler_preempt,
+    s.NODE_CRASH: node_crash,
+    s.NODE_DRAIN: node_drain,
+    s.APISERVER_RESTART: apiserver_restart,
+    s.OPERATOR_KILL: operator_kill,
+    s.PROGRESS_CONFIGMAP_DELETE: progress_configmap_delete,
+    s.SUSPEND_RESUME: suspend_resume,
+    s.JOB_RECREATE: job_recreate,
+}
+assert set(FAULTS) == set(s.FAULT_KINDS)

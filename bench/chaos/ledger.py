@@ -1,0 +1,95 @@
+"""What the soak did and saw (pure data): a record per fault injected, the pod groups
+each one disrupted, and the violations found. Thread-safe: faults run on threads of
+their own, several at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+Obj = dict[str, Any]
+
+INJECTED = "injected"
+SKIPPED = "skipped"
+ERROR = "error"
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """One pod group a fault disrupted: the job (namespace, uid), the group (its
+    `tuneop.io/group` label, "trainer" for a job without trial groups) and its pod group
+    index (`tuneop.io/attempt`). `clean`: the pod was running and nobody was deleting
+    it, so the operator must count this disruption; otherwise (pending, already
+    terminating, or the trainer finishing) it may or may not."""
+
+    namespace: str
+    uid: str
+    group: str
+    attempt: str
+    clean: bool
+
+
+@dataclasses.dataclass
+class FaultRecord:
+    """A fault as injected: its kind, slot and job, when (s since the soak's start),
+    the outcome (injected, skipped with why, error with what) and the groups it hit."""
+
+    kind: str
+    slot: int
+    planned_at: float
+    job_kind: str = ""
+    namespace: str = ""
+    uid: str = ""
+    started: float = 0.0
+    ended: float = 0.0
+    outcome: str = INJECTED
+    detail: str = ""
+    hits: list[Hit] = dataclasses.field(default_factory=list)
+    recovery_seconds: float | None = None
+    """From the fault to the hit job's next progress (its status moving again)."""
+
+    def to_json(self) -> Obj:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """An invariant broken: which, by which job (namespace, uid; "" for the cluster),
+    and what was seen."""
+
+    invariant: str
+    namespace: str
+    uid: str
+    detail: str
+    job_kind: str = ""
+
+
+class Ledger:
+    """The soak's records and violations, appended from several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.faults: list[FaultRecord] = []
+        self.violations: list[Violation] = []
+        self.suspensions: dict[tuple[str, str], int] = {}
+        """(namespace, uid) → suspend-and-resume cycles applied to that job."""
+
+    def add_fault(self, record: FaultRecord) -> None:
+        with self._lock:
+            self.faults.append(record)
+
+    def add_violations(self, violations: list[Violation]) -> None:
+        with self._lock:
+            self.violations.extend(violations)
+
+    def suspended(self, namespace: str, uid: str) -> None:
+        with self._lock:
+            key = (namespace, uid)
+            self.suspensions[key] = self.suspensions.get(key, 0) + 1
+
+    def hits_of(self, namespace: str, uid: str) -> list[Hit]:
+        with self._lock:
+            return [
+                h for f in self.faults for h in f.hits if h.namespace == namespace and h.uid == uid
+            ]
