@@ -1,7 +1,9 @@
 """The chaos soak's short lane: bench/chaos/core.py on the session's cluster with a fixed
 seed, about three minutes, a handful of overlapping faults over three job slots of the
 stand-in and spec kinds; no invariant may break. Two node agents are added for it (node
-faults act on them and the session's own node alike) and removed after."""
+faults act on them and the session's own node alike) and removed after. Its name sorts
+after test_install.py: the cluster's modules run in name order, and the chart's
+operator test must run before anything starts the harness's operator."""
 
 from __future__ import annotations
 
