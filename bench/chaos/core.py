@@ -35,8 +35,8 @@ class SoakConfig:
     duration: float
     seed: int
     jobs: int
-    max_faults: int = 400
-    max_overlap: int = 3
+    max_faults: int = s.Limits.max_faults
+    max_overlap: int = s.Limits.max_overlap
     settle_seconds: float = 900.0
     """After the fault window, how long the last jobs may take to end."""
     peering_lifetime: int = 15
