@@ -18,13 +18,6 @@ TOP_PRIORITY = 10_000
 restarted replica takes one less than the lowest alive, so hundreds of kills stay above."""
 
 
-def leads(operator: Operator) -> bool:
-    try:
-        return "tuneop_operator_leader 1.0" in operator.metrics()
-    except OSError:
-        return False
-
-
 class Replicas:
     """The pair; `kill_active` is what the operator-kill fault does."""
 
@@ -53,10 +46,10 @@ class Replicas:
     def start(self) -> None:
         first = self._start(TOP_PRIORITY)
         self._start(TOP_PRIORITY - 1)
-        wait_for(lambda: leads(first), 120, "the first replica leading", every=0.5)
+        wait_for(first.leads, 120, "the first replica leading", every=0.5)
 
     def active(self) -> Operator | None:
-        return next((op for op, _ in self.alive if leads(op)), None)
+        return next((op for op, _ in self.alive if op.leads()), None)
 
     def kill_active(self, timeout: float = 180) -> float:
         """SIGKILL the leader; the standby takes over; the killed one is started again
@@ -67,7 +60,7 @@ class Replicas:
             self.alive = [(op, p) for op, p in self.alive if op is not leader]
             start = time.monotonic()
             ((standby, _),) = self.alive
-            wait_for(lambda: leads(standby), timeout, "the standby taking over", every=0.5)
+            wait_for(standby.leads, timeout, "the standby taking over", every=0.5)
             took = time.monotonic() - start
             self._start(min(p for _, p in self.alive) - 1)
             return took

@@ -129,8 +129,7 @@ PASS_COUNTERS = ("tuneop_reconcile_passes_total", "tuneop_reconcile_live_reads_t
 
 def pass_counters(operator: Operator) -> dict[str, float]:
     """The operator's own pass counters (passes, live reads, failed passes)."""
-    lines = [line.split() for line in operator.metrics().splitlines()]
-    return {line[0]: float(line[1]) for line in lines if line and line[0] in PASS_COUNTERS}
+    return operator.counters(*PASS_COUNTERS)
 
 
 def pass_rates(operator: Operator, measure: Callable[[], T]) -> tuple[T, dict[str, float]]:

@@ -116,15 +116,8 @@ def operators(cp: ControlPlane, work: Path, lifetime: int) -> tuple[Operator, Op
                        **defaults)  # fmt: skip
     leader.start()
     standby.start()
-    wait_for(lambda: leads(leader) and not leads(standby), 90, "the first replica leading")
+    wait_for(lambda: leader.leads() and not standby.leads(), 90, "the first replica leading")
     return leader, standby
-
-
-def leads(operator: Operator) -> bool:
-    try:
-        return "tuneop_operator_leader 1.0" in operator.metrics()
-    except OSError:
-        return False
 
 
 def simulator(cp: ControlPlane, work: Path, args: argparse.Namespace) -> subprocess.Popen[str]:
@@ -246,7 +239,7 @@ def failover(
     at_kill = am.rss(leader)
     leader.kill()
     start = time.monotonic()
-    wait_for(lambda: leads(standby), 300, "the standby leading", every=0.5)
+    wait_for(standby.leads, 300, "the standby leading", every=0.5)
     took_over = time.monotonic() - start
     result["failover"] = {"jobs": total, "seconds_to_take_over": round(took_over, 1),
                           "leader_rss_mib_at_kill": at_kill}  # fmt: skip

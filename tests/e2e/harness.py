@@ -343,6 +343,19 @@ class Operator:
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
 
+    def leads(self) -> bool:
+        """Whether this replica is the active one (its `tuneop_operator_leader`); False
+        while its metrics do not answer."""
+        try:
+            return "tuneop_operator_leader 1.0" in self.metrics()
+        except OSError:
+            return False
+
+    def counters(self, *names: str) -> dict[str, float]:
+        """The operator-wide series `names` (no labels) as they read now."""
+        lines = [line.split() for line in self.metrics().splitlines()]
+        return {line[0]: float(line[1]) for line in lines if len(line) == 2 and line[0] in names}
+
     def kill(self) -> None:
         """SIGKILL: an operator crash at an arbitrary instant."""
         if self.process is not None and self.process.poll() is None:

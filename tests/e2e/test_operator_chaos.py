@@ -47,5 +47,5 @@ def test_a_short_soak_breaks_no_invariant(e2e: Env, tmp_path: Path):
     faults = [f for f in result["faults"] if f.get("namespace") in hit or not f.get("namespace")]
     assert result["violations"] == [], (result["violations"], faults)
     assert all(job["phase"] == "Succeeded" for job in result["jobs"]), result["jobs"]
-    wait_for(lambda: "tuneop_operator_leader 1.0" in e2e.operator.metrics(), 120,
+    wait_for(e2e.operator.leads, 120,
              "the session's operator leading again")  # fmt: skip

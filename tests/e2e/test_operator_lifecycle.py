@@ -255,9 +255,9 @@ def test_operator_restart_mid_run_creates_no_duplicates(e2e: Env, reference: dic
 
 def _passed(operator: Operator) -> dict[str, float] | None:
     """The operator's pass counters once it has completed a pass."""
-    wanted = ("tuneop_reconcile_passes_total", "tuneop_reconcile_live_reads_total")
-    lines = [line.split() for line in operator.metrics().splitlines()]
-    counters = {line[0]: float(line[1]) for line in lines if line and line[0] in wanted}
+    counters = operator.counters(
+        "tuneop_reconcile_passes_total", "tuneop_reconcile_live_reads_total"
+    )
     return counters if counters.get("tuneop_reconcile_passes_total", 0) >= 1 else None
 
 
