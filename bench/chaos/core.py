@@ -68,7 +68,8 @@ class Soak:
         self.replicas = Replicas(cluster.control_plane.kubeconfig, work, cfg.peering_lifetime)
         self.histories: dict[tuple[str, str], inv.StatusHistory] = {}
         self.outcomes: list[JobOutcome] = []
-        self.adopted: set[tuple[str, str]] = set()
+        self.ended: dict[tuple[str, str], dt.datetime] = {}
+        """(namespace, uid) → when the churn saw the job ended (before deleting it)."""
         self.stop = threading.Event()
         self.ctx: Context | None = None
 
@@ -86,6 +87,7 @@ class Soak:
         may be left."""
         ns, uid = slot.namespace, slot.uid
         status = ctx.env.status(ns, jobkinds.JOB_NAME)
+        self.ended[(ns, uid)] = dt.datetime.now(dt.UTC)
         job = inv.JobRef(ns, uid, slot.kind)
         hits = self.ledger.hits_of(ns, uid)
         low, _ = inv.expected_preemptions(hits)
@@ -163,10 +165,14 @@ class Soak:
             record.recovery_seconds = self.recovery(ctx, record, wall)
 
     def recovery(self, ctx: Context, record: FaultRecord, since: dt.datetime) -> float | None:
-        """Seconds from the fault to the hit job's next progress in its status."""
-        ns = record.hits[0].namespace
+        """Seconds from the fault to the hit job's next progress in its status (or its
+        end, which the churn may see first and delete the job)."""
+        ns, uid = record.hits[0].namespace, record.hits[0].uid
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not self.stop.is_set():
+            ended = self.ended.get((ns, uid))
+            if ended is not None:
+                return round(max(0.0, (ended - since).total_seconds()), 1)
             with contextlib.suppress(Exception):
                 status = ctx.env.status(ns, jobkinds.JOB_NAME)
                 last = status.get("lastProgressTime")

@@ -5,6 +5,7 @@ pod groups and when, in a FaultRecord."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from bench.chaos import schedule as s
 from bench.chaos.jobkinds import JOB_NAME, document
@@ -24,6 +25,9 @@ from tests.localcluster import disruption
 Obj = dict[str, Any]
 JOB_LABEL = "tuneop.io/tuningjob"
 PREEMPTOR_NAME = "chaos-preemptor"
+FOLLOW_SECONDS = 90.0
+"""How long a fault follows the pods it disrupted to their end (the soak's jobs have a
+15-s grace period; a drain's or a preemption's victims end about together)."""
 
 
 @dataclasses.dataclass
@@ -61,8 +65,10 @@ def trainer_pods(ctx: Context, namespace: str | None = None, node: str | None = 
     return list(ctx.env.kubectl.json(*args)["items"])
 
 
-def hit(pod: Obj) -> Hit:
-    """The pod group `pod` belongs to, and whether this disruption must be counted."""
+def hit(pod: Obj, finished: bool = False) -> Hit:
+    """The pod group `pod` belongs to, and whether this disruption must be counted: the
+    pod was running, nobody was deleting it, and its trainer did not end its search
+    under the signal (`finished`: it exited 0, so the operator rightly saw a success)."""
     meta = pod["metadata"]
     labels = meta.get("labels") or {}
     owner = next((o["uid"] for o in meta.get("ownerReferences") or []
@@ -73,8 +79,37 @@ def hit(pod: Obj) -> Hit:
         owner,
         labels.get("tuneop.io/group", "trainer"),
         labels.get("tuneop.io/attempt", ""),
-        clean=running and not meta.get("deletionTimestamp"),
+        clean=running and not meta.get("deletionTimestamp") and not finished,
     )
+
+
+def followed_hits(ctx: Context, pods: list[Obj], timeout: float = FOLLOW_SECONDS) -> list[Hit]:
+    """The hits of `pods` (each listed before it was disrupted), once each has ended or
+    `timeout` passed: a trainer that exited 0 meanwhile was finishing its search, and
+    whether its disruption counts is a race the soak cannot call."""
+    deadline = time.monotonic() + timeout
+    return [hit(p, _exited_zero(ctx, p, max(1.0, deadline - time.monotonic()))) for p in pods]
+
+
+def _exited_zero(ctx: Context, pod: Obj, timeout: float) -> bool:
+    """Whether every main container of `pod` ended with exit code 0 before the pod was
+    gone: a watch from the listing's resourceVersion sees each status it went through."""
+    meta = pod["metadata"]
+    core = ctx.env.cluster.core
+    ended = False
+    stream = watch.Watch().stream(
+        core.list_namespaced_pod, meta["namespace"], field_selector=f"metadata.name={meta['name']}",
+        resource_version=meta.get("resourceVersion"), timeout_seconds=int(timeout),
+    )  # fmt: skip
+    with contextlib.suppress(client.ApiException):
+        for event in stream:
+            obj = event["object"]
+            if obj.metadata.uid != meta["uid"] or event["type"] == "DELETED":
+                break
+            codes = [(c.state.terminated.exit_code if c.state and c.state.terminated else None)
+                     for c in obj.status.container_statuses or []]  # fmt: skip
+            ended = bool(codes) and all(code == 0 for code in codes)
+    return ended
 
 
 def _job_phase(ctx: Context, slot: SlotJob) -> str | None:
@@ -112,13 +147,13 @@ def pod_fault(grace: int | None, evict: bool) -> Callable[[Context, FaultRecord,
             return
         pod = _rng(record).choice(pods)
         name = pod["metadata"]["name"]
-        record.hits.append(hit(pod))
         api = ctx.env.cluster.api
         if evict:
             disruption.evict_pod(api, slot.namespace, name)
         else:
             disruption.delete_pod(api, slot.namespace, name, grace)
         record.detail = name
+        record.hits.extend(followed_hits(ctx, [pod]))
 
     return inject
 
@@ -136,8 +171,9 @@ def _node_of(ctx: Context, record: FaultRecord, planned: s.Planned) -> str | Non
     return node
 
 
-def _hit_node(record: FaultRecord, pods: list[Obj]) -> None:
-    record.hits.extend(hit(p) for p in pods if not p["metadata"].get("deletionTimestamp"))
+def _hit_node(ctx: Context, record: FaultRecord, pods: list[Obj], follow: bool) -> None:
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    record.hits.extend(followed_hits(ctx, live) if follow else [hit(p) for p in live])
 
 
 def scheduler_preempt(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
@@ -156,7 +192,7 @@ def scheduler_preempt(ctx: Context, record: FaultRecord, planned: s.Planned) -> 
         now = {p["metadata"]["uid"]: p for p in trainer_pods(ctx, node=node)}
         victims = [p for uid, p in before.items()
                    if uid not in now or now[uid]["metadata"].get("deletionTimestamp")]  # fmt: skip
-        _hit_node(record, victims)
+        _hit_node(ctx, record, victims, follow=True)
         record.detail = f"node {node}, preemptor bound: {bool(bound)}"
         time.sleep(planned.hold)
     finally:
@@ -183,7 +219,7 @@ def node_crash(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     if node is None:
         return
     pods = trainer_pods(ctx, node=node)
-    _hit_node(record, pods)
+    _hit_node(ctx, record, pods, follow=False)  # SIGKILLed: nothing to follow
     disruption.crash_node(ctx.env.cluster, node)
     try:
         started = time.monotonic()
@@ -214,14 +250,16 @@ def node_drain(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
         pods = [
             p for p in trainer_pods(ctx, node=node) if not p["metadata"].get("deletionTimestamp")
         ]
+        evicted = []
         for pod in pods:
             meta = pod["metadata"]
             try:
                 disruption.evict_pod(ctx.env.cluster.api, meta["namespace"], meta["name"])
-                record.hits.append(hit(pod))
+                evicted.append(pod)
             except client.ApiException as err:
                 if err.status != 404:
                     raise
+        _hit_node(ctx, record, evicted, follow=True)
         record.detail = f"node {node}, {len(record.hits)} evicted"
         time.sleep(planned.hold)
     finally:

@@ -9,9 +9,10 @@ group disrupted, however many of its pods or faults hit it, never a `failures`. 
 kube-apiserver restart, an operator replica killed, the progress ConfigMap deleted and
 a suspension add nothing (the operator's own deletion on suspend is no disruption). A
 job re-created under its name is a new job (a new uid): its counters start at zero.
-A disruption that lands on a pod not running, already terminating or whose trainer is
-finishing may be counted or not: the expectation is a range, [clean hits, all hits],
-over distinct pod groups."""
+A disruption that lands on a pod not running or already terminating, on a trainer that
+ends its search under the signal (exit 0), or while its job is being suspended may be
+counted or not: the expectation is a range, [clean hits, all hits], over distinct pod
+groups."""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ import dataclasses
 import threading
 from typing import Any
 
+from bench.chaos.schedule import SUSPEND_RESUME
+
 Obj = dict[str, Any]
 
 INJECTED = "injected"
@@ -89,7 +91,19 @@ class Ledger:
             self.suspensions[key] = self.suspensions.get(key, 0) + 1
 
     def hits_of(self, namespace: str, uid: str) -> list[Hit]:
+        """The job's hits. One whose fault overlapped a suspension of the job is not
+        clean: the operator may rightly take the pod's end for the suspension's own."""
         with self._lock:
+            job = (namespace, uid)
+            suspended = [(f.started, f.ended) for f in self.faults
+                         if f.kind == SUSPEND_RESUME and (f.namespace, f.uid) == job]  # fmt: skip
             return [
-                h for f in self.faults for h in f.hits if h.namespace == namespace and h.uid == uid
+                dataclasses.replace(h, clean=h.clean and not _overlaps(f, suspended))
+                for f in self.faults
+                for h in f.hits
+                if h.namespace == namespace and h.uid == uid
             ]
+
+
+def _overlaps(fault: FaultRecord, windows: list[tuple[float, float]]) -> bool:
+    return any(start <= fault.ended and fault.started <= end for start, end in windows)

@@ -7,6 +7,7 @@ operator test must run before anything starts the harness's operator."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -41,11 +42,12 @@ def test_a_short_soak_breaks_no_invariant(e2e: Env, tmp_path: Path):
     finally:
         for node in NODES:
             e2e.cluster.remove_node(node)
+    (tmp_path / "chaos.json").write_text(json.dumps(result, indent=1))
     injected = [f for f in result["faults"] if f["outcome"] == "injected"]
     assert len(injected) >= 2 and result["overlapping"] >= 1, result["faults"]
     hit = {v["namespace"] for v in result["violations"]}
     faults = [f for f in result["faults"] if f.get("namespace") in hit or not f.get("namespace")]
-    assert result["violations"] == [], (result["violations"], faults)
+    assert not result["violations"], json.dumps([result["violations"], faults], indent=1)
     assert all(job["phase"] == "Succeeded" for job in result["jobs"]), result["jobs"]
     wait_for(e2e.operator.leads, 120,
              "the session's operator leading again")  # fmt: skip

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.chaos import faults, jobkinds, matrix
 from bench.chaos import invariants as inv
-from bench.chaos import jobkinds, matrix
 from bench.chaos import schedule as s
-from bench.chaos.ledger import SKIPPED, FaultRecord, Hit
+from bench.chaos.ledger import SKIPPED, FaultRecord, Hit, Ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = s.Limits(duration=3600, slots=12)
@@ -68,6 +68,34 @@ def hit(group: str = "trainer", attempt: str = "0", clean: bool = True) -> Hit:
 def test_expected_preemptions_count_distinct_pod_groups():
     hits = [hit(), hit(), hit(attempt="1", clean=False), hit("t0", "0")]
     assert inv.expected_preemptions(hits) == (2, 3)
+
+
+def test_a_hit_on_a_trainer_that_ends_its_search_under_the_signal_may_go_uncounted():
+    pod = {
+        "metadata": {"namespace": "ns", "name": "search-worker-0", "labels": {},
+                     "ownerReferences": [{"kind": "TuningJob", "uid": "uid-1"}]},
+        "status": {"phase": "Running"},
+    }  # fmt: skip
+    assert faults.hit(pod).clean
+    assert not faults.hit(pod, finished=True).clean
+    terminating = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "now"}}
+    assert not faults.hit(terminating).clean
+    assert inv.expected_preemptions([faults.hit(pod, finished=True)]) == (0, 1)
+
+
+def test_a_hit_during_a_suspension_of_its_job_may_go_uncounted():
+    ledger = Ledger()
+    drain = FaultRecord(s.NODE_DRAIN, 0, 47.5, namespace="ns", uid="uid-1", started=47.5,
+                        ended=70.0, hits=[hit()])  # fmt: skip
+    kill = FaultRecord(s.POD_SIGKILL, 0, 90.0, namespace="ns", uid="uid-1", started=90.0,
+                       ended=90.5, hits=[hit(attempt="1")])  # fmt: skip
+    ledger.add_fault(drain)
+    ledger.add_fault(kill)
+    assert inv.expected_preemptions(ledger.hits_of("ns", "uid-1")) == (2, 2)
+    ledger.add_fault(FaultRecord(s.SUSPEND_RESUME, 0, 47.6, namespace="ns", uid="uid-1",
+                                 started=47.6, ended=62.8))  # fmt: skip
+    assert inv.expected_preemptions(ledger.hits_of("ns", "uid-1")) == (1, 2)
+    assert inv.expected_preemptions(ledger.hits_of("ns", "other")) == (0, 0)
 
 
 def status(**fields: object) -> dict[str, object]:
