@@ -89,7 +89,7 @@ class Soak:
         status = ctx.env.status(ns, jobkinds.JOB_NAME)
         self.ended[(ns, uid)] = dt.datetime.now(dt.UTC)
         job = inv.JobRef(ns, uid, slot.kind)
-        hits = self.ledger.hits_of(ns, uid)
+        hits = inv.settled(self.ledger.hits_of(ns, uid), status)
         low, _ = inv.expected_preemptions(hits)
         found = inv.check_phase(job, status, jobkinds.MAX_PREEMPTIONS, low)
         found += inv.check_counters(job, status, hits, self.ledger.suspensions.get((ns, uid), 0),

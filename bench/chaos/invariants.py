@@ -10,9 +10,9 @@ kube-apiserver restart, an operator replica killed, the progress ConfigMap delet
 a suspension add nothing (the operator's own deletion on suspend is no disruption). A
 job re-created under its name is a new job (a new uid): its counters start at zero.
 A disruption that lands on a pod not running or already terminating, on a trainer that
-ends its search under the signal (exit 0), or while its job is being suspended may be
-counted or not: the expectation is a range, [clean hits, all hits], over distinct pod
-groups."""
+ends its search under the signal (exit 0, or no pod group after it), or while its job
+is being suspended may be counted or not: the expectation is a range, [clean hits, all
+hits], over distinct pod groups."""
 
 from __future__ import annotations
 
@@ -48,6 +48,18 @@ def expected_preemptions(hits: Iterable[Hit]) -> tuple[int, int]:
     every = {(h.group, h.attempt) for h in hits}
     clean = {(h.group, h.attempt) for h in hits if h.clean}
     return len(clean), len(every)
+
+
+def settled(hits: Iterable[Hit], status: Obj) -> list[Hit]:
+    """`hits` as the job's end shows them: a hit on the pod group that ended the job (no
+    group came after it) disrupted a trainer that ended its search all the same, so it
+    was finishing, and whether it counts is a race (a SIGKILL leaves no exit code to
+    tell)."""
+    last = {str(g.get("name")): str(g.get("attempt")) for g in status.get("groups") or []}
+    last["trainer"] = str(status.get("attempt"))
+    if status.get("phase") != "Succeeded":
+        return list(hits)
+    return [dataclasses.replace(h, clean=h.clean and last.get(h.group) != h.attempt) for h in hits]
 
 
 def check_phase(job: JobRef, status: Obj, budget: int, low: int) -> list[Violation]:

@@ -98,6 +98,14 @@ def test_a_hit_during_a_suspension_of_its_job_may_go_uncounted():
     assert inv.expected_preemptions(ledger.hits_of("ns", "other")) == (0, 0)
 
 
+def test_a_hit_on_the_pod_group_that_ended_the_job_may_go_uncounted():
+    hits = [hit(attempt="0"), hit(attempt="1"), hit("t0", "2"), hit("t1", "2")]
+    ended = {"phase": "Succeeded", "attempt": 1,
+             "groups": [{"name": "t0", "attempt": 3}, {"name": "t1", "attempt": 2}]}  # fmt: skip
+    assert [h.clean for h in inv.settled(hits, ended)] == [True, False, True, False]
+    assert all(h.clean for h in inv.settled(hits, {**ended, "phase": "Failed"}))
+
+
 def status(**fields: object) -> dict[str, object]:
     base: dict[str, object] = {
         "phase": "Succeeded", "preemptions": 1, "failures": 0, "restarts": 1, "restores": 1,
