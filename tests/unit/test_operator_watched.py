@@ -12,7 +12,7 @@ import pytest
 from tuneop.api import names
 from tuneop.render import trainer_pods
 from tuneop.run.config import Config
-from tuneop.run.runtime import Runtime
+from tuneop.run.runtime import FINISHED_RECHECK_SECONDS, Runtime
 from tuneop.run.watched import RESYNC_SECONDS, Watched, trim_node
 from tuneop_contract.spec import JobSpec
 
@@ -154,6 +154,44 @@ def test_a_lost_watch_event_is_corrected_at_the_resync_and_counted_once():
         runtime.reconcile_once("ns", "j", LOG)
     assert [p["preemptions"] for p in server.patches if p.get("preemptions")] == [1]
     assert server.job is not None and server.job["status"]["preemptions"] == 1
+
+
+def suspended_world(clock: Clock) -> tuple[Runtime, FakeKube]:
+    job = {**JOB, "spec": {**JOB["spec"], "suspend": True}}
+    server = FakeKube({}, job=job, stores_status=True)
+    return Runtime(Config.from_env({}), server, Watched(clock=clock)), server
+
+
+def test_a_resting_job_reads_nothing_until_one_of_its_objects_changes():
+    """A suspended job with no pod (as a finished one) passes every 600 s from the
+    cache, past the resync; a new generation, or a pod or progress map event, ends the
+    rest and its next pass reads live once."""
+    clock = Clock()
+    runtime, server = suspended_world(clock)
+    assert runtime.reconcile_once("ns", "j", LOG) == FINISHED_RECHECK_SECONDS
+    assert server.reads == LIVE
+    for _ in range(3):
+        clock.now += FINISHED_RECHECK_SECONDS
+        runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads == LIVE
+    assert server.job is not None
+    runtime.watched.progress_event(KEY, {"metadata": {"name": "j-progress", "uid": "c1",
+                                                      "resourceVersion": "20"}}, True)  # fmt: skip
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads == LIVE + LIVE
+    clock.now += FINISHED_RECHECK_SECONDS
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads == LIVE + LIVE
+    status_only = {**server.job, "metadata": {**server.job["metadata"], "resourceVersion": "30"}}
+    runtime.watched.job_event(KEY, status_only, False)  # its own status patch, say
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads == LIVE + LIVE
+    meta = {**server.job["metadata"], "resourceVersion": "31", "generation": 2}
+    resumed = {**server.job, "metadata": meta, "spec": {**JOB["spec"], "suspend": False}}
+    server.job = resumed
+    runtime.watched.job_event(KEY, resumed, False)
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.reads[: 3 * len(LIVE)] == LIVE * 3
 
 
 def test_a_failed_pass_sends_the_next_to_a_live_read():

@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 FINISHED_RECHECK_SECONDS = 600.0
-"""A finished job, or a suspended one with no pod left, is re-read this rarely (a
-level-based safety net); its spec changes, its pods' events and its TTL wake it sooner."""
+"""A finished job, or a suspended one with no pod left, passes this rarely, from what
+the watches hold (run.watched's rest); its spec changes, its pods' events and its TTL
+wake it sooner."""
 
 
 class Runtime:
@@ -172,6 +173,8 @@ class Runtime:
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
             metrics.JOBS.recovered(reason, seconds)
+        if resting(decision, spec, pods):
+            self.watched.rest(key)
         return next_pass(decision, spec, pods, self.watched.resync_seconds)
 
     def _read_live(self, namespace: str, name: str) -> Snapshot:
@@ -259,9 +262,7 @@ def next_pass(decision: Decision, spec: JobSpec, pods: list[Obj], resync: float)
     no event may come for it. A pass that only copied a progress report has nothing
     to carry on, so a steady job costs one pass per report, not two. Only a settled
     job rests, at most `resync` (the cache's resync, a level-based safety net)."""
-    if decision.finished or (spec.suspend and not pods):
-        # nothing runs and nothing changes by itself: resuming is a spec change and a
-        # new pod an event, both of which wake the loop
+    if resting(decision, spec, pods):
         rest = FINISHED_RECHECK_SECONDS
     elif decision.writes_children or decision.events or set(decision.status) - st.REPORTED:
         return 0.0
@@ -269,6 +270,13 @@ def next_pass(decision: Decision, spec: JobSpec, pods: list[Obj], resync: float)
         rest = resync
     due = decision.requeue_after
     return rest if due is None else min(rest, due)
+
+
+def resting(decision: Decision, spec: JobSpec, pods: list[Obj]) -> bool:
+    """A finished job, or a suspended one with no pod left: nothing runs and nothing
+    changes by itself; resuming is a spec change and a new pod an event, both of which
+    wake the loop (and end the rest: run.watched)."""
+    return decision.finished or (spec.suspend and not pods)
 
 
 def job_of(pod: Obj) -> str | None:

@@ -16,7 +16,10 @@ reads). A pass reads a job's objects live instead when the cache cannot be trust
   the older state would count a pod it just created as vanished;
 - after a pass that failed (a 409, an API error, a freeze): its writes may be half done;
 - every `resync_seconds` (a level-based safety net, as an informer's resync): a watch
-  event lost (a relist after `410 Gone` reports no deletions) is corrected then.
+  event lost (a relist after `410 Gone` reports no deletions) is corrected then. Not
+  for a resting job (finished, or suspended with no pod left: `rest`): nothing of it
+  changes by itself, and what would change it (a new spec, a pod, its progress map) is
+  a watch event, which ends its rest. Thousands of idle jobs then cost no reads.
 
 A status patch's answer is the job as the API server now holds it, so a pass that only
 patched status leaves the cache fresh. Objects are compared by resourceVersion where it
@@ -90,6 +93,8 @@ class JobObjects:
     progress: Obj | None = None
     read_at: float | None = None
     """When the pass last read them live (monotonic); None: never, or invalidated."""
+    resting: bool = False
+    """Its last pass found it finished or suspended with no pod (`Watched.rest`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,11 +129,15 @@ class Watched:
             self._gone.pop(key, None)  # a job of that name (again)
             held = self._objects(key)
             if not_older(job, held.job):
+                if _generation(job) != _generation(held.job):
+                    held.resting = False  # a new spec (resumed, edited)
                 held.job = job
 
     def pod_event(self, key: Key, pod: Obj, deleted: bool) -> None:
         meta = pod.get("metadata") or {}
         with self._lock:
+            if key in self._jobs:
+                self._jobs[key].resting = False
             if deleted:
                 self._tombstones[str(meta.get("uid"))] = (version(pod), self.clock())
                 pods = self._jobs[key].pods if key in self._jobs else {}
@@ -143,6 +152,8 @@ class Watched:
 
     def progress_event(self, key: Key, configmap: Obj, deleted: bool) -> None:
         with self._lock:
+            if key in self._jobs:
+                self._jobs[key].resting = False
             if deleted:
                 # the map is replaced before each pod group: only that very one goes
                 held = self._jobs.get(key)
@@ -210,7 +221,7 @@ class Watched:
             now = self.clock()
             if held is None or held.job is None or held.read_at is None:
                 return None
-            if now - held.read_at >= self.resync_seconds:
+            if now - held.read_at >= self.resync_seconds and not held.resting:
                 return None
             return Snapshot(held.job, list(held.pods.values()), held.progress)
 
@@ -253,11 +264,19 @@ class Watched:
             if wrote_children:
                 held.read_at = None
 
+    def rest(self, key: Key) -> None:
+        """The job's pass found it finished, or suspended with no pod left: until an
+        event of its objects, what the cache holds of it is trusted past the resync."""
+        with self._lock:
+            if key in self._jobs:
+                self._jobs[key].resting = True
+
     def invalidate(self, key: Key) -> None:
         """The next pass reads live (this one failed or was refused)."""
         with self._lock:
             if key in self._jobs:
                 self._jobs[key].read_at = None
+                self._jobs[key].resting = False
 
     def forget(self, key: Key) -> None:
         with self._lock:
@@ -335,6 +354,10 @@ def _readiness(node: Obj | None) -> tuple[bool, bool, str | None]:
     conditions: list[Obj] = node["status"]["conditions"]
     ready = conditions[0].get("status") if conditions else None
     return (True, bool(node["metadata"].get("deletionTimestamp")), ready)
+
+
+def _generation(job: Obj | None) -> Any:
+    return ((job or {}).get("metadata") or {}).get("generation")
 
 
 def _uid(obj: Obj | None) -> Any:
