@@ -77,6 +77,7 @@ class Soak:
     def submit(self, ctx: Context, slot: SlotJob) -> None:
         """The slot's next job, in a fresh namespace."""
         slot.namespace = ctx.env.namespace(f"chaos-{slot.index}")
+        ctx.namespaces.add(slot.namespace)
         if slot.kind == jobkinds.SCRIPT:
             ctx.env.create_script_configmap(slot.namespace)
         ctx.env.kubectl.apply(jobkinds.document(slot.kind, slot.namespace))
@@ -150,7 +151,7 @@ class Soak:
     def inject(self, ctx: Context, planned: s.Planned) -> None:
         """One fault on its own thread: recorded whatever happens."""
         slot = ctx.slots[planned.slot]
-        scoped = planned.kind not in (s.APISERVER_RESTART, s.OPERATOR_KILL)
+        scoped = planned.kind not in s.CLUSTER_WIDE
         record = FaultRecord(planned.kind, planned.slot, planned.at,
                              slot.kind if scoped else matrix.ALL_JOBS,
                              slot.namespace, slot.uid, started=ctx.now())  # fmt: skip
@@ -166,15 +167,24 @@ class Soak:
 
     def recovery(self, ctx: Context, record: FaultRecord, since: dt.datetime) -> float | None:
         """Seconds from the fault to the hit job's next progress in its status (or its
-        end, which the churn may see first and delete the job)."""
+        end, which the churn may see first and delete the job); None if the job went
+        (deleted, or re-created under its name) or nothing came within 600 s."""
         ns, uid = record.hits[0].namespace, record.hits[0].uid
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not self.stop.is_set():
             ended = self.ended.get((ns, uid))
             if ended is not None:
                 return round(max(0.0, (ended - since).total_seconds()), 1)
-            with contextlib.suppress(Exception):
-                status = ctx.env.status(ns, jobkinds.JOB_NAME)
+            try:
+                job = ctx.env.job(ns, jobkinds.JOB_NAME)
+            except AssertionError:  # not found
+                return None
+            except Exception:  # the API server may be down
+                job = None
+            if job is not None:
+                if job["metadata"]["uid"] != uid:
+                    return None
+                status = job.get("status") or {}
                 last = status.get("lastProgressTime")
                 if status.get("phase") in FINISHED or (last and _parse(last) > since):
                     return round((dt.datetime.now(dt.UTC) - since).total_seconds(), 1)

@@ -50,6 +50,9 @@ class Context:
     ledger: Ledger
     slots: list[SlotJob]
     t0: float
+    namespaces: set[str] = dataclasses.field(default_factory=set)
+    """Every namespace the soak made for its jobs: faults act on their pods only (on a
+    shared cluster, other pods on a node are not the soak's)."""
 
     def now(self) -> float:
         return round(time.monotonic() - self.t0, 2)
@@ -62,7 +65,8 @@ def trainer_pods(ctx: Context, namespace: str | None = None, node: str | None = 
     args += ["-n", namespace] if namespace else ["-A"]
     if node:
         args += ["--field-selector", f"spec.nodeName={node}"]
-    return list(ctx.env.kubectl.json(*args)["items"])
+    items = ctx.env.kubectl.json(*args)["items"]
+    return [p for p in items if p["metadata"]["namespace"] in ctx.namespaces]
 
 
 def hit(pod: Obj, finished: bool = False) -> Hit:
@@ -272,6 +276,13 @@ def apiserver_restart(ctx: Context, record: FaultRecord, planned: s.Planned) -> 
     record.detail = f"down {planned.hold} s"
 
 
+def etcd_restart(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """etcd SIGKILLed, started again on its data `hold` s later: the API server answers
+    errors meanwhile, and every watch is cut."""
+    ctx.env.cluster.control_plane.restart_etcd(down_seconds=planned.hold)
+    record.detail = f"down {planned.hold} s"
+
+
 def operator_kill(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     """The leading replica SIGKILLed; the standby leads; the killed one returns as standby."""
     took = ctx.replicas.kill_active()
@@ -329,6 +340,7 @@ FAULTS: dict[str, Callable[[Context, FaultRecord, s.Planned], None]] = {
     s.NODE_CRASH: node_crash,
     s.NODE_DRAIN: node_drain,
     s.APISERVER_RESTART: apiserver_restart,
+    s.ETCD_RESTART: etcd_restart,
     s.OPERATOR_KILL: operator_kill,
     s.PROGRESS_CONFIGMAP_DELETE: progress_configmap_delete,
     s.SUSPEND_RESUME: suspend_resume,

@@ -6,7 +6,7 @@ tests' assertions): a trainer pod deleted with or without a grace period, evicte
 preempted by the scheduler, evicted by the taint manager after its node crashed, or
 evicted by a drain is a disruption: one `preemptions` (and one `restarts`) per pod
 group disrupted, however many of its pods or faults hit it, never a `failures`. A
-kube-apiserver restart, an operator replica killed, the progress ConfigMap deleted and
+kube-apiserver or etcd restart, an operator replica killed, the progress ConfigMap deleted and
 a suspension add nothing (the operator's own deletion on suspend is no disruption). A
 job re-created under its name is a new job (a new uid): its counters start at zero.
 A disruption that lands on a pod not running or already terminating, on a trainer that

@@ -20,6 +20,7 @@ SCHEDULER_PREEMPT = "scheduler-preempt"
 NODE_CRASH = "node-crash"
 NODE_DRAIN = "node-drain"
 APISERVER_RESTART = "apiserver-restart"
+ETCD_RESTART = "etcd-restart"
 OPERATOR_KILL = "operator-kill"
 PROGRESS_CONFIGMAP_DELETE = "progress-configmap-delete"
 SUSPEND_RESUME = "suspend-resume"
@@ -33,12 +34,15 @@ FAULT_KINDS: tuple[str, ...] = (
     NODE_CRASH,
     NODE_DRAIN,
     APISERVER_RESTART,
+    ETCD_RESTART,
     OPERATOR_KILL,
     PROGRESS_CONFIGMAP_DELETE,
     SUSPEND_RESUME,
     JOB_RECREATE,
 )
 """The fault kinds the soak injects."""
+CLUSTER_WIDE: tuple[str, ...] = (APISERVER_RESTART, ETCD_RESTART, OPERATOR_KILL)
+"""Kinds that act on the whole cluster, not on their slot's job."""
 
 NOT_BUILT: tuple[str, ...] = (
     "kueue-preempt",
@@ -46,7 +50,6 @@ NOT_BUILT: tuple[str, ...] = (
     "quota-shrink",
     "pod-network-cut",
     "claim-full",
-    "etcd-restart",
 )
 """Fault kinds the soak does not inject yet."""
 
@@ -58,6 +61,7 @@ HOLD_SECONDS: dict[str, tuple[float, float]] = {
     NODE_CRASH: (45.0, 60.0),  # past the taint manager's eviction (20 s + 10 s here)
     NODE_DRAIN: (10.0, 30.0),
     APISERVER_RESTART: (2.0, 8.0),
+    ETCD_RESTART: (2.0, 6.0),  # under the controllers' 10-s lease renew deadline
     OPERATOR_KILL: (0.0, 0.0),
     PROGRESS_CONFIGMAP_DELETE: (0.0, 0.0),
     SUSPEND_RESUME: (5.0, 20.0),
@@ -72,12 +76,17 @@ EXCLUSIVE: dict[str, str] = {
     NODE_CRASH: "capacity",
     NODE_DRAIN: "capacity",
     APISERVER_RESTART: "apiserver",
+    ETCD_RESTART: "apiserver",
     OPERATOR_KILL: "operator",
 }
 """Kinds of one group never overlap: one node's capacity taken at a time (else nothing
 may fit), one API server outage, one replica killed (the other must take over first)."""
 
-SETTLE_SECONDS: dict[str, float] = {OPERATOR_KILL: 90.0, APISERVER_RESTART: 20.0}
+SETTLE_SECONDS: dict[str, float] = {
+    OPERATOR_KILL: 90.0,
+    APISERVER_RESTART: 20.0,
+    ETCD_RESTART: 20.0,
+}
 """Extra gap after a kind before the next of its group: the standby's take-over (the
 peering lifetime) and the controllers' re-lists."""
 

@@ -157,6 +157,7 @@ class ControlPlane:
         self.service_account_pub = self.pki_dir / "sa.pub"
         self.apiserver_port = 0
         self.etcd_port = 0
+        self.etcd_peer_port = 0
         self.server = ""
         self._components: list[_Component] = []
 
@@ -168,6 +169,11 @@ class ControlPlane:
     @property
     def pids(self) -> list[int]:
         return [c.process.pid for c in self._components]
+
+    @property
+    def alive(self) -> dict[str, int]:
+        """Each component still running, by name: its pid."""
+        return {c.name: c.process.pid for c in self._components if c.process.poll() is None}
 
     def start(self) -> None:
         if self._components:
@@ -189,13 +195,7 @@ class ControlPlane:
     def kill_apiserver(self) -> None:
         """SIGKILL kube-apiserver (a crash): every client sees connection refused until
         start_apiserver(). etcd and the other components keep running."""
-        (comp,) = [c for c in self._components if c.name == "kube-apiserver"]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(comp.pgid, signal.SIGKILL)
-        comp.process.wait()
-        while comp.group_alive():
-            time.sleep(0.05)
-        self._components.remove(comp)
+        self._kill("kube-apiserver")
 
     def start_apiserver(self) -> None:
         """Start kube-apiserver again (same port, flags and etcd) after
@@ -208,6 +208,18 @@ class ControlPlane:
         self.kill_apiserver()
         time.sleep(down_seconds)
         self.start_apiserver()
+
+    def restart_etcd(self, down_seconds: float = 0.0) -> None:
+        """etcd SIGKILLed (its data directory stays, as a crashed member's), `down_seconds`
+        of outage, started again on its ports; returns once kube-apiserver is ready on it
+        again. Keep the outage under the controllers' leader-election renew deadline
+        (10 s): nothing here restarts a kube-controller-manager that lost its lease, as a
+        kubelet would restart its static pod."""
+        self._kill("etcd")
+        time.sleep(down_seconds)
+        self._start_etcd()
+        self._wait("etcd", self._etcd_healthy)
+        self._wait("kube-apiserver", lambda: self._http_ok(f"{self.server}/readyz", b"ok"))
 
     @staticmethod
     def leftover_pids(pids: list[int]) -> list[int]:
@@ -310,6 +322,7 @@ class ControlPlane:
         self.log_dir.mkdir(exist_ok=True)
         self._make_pki()
         self.etcd_port = free_port()
+        self.etcd_peer_port = free_port()
         self.apiserver_port = free_port()
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
         self.write_kubeconfig(self.kubeconfig, "admin", *self._pair("admin"))
@@ -327,7 +340,7 @@ class ControlPlane:
         self._start_etcd()
         self._wait(
             "etcd",
-            lambda: self._http_ok(f"http://127.0.0.1:{self.etcd_port}/health", b"true"),
+            self._etcd_healthy,
         )
         self._start_apiserver()
         self._wait("kube-apiserver", lambda: self._http_ok(f"{self.server}/readyz", b"ok"))
@@ -416,10 +429,22 @@ class ControlPlane:
         certs.generate_key(self.service_account_key)
         certs.public_key(self.service_account_key, self.service_account_pub)
 
+    def _kill(self, name: str) -> None:
+        """SIGKILL one component's process group (a crash) and forget it."""
+        (comp,) = [c for c in self._components if c.name == name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(comp.pgid, signal.SIGKILL)
+        comp.process.wait()
+        while comp.group_alive():
+            time.sleep(0.05)
+        self._components.remove(comp)
+
+    def _etcd_healthy(self) -> bool:
+        return self._http_ok(f"http://127.0.0.1:{self.etcd_port}/health", b"true")
+
     def _start_etcd(self) -> None:
-        peer_port = free_port()
         client = f"http://127.0.0.1:{self.etcd_port}"
-        peer = f"http://127.0.0.1:{peer_port}"
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
         self._spawn(
             "etcd",
             "--name=default",
