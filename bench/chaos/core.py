@@ -2,7 +2,10 @@
 or the e2e session's): two operator replicas, a job per slot (a new one in a fresh
 namespace whenever a slot's job ends while faults still come), the seeded faults on
 threads of their own, a sampler checking status and memory as it runs, each job
-checked when it ends and deleted, with nothing of it left behind."""
+checked when it ends and deleted, with nothing of it left behind. Given Kueue's manager
+(run.py starts one; the e2e short lane does not), it sets up the soak's queues
+(bench/chaos/queues.py) and sends the queued kinds to them; without it the Kueue faults
+record themselves skipped and a queued kind's label is inert."""
 
 from __future__ import annotations
 
@@ -22,9 +25,11 @@ from bench.chaos import jobkinds, matrix
 from bench.chaos import schedule as s
 from bench.chaos.faults import FAULTS, JOB_LABEL, Context, SlotJob
 from bench.chaos.ledger import ERROR, INJECTED, FaultRecord, Ledger, Violation
+from bench.chaos.queues import Queues
 from bench.chaos.replicas import Replicas
 from tests.e2e.harness import Env, Kubectl, claim_dir
 from tests.localcluster.cluster import LocalCluster
+from tests.localcluster.kueue import Kueue
 
 Obj = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")
@@ -61,8 +66,12 @@ class JobOutcome:
 
 
 class Soak:
-    def __init__(self, cluster: LocalCluster, kubectl: Kubectl, work: Path, cfg: SoakConfig):
+    def __init__(
+        self, cluster: LocalCluster, kubectl: Kubectl, work: Path, cfg: SoakConfig,
+        kueue: Kueue | None = None,
+    ) -> None:  # fmt: skip
         self.cfg = cfg
+        self.queues = Queues(kueue) if kueue is not None else None
         self.cluster, self.kubectl, self.work = cluster, kubectl, work
         self.ledger = Ledger()
         self.replicas = Replicas(cluster.control_plane.kubeconfig, work, cfg.peering_lifetime)
@@ -75,9 +84,12 @@ class Soak:
 
     # --- jobs -------------------------------------------------------------------------
     def submit(self, ctx: Context, slot: SlotJob) -> None:
-        """The slot's next job, in a fresh namespace."""
+        """The slot's next job, in a fresh namespace (with the LocalQueue of a queued
+        kind when Kueue runs)."""
         slot.namespace = ctx.env.namespace(f"chaos-{slot.index}")
         ctx.namespaces.add(slot.namespace)
+        if ctx.queues is not None and jobkinds.queued(slot.kind):
+            ctx.queues.add_local_queue(ctx.env, slot.namespace)
         if slot.kind == jobkinds.SCRIPT:
             ctx.env.create_script_configmap(slot.namespace)
         ctx.env.kubectl.apply(jobkinds.document(slot.kind, slot.namespace))
@@ -228,13 +240,18 @@ class Soak:
         env = Env(self.cluster, self.kubectl, self.replicas.alive[0][0])
         kinds = jobkinds.job_mix(cfg.seed, cfg.jobs, cfg.job_kinds)
         ctx = Context(env, self.replicas, self.ledger, [SlotJob(i, k) for i, k in enumerate(kinds)],
-                      time.monotonic())  # fmt: skip
+                      time.monotonic(), self.queues)  # fmt: skip
         self.ctx = ctx
         try:
+            if self.queues is not None:
+                self.queues.setup(env)
+                ctx.t0 = time.monotonic()  # the schedule starts once the queues are up
             return self._run(ctx, plan)
         finally:
             self.stop.set()
             self.replicas.stop()
+            if self.queues is not None:
+                self.queues.teardown(env)
 
     def _run(self, ctx: Context, plan: list[s.Planned]) -> Obj:
         for slot in ctx.slots:

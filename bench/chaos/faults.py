@@ -1,7 +1,8 @@
 """The soak's faults, one function per kind (its name in schedule.py), each through the
 test harness's own means (tests/localcluster/disruption.py, the control plane, the
-operator replicas): it acts on the job of its slot and records what it did, to which
-pod groups and when, in a FaultRecord."""
+operator replicas, Kueue's manager and queues: bench/chaos/queues.py): it acts on the
+job of its slot and records what it did, to which pod groups and when, in a FaultRecord.
+The Kueue kinds record themselves skipped when the soak runs without Kueue."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, watch
+from tuneop.api import queue as kq
 
+from bench.chaos import queues as q
 from bench.chaos import schedule as s
-from bench.chaos.jobkinds import JOB_NAME, document
+from bench.chaos.jobkinds import JOB_NAME, document, queued
 from bench.chaos.ledger import SKIPPED, FaultRecord, Hit, Ledger
 from bench.chaos.replicas import Replicas
 from tests.e2e.harness import Env, wait_for
@@ -28,6 +31,9 @@ PREEMPTOR_NAME = "chaos-preemptor"
 FOLLOW_SECONDS = 90.0
 """How long a fault follows the pods it disrupted to their end (the soak's jobs have a
 15-s grace period; a drain's or a preemption's victims end about together)."""
+ADMIT_SECONDS = 120.0
+"""How long a Kueue preemptor may take to be admitted: its victims' graceful ends (15 s),
+Kueue's cycles, a restart of its manager in between."""
 
 
 @dataclasses.dataclass
@@ -50,6 +56,8 @@ class Context:
     ledger: Ledger
     slots: list[SlotJob]
     t0: float
+    queues: q.Queues | None = None
+    """Kueue's manager and the soak's queues; None: the soak runs without Kueue."""
     namespaces: set[str] = dataclasses.field(default_factory=set)
     """Every namespace the soak made for its jobs: faults act on their pods only (on a
     shared cluster, other pods on a node are not the soak's)."""
@@ -69,10 +77,11 @@ def trainer_pods(ctx: Context, namespace: str | None = None, node: str | None = 
     return [p for p in items if p["metadata"]["namespace"] in ctx.namespaces]
 
 
-def hit(pod: Obj, finished: bool = False) -> Hit:
+def hit(pod: Obj, finished: bool = False, queue: bool = False) -> Hit:
     """The pod group `pod` belongs to, and whether this disruption must be counted: the
     pod was running, nobody was deleting it, and its trainer did not end its search
-    under the signal (`finished`: it exited 0, so the operator rightly saw a success)."""
+    under the signal (`finished`: it exited 0, so the operator rightly saw a success).
+    `queue`: Kueue evicted it."""
     meta = pod["metadata"]
     labels = meta.get("labels") or {}
     owner = next((o["uid"] for o in meta.get("ownerReferences") or []
@@ -84,15 +93,19 @@ def hit(pod: Obj, finished: bool = False) -> Hit:
         labels.get("tuneop.io/group", "trainer"),
         labels.get("tuneop.io/attempt", ""),
         clean=running and not meta.get("deletionTimestamp") and not finished,
+        queue=queue,
     )
 
 
-def followed_hits(ctx: Context, pods: list[Obj], timeout: float = FOLLOW_SECONDS) -> list[Hit]:
+def followed_hits(
+    ctx: Context, pods: list[Obj], timeout: float = FOLLOW_SECONDS, queue: bool = False
+) -> list[Hit]:
     """The hits of `pods` (each listed before it was disrupted), once each has ended or
     `timeout` passed: a trainer that exited 0 meanwhile was finishing its search, and
     whether its disruption counts is a race the soak cannot call."""
     deadline = time.monotonic() + timeout
-    return [hit(p, _exited_zero(ctx, p, max(1.0, deadline - time.monotonic()))) for p in pods]
+    return [hit(p, _exited_zero(ctx, p, max(1.0, deadline - time.monotonic())), queue)
+            for p in pods]  # fmt: skip
 
 
 def _exited_zero(ctx: Context, pod: Obj, timeout: float) -> bool:
@@ -332,6 +345,94 @@ def job_recreate(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     record.detail = f"uid {old} -> {slot.uid}"
 
 
+def _queued_job(ctx: Context, record: FaultRecord, slot: SlotJob) -> q.Queues | None:
+    """The soak's queues when the slot's job is a queued one still running; None (and
+    the record skipped, with why) otherwise."""
+    if ctx.queues is None:
+        _skip(record, "no Kueue in this soak")
+        return None
+    if not queued(slot.kind):
+        _skip(record, f"a {slot.kind} job is not queued")
+        return None
+    phase = _job_phase(ctx, slot)
+    if phase in (None, "Succeeded", "Failed"):
+        _skip(record, f"job {phase or 'absent'}")
+        return None
+    return ctx.queues
+
+
+def _admitted_pods(ctx: Context, record: FaultRecord, slot: SlotJob) -> list[Obj]:
+    """The slot's trainer pods Kueue admitted (no gate) and running; [] (and the record
+    skipped) when there is none."""
+    if _queued_job(ctx, record, slot) is None:
+        return []
+    live = _live_pods(ctx, record, slot)
+    admitted = [p for p in live if not kq.gated(p)
+                and (p.get("status") or {}).get("phase") == "Running"]  # fmt: skip
+    if live and not admitted:
+        return _skip(record, "no admitted trainer pod running (queued or starting)")
+    return admitted
+
+
+def kueue_preempt(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """A pod of a higher priority in the soak's ClusterQueue asking for the GPUs left free
+    plus the job's (tests/e2e/test_queue.py's holding pod of a higher class): Kueue
+    evicts lower priorities to admit it, the most recently admitted first
+    (CandidatesOrdering, pkg/scheduler/preemption/common in Kueue v0.17), so the victims
+    may be another queued job's. They are the queued trainer pods Kueue marks until the
+    preemptor is admitted; it is held `hold` s from then, then deleted. The operator
+    counts each group evicted in `preemptions` and in `queueEvictions`."""
+    slot = ctx.slots[planned.slot]
+    pods = _admitted_pods(ctx, record, slot)
+    if not pods or ctx.queues is None:
+        return
+    queues, env, core = ctx.queues, ctx.env, ctx.env.cluster.core
+    seen = q.watch_from(core)
+    gpus = queues.free_gpus(env) + sum(q.pod_gpus(p) for p in pods)
+    name = queues.create_preemptor(env, gpus)
+    try:
+        q.watch_evictions(core, seen, (queues.namespace, name), ADMIT_SECONDS, planned.hold)
+    finally:
+        queues.delete_preemptor(env, name)
+    admitted = seen.admitted
+    q.watch_evictions(core, seen, None, 10.0, 0.0)  # an eviction issued just before the delete
+    record.hits.extend(followed_hits(ctx, list(seen.victims.values()), queue=True))
+    record.detail = (
+        f"preemptor of {gpus} GPU(s) admitted: {admitted}; {len(seen.victims)} pod(s) evicted"
+        + (f"; {seen.broken}" if seen.broken else "")
+    )
+
+
+def kueue_controller_restart(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """Kueue's manager stopped, started again `hold` s later (queues.restart_manager: its
+    webhooks stay registered, so pod creates and updates in the jobs' namespaces are
+    refused meanwhile and the operator retries them). Adds to no counter: admissions
+    are Workload objects, read back when it starts."""
+    if ctx.queues is None:
+        _skip(record, "no Kueue in this soak")
+        return
+    starts = q.restart_manager(ctx.queues.kueue, planned.hold)
+    record.detail = f"down {planned.hold} s, back after {starts} start(s)"
+
+
+def quota_shrink(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
+    """The ClusterQueue's GPU nominalQuota lowered to 0, restored `hold` s later. Kueue
+    v0.17 evicts no admitted workload for that (none of its Workload eviction reasons is
+    a quota lowered: apis/kueue/v1beta2/workload_types.go), and the queued jobs share one
+    priority, so none preempts another: running groups go on, a group created meanwhile
+    (after a disruption, a new job) stays Queued until the quota is back. Adds to no
+    counter."""
+    queues = _queued_job(ctx, record, ctx.slots[planned.slot])
+    if queues is None:
+        return
+    queues.set_quota(ctx.env, 0)
+    try:
+        time.sleep(planned.hold)
+    finally:
+        queues.set_quota(ctx.env, queues.gpus, timeout=q.RESTORE_SECONDS)
+    record.detail = f"GPU quota {queues.gpus} -> 0 for {planned.hold} s"
+
+
 FAULTS: dict[str, Callable[[Context, FaultRecord, s.Planned], None]] = {
     s.POD_SIGKILL: pod_fault(0, evict=False),
     s.POD_SIGTERM: pod_fault(None, evict=False),
@@ -345,5 +446,8 @@ FAULTS: dict[str, Callable[[Context, FaultRecord, s.Planned], None]] = {
     s.PROGRESS_CONFIGMAP_DELETE: progress_configmap_delete,
     s.SUSPEND_RESUME: suspend_resume,
     s.JOB_RECREATE: job_recreate,
+    s.KUEUE_PREEMPT: kueue_preempt,
+    s.KUEUE_CONTROLLER_RESTART: kueue_controller_restart,
+    s.QUOTA_SHRINK: quota_shrink,
 }
 assert set(FAULTS) == set(s.FAULT_KINDS)

@@ -12,7 +12,16 @@ job re-created under its name is a new job (a new uid): its counters start at ze
 A disruption that lands on a pod not running or already terminating, on a trainer that
 ends its search under the signal (exit 0, or no pod group after it), or while its job
 is being suspended may be counted or not: the expectation is a range, [clean hits, all
-hits], over distinct pod groups."""
+hits], over distinct pod groups.
+
+A pod group Kueue evicted (a kueue-preempt's victims) is a disruption like the others,
+counted once in `preemptions` and once in `restarts`, and also in `queueEvictions`
+(decide/budgets.py, count_preemption: `preemptions` always, `queueEvictions` when a pod
+of the group reads EvictedByKueue, then _recreate_preempted → Slot.restart in
+decide/slot.py counts `restarts`; tests/e2e/test_queue.py asserts preemptions 1 and
+queueEvictions 1 after one eviction). So `restarts` = `preemptions` + `failures` +
+`stallRestarts` holds with Kueue too, and `queueEvictions` <= `preemptions`. Kueue's
+manager restarted and the ClusterQueue's quota shrunk and restored add nothing."""
 
 from __future__ import annotations
 
@@ -25,9 +34,11 @@ from bench.chaos.ledger import Hit, Violation
 
 Obj = dict[str, Any]
 
-MONOTONE_COUNTERS = ("trialsCompleted", "preemptions", "failures", "restarts", "restores")
-ZERO_COUNTERS = ("failures", "trialOOMs", "stallRestarts", "queueEvictions")
-"""No soak fault is a trainer failure, a trial out of memory, a stall or Kueue's."""
+MONOTONE_COUNTERS = (
+    "trialsCompleted", "preemptions", "failures", "restarts", "restores", "queueEvictions",
+)  # fmt: skip
+ZERO_COUNTERS = ("failures", "trialOOMs", "stallRestarts")
+"""No soak fault is a trainer failure, a trial out of memory or a stall."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +58,18 @@ def expected_preemptions(hits: Iterable[Hit]) -> tuple[int, int]:
     cleanly, distinct groups hit at all."""
     every = {(h.group, h.attempt) for h in hits}
     clean = {(h.group, h.attempt) for h in hits if h.clean}
+    return len(clean), len(every)
+
+
+def expected_queue_evictions(hits: Iterable[Hit]) -> tuple[int, int]:
+    """[low, high] queueEvictions: distinct pod groups Kueue evicted at all, and those it
+    evicted cleanly that no other fault hit. A group is counted once, under whichever of
+    its disruptions the operator saw first, and only a Kueue one adds a queueEviction
+    (Kueue leaves alone a pod someone else is deleting: Pod.Stop in its pod controller)."""
+    hits = list(hits)
+    every = {(h.group, h.attempt) for h in hits if h.queue}
+    other = {(h.group, h.attempt) for h in hits if not h.queue}
+    clean = {(h.group, h.attempt) for h in hits if h.queue and h.clean} - other
     return len(clean), len(every)
 
 
@@ -93,6 +116,7 @@ def check_counters(
     got = int(status.get("preemptions") or 0)
     if not low <= got <= high:
         out.append(job.violation("preemptions", f"{got}, expected {low}..{high}"))
+    out += _check_queue_evictions(job, status, hits, got)
     for key in ZERO_COUNTERS:
         if int(status.get(key) or 0) != 0:
             out.append(job.violation(key, f"{status.get(key)}, expected 0"))
@@ -105,6 +129,21 @@ def check_counters(
             "restores", f"{restores} > restarts {restarts} + suspensions {suspensions}"
             f" + adopted {int(adopted)}",
         ))  # fmt: skip
+    return out
+
+
+def _check_queue_evictions(
+    job: JobRef, status: Obj, hits: Sequence[Hit], preemptions: int
+) -> list[Violation]:
+    """queueEvictions in its range, and never more than the preemptions (each of them
+    is one)."""
+    low, high = expected_queue_evictions(hits)
+    got = int(status.get("queueEvictions") or 0)
+    out = []
+    if not low <= got <= high:
+        out.append(job.violation("queueEvictions", f"{got}, expected {low}..{high}"))
+    if got > preemptions:
+        out.append(job.violation("queueEvictions", f"{got} > preemptions {preemptions}"))
     return out
 
 

@@ -1,6 +1,8 @@
 """The kinds of TuningJob the chaos soak runs, built from the e2e tests' own searches
 (tests/e2e/harness.py and the tests that define them), and the seeded mix of kinds over
-the soak's job slots."""
+the soak's job slots. The queued kind is the stand-in sent to the soak's LocalQueue (the
+label tests/e2e/test_queue.py puts on its jobs): admitted by Kueue when the soak runs it,
+an ordinary job when it does not (the label is inert without Kueue)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import copy
 import dataclasses
 import random
 from typing import Any
+
+from tuneop.api.queue import QUEUE_LABEL
 
 from tests.e2e.harness import SCRIPT_SEARCH, SEARCH, sample, script_sample
 from tests.e2e.test_operator_elastic import ELASTIC
@@ -22,16 +26,25 @@ SCRIPT = "script"
 PARALLEL = "parallel"
 TWO_WORKERS = "two-workers"
 ELASTIC_KIND = "elastic"
-JOB_KINDS: tuple[str, ...] = (STANDIN, SPEC, SCRIPT, PARALLEL, TWO_WORKERS, ELASTIC_KIND)
+QUEUED = "queued"
+JOB_KINDS: tuple[str, ...] = (
+    STANDIN, SPEC, SCRIPT, PARALLEL, TWO_WORKERS, ELASTIC_KIND, QUEUED,
+)  # fmt: skip
 WEIGHTS: dict[str, int] = {
     STANDIN: 3,
+    QUEUED: 2,
     SPEC: 1,
     SCRIPT: 1,
     PARALLEL: 1,
     TWO_WORKERS: 1,
     ELASTIC_KIND: 1,
 }
-"""The stand-in trainer costs no TensorFlow: most slots run it, so 2 cores hold the soak."""
+"""The stand-in trainer costs no TensorFlow: most slots run it (plain or queued), so 2
+cores hold the soak."""
+QUEUED_KINDS: tuple[str, ...] = (QUEUED,)
+"""Kinds sent to the soak's LocalQueue: the Kueue faults act on these."""
+LOCAL_QUEUE = "chaos-lq"
+"""The LocalQueue of every queued job (one in each queued job's namespace)."""
 
 STANDIN_TRIALS = 12
 STANDIN_TRIAL_SECONDS = 6.0
@@ -49,9 +62,15 @@ class Known:
     best_score: float
 
 
+def queued(kind: str) -> bool:
+    """Whether jobs of `kind` are sent to the soak's LocalQueue."""
+    return kind in QUEUED_KINDS
+
+
 def known(kind: str) -> Known | None:
-    """The stand-in's result is known without a twin run: trial i scores i / trials."""
-    if kind != STANDIN:
+    """The stand-in's result is known without a twin run: trial i scores i / trials (the
+    queued kind is the stand-in too)."""
+    if kind not in (STANDIN, QUEUED):
         return None
     last = STANDIN_TRIALS - 1
     return Known(STANDIN_TRIALS, standin.trial_id(last), last / STANDIN_TRIALS)
@@ -78,7 +97,7 @@ def _budget(spec: Obj) -> Obj:
 def spec_fields(kind: str) -> Obj:
     """The spec fields of `kind` over the sample's."""
     search = copy.deepcopy(SEARCH)
-    if kind == STANDIN:
+    if kind in (STANDIN, QUEUED):
         return _budget({
             "env": standin.env(STANDIN_TRIALS, STANDIN_TRIAL_SECONDS, step_seconds=0.5),
             "distribution": {"strategy": "Auto", "workers": 1, "gpusPerWorker": 1},
@@ -100,10 +119,13 @@ def spec_fields(kind: str) -> Obj:
 
 def document(kind: str, namespace: str, name: str = JOB_NAME, adopt: bool = False) -> Obj:
     """The TuningJob of `kind` in `namespace`; `adopt`: it continues the search a job
-    of its name left on the retained claim (a job re-created under its name)."""
+    of its name left on the retained claim (a job re-created under its name). A queued
+    kind carries the LocalQueue label, so a re-created job queues again."""
     build = script_sample if kind == SCRIPT else sample
     doc = build(name, namespace, **spec_fields(kind))
     if adopt:
         doc["spec"].setdefault("checkpoint", {})["adopt"] = True
     doc["metadata"]["labels"] = {"tuneop.io/chaos-kind": kind}
+    if queued(kind):
+        doc["metadata"]["labels"][QUEUE_LABEL] = LOCAL_QUEUE
     return doc

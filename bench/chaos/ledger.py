@@ -23,13 +23,16 @@ class Hit:
     `tuneop.io/group` label, "trainer" for a job without trial groups) and its pod group
     index (`tuneop.io/attempt`). `clean`: the pod was running and nobody was deleting
     it, so the operator must count this disruption; otherwise (pending, already
-    terminating, or the trainer finishing) it may or may not."""
+    terminating, or the trainer finishing) it may or may not. `queue`: Kueue evicted the
+    group (its pods marked TerminationTarget), which the operator also counts in
+    `queueEvictions`."""
 
     namespace: str
     uid: str
     group: str
     attempt: str
     clean: bool
+    queue: bool = False
 
 
 @dataclasses.dataclass

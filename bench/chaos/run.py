@@ -3,10 +3,12 @@ overlapping faults on the local cluster, every job checked against the invariant
 
 The local cluster as the e2e fixtures start it (the real control plane, node agents
 running the trainers forked from a TensorFlow-imported server, local-path volumes),
-here with `--nodes` nodes of 4 GPUs; two operator replicas peering; then
-bench/chaos/core.py: jobs per slot, faults from bench/chaos/schedule.py, invariants
-from bench/chaos/invariants.py. Fault matrix on stdout, JSON in bench/results/chaos.json;
-exit status 1 if any invariant was broken."""
+here with `--nodes` nodes of 4 GPUs; Kueue's manager on its control plane as the
+`kueue` fixture starts it (tests/localcluster/kueue.py; `--no-kueue`: none, the Kueue
+faults are skipped); two operator replicas peering; then bench/chaos/core.py: jobs per
+slot, faults from bench/chaos/schedule.py, invariants from bench/chaos/invariants.py.
+Fault matrix on stdout, JSON in bench/results/chaos.json; exit status 1 if any
+invariant was broken."""
 
 from __future__ import annotations
 
@@ -28,8 +30,10 @@ for sub in ("contract", "operator", "trainer_image", "client", "."):
 from bench.chaos import matrix  # noqa: E402
 from bench.chaos.core import Soak, SoakConfig  # noqa: E402
 from tests.e2e.harness import Kubectl  # noqa: E402
+from tests.localcluster import tools  # noqa: E402
 from tests.localcluster.cluster import LocalCluster  # noqa: E402
 from tests.localcluster.controlplane import ControlPlane  # noqa: E402
+from tests.localcluster.kueue import Kueue  # noqa: E402
 from tests.localcluster.nodeagent.agent import NodeConfig  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "chaos.json"
@@ -38,6 +42,7 @@ OUT = ROOT / "bench" / "results" / "chaos.json"
 def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     cp = ControlPlane(work / "controlplane")
     cluster: LocalCluster | None = None
+    kueue: Kueue | None = None
     try:
         cp.start()
         nodes = [NodeConfig(name=f"chaos-node-{i}", gpus=4) for i in range(args.nodes)]
@@ -45,10 +50,15 @@ def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         cluster.start()
         kubectl = Kubectl(cp.bin_dir / "kubectl", cp.kubeconfig)
         kubectl.install_crds()
+        if args.kueue:
+            kueue = Kueue(cp, kueue_dir=tools.kueue_dir(build=True))
+            kueue.start()
         config = SoakConfig(duration=args.duration, seed=args.seed, jobs=args.jobs,
                             max_faults=args.max_faults)  # fmt: skip
-        return Soak(cluster, kubectl, work, config).run()
+        return Soak(cluster, kubectl, work, config, kueue).run()
     finally:
+        if kueue is not None:
+            kueue.stop()  # its webhooks first: none may refuse the clean-up's pod updates
         if cluster is not None:
             cluster.stop()
         cp.stop()
@@ -74,6 +84,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=6, help="job slots running at once")
     parser.add_argument("--nodes", type=int, default=3, help="node agents of 4 GPUs")
     parser.add_argument("--max-faults", type=int, default=400)
+    parser.add_argument(
+        "--no-kueue",
+        dest="kueue",
+        action="store_false",
+        help="no Kueue: queued jobs run unqueued, the Kueue faults are skipped",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the clean-up still runs

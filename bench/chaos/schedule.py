@@ -4,8 +4,9 @@ long, drawn from a seed so a run can be repeated.
 Faults come in bursts: each burst starts one to `max_overlap` faults within a few
 seconds of each other, so several are in force at once; faults that fight over the
 same thing never overlap (a single exclusive group each: the nodes' capacity, the API
-server, the operator replicas). Every fault ends before the soak's fault window does
-(`duration - tail`), and there are at most `max_faults` of them."""
+server, the operator replicas, Kueue's manager, the ClusterQueue's quota). Every fault
+ends before the soak's fault window does (`duration - tail`), and there are at most
+`max_faults` of them."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ OPERATOR_KILL = "operator-kill"
 PROGRESS_CONFIGMAP_DELETE = "progress-configmap-delete"
 SUSPEND_RESUME = "suspend-resume"
 JOB_RECREATE = "job-recreate"
+KUEUE_PREEMPT = "kueue-preempt"
+KUEUE_CONTROLLER_RESTART = "kueue-controller-restart"
+QUOTA_SHRINK = "quota-shrink"
 
 FAULT_KINDS: tuple[str, ...] = (
     POD_SIGKILL,
@@ -39,15 +43,23 @@ FAULT_KINDS: tuple[str, ...] = (
     PROGRESS_CONFIGMAP_DELETE,
     SUSPEND_RESUME,
     JOB_RECREATE,
+    KUEUE_PREEMPT,
+    KUEUE_CONTROLLER_RESTART,
+    QUOTA_SHRINK,
 )
-"""The fault kinds the soak injects."""
-CLUSTER_WIDE: tuple[str, ...] = (APISERVER_RESTART, ETCD_RESTART, OPERATOR_KILL)
-"""Kinds that act on the whole cluster, not on their slot's job."""
+"""The fault kinds the soak injects (the Kueue ones record themselves skipped when the
+soak runs without Kueue or their slot's job is not queued)."""
+
+CLUSTER_WIDE: tuple[str, ...] = (
+    APISERVER_RESTART,
+    ETCD_RESTART,
+    OPERATOR_KILL,
+    KUEUE_CONTROLLER_RESTART,
+)
+"""Kinds that act on every job at once, not on their slot's: the fault matrix counts
+them against every job (`*`)."""
 
 NOT_BUILT: tuple[str, ...] = (
-    "kueue-preempt",
-    "kueue-controller-restart",
-    "quota-shrink",
     "pod-network-cut",
     "claim-full",
 )
@@ -66,10 +78,13 @@ HOLD_SECONDS: dict[str, tuple[float, float]] = {
     PROGRESS_CONFIGMAP_DELETE: (0.0, 0.0),
     SUSPEND_RESUME: (5.0, 20.0),
     JOB_RECREATE: (0.0, 0.0),
+    KUEUE_PREEMPT: (10.0, 25.0),
+    KUEUE_CONTROLLER_RESTART: (2.0, 10.0),
+    QUOTA_SHRINK: (10.0, 40.0),
 }
 """How long each kind lasts (uniform in the range): the outage, the cordon, the
-suspension, the preemptor's hold. Instant kinds last 0 s (their effect takes its own
-time)."""
+suspension, the preemptor's hold (once Kueue admitted it), the quota shrunk. Instant
+kinds last 0 s (their effect takes its own time)."""
 
 EXCLUSIVE: dict[str, str] = {
     SCHEDULER_PREEMPT: "capacity",
@@ -78,17 +93,25 @@ EXCLUSIVE: dict[str, str] = {
     APISERVER_RESTART: "apiserver",
     ETCD_RESTART: "apiserver",
     OPERATOR_KILL: "operator",
+    KUEUE_CONTROLLER_RESTART: "kueue",
+    KUEUE_PREEMPT: "quota",
+    QUOTA_SHRINK: "quota",
 }
 """Kinds of one group never overlap: one node's capacity taken at a time (else nothing
-may fit), one API server outage, one replica killed (the other must take over first)."""
+may fit), one API server outage, one replica killed (the other must take over first),
+one Kueue manager restart, one change to the ClusterQueue's quota (a preemptor sized to
+the quota left free would size itself against a shrunk one)."""
 
 SETTLE_SECONDS: dict[str, float] = {
     OPERATOR_KILL: 90.0,
     APISERVER_RESTART: 20.0,
     ETCD_RESTART: 20.0,
+    KUEUE_CONTROLLER_RESTART: 30.0,
+    KUEUE_PREEMPT: 20.0,
 }
 """Extra gap after a kind before the next of its group: the standby's take-over (the
-peering lifetime) and the controllers' re-lists."""
+peering lifetime), the controllers' re-lists (the API server's, Kueue's manager's), the
+victims of a Kueue preemption re-admitted."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,17 +1,22 @@
 """The chaos soak's pure parts (bench/chaos): the seeded schedule and job mix, the
-invariant checks fed a violation, the fault matrix, and the soak's own code style (no
-function over 60 lines)."""
+invariant checks fed a violation, the fault matrix, the Kueue queue objects and what a
+watch of the queued pods makes of Kueue's marks, the Kueue faults skipping without
+Kueue, and the soak's own code style (no function over 60 lines)."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 import itertools
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
+from tuneop.api import queue as kq
 
-from bench.chaos import faults, jobkinds, matrix
+from bench.chaos import core, faults, jobkinds, matrix
 from bench.chaos import invariants as inv
+from bench.chaos import queues as q
 from bench.chaos import schedule as s
 from bench.chaos.ledger import SKIPPED, FaultRecord, Hit, Ledger
 
@@ -51,6 +56,24 @@ def test_exclusive_kinds_never_overlap():
             assert b.at >= a.end, (a, b)
 
 
+def test_the_kueue_kinds_are_built_drawn_and_never_overlap_in_their_groups():
+    kueue_kinds = {s.KUEUE_PREEMPT, s.KUEUE_CONTROLLER_RESTART, s.QUOTA_SHRINK}
+    assert kueue_kinds <= set(s.FAULT_KINDS) and not kueue_kinds & set(s.NOT_BUILT)
+    assert set(faults.FAULTS) == set(s.FAULT_KINDS) == set(s.HOLD_SECONDS)
+    assert s.KUEUE_CONTROLLER_RESTART in s.CLUSTER_WIDE
+    assert s.EXCLUSIVE[s.KUEUE_PREEMPT] == s.EXCLUSIVE[s.QUOTA_SHRINK] == "quota"
+    for seed in range(5):
+        plan = s.plan(seed, LIMITS)
+        assert kueue_kinds <= {f.kind for f in plan}
+        for kinds in ({s.KUEUE_PREEMPT, s.QUOTA_SHRINK}, {s.KUEUE_CONTROLLER_RESTART}):
+            one_at_a_time = [f for f in plan if f.kind in kinds]
+            assert len(one_at_a_time) >= 2
+            for a, b in itertools.pairwise(one_at_a_time):
+                assert b.at >= a.end, (a, b)
+    only = s.plan(2, LIMITS, (s.KUEUE_PREEMPT, s.QUOTA_SHRINK, s.KUEUE_CONTROLLER_RESTART))
+    assert all(f.hold > 0 for f in only)
+
+
 def test_the_job_mix_covers_every_kind_and_is_seeded():
     mix = jobkinds.job_mix(4, 8)
     assert len(mix) == 8 and set(mix) == set(jobkinds.JOB_KINDS)
@@ -61,8 +84,92 @@ def test_the_job_mix_covers_every_kind_and_is_seeded():
         assert doc["spec"]["checkpoint"]["adopt"] is True
 
 
-def hit(group: str = "trainer", attempt: str = "0", clean: bool = True) -> Hit:
-    return Hit("ns", "uid-1", group, attempt, clean)
+def test_a_queued_job_is_the_stand_in_sent_to_the_soaks_local_queue():
+    doc = jobkinds.document(jobkinds.QUEUED, "ns")
+    assert doc["metadata"]["labels"][kq.QUEUE_LABEL] == jobkinds.LOCAL_QUEUE
+    assert doc["metadata"]["labels"]["tuneop.io/chaos-kind"] == jobkinds.QUEUED
+    again = jobkinds.document(jobkinds.QUEUED, "ns", adopt=True)  # re-created: queued again
+    assert again["metadata"]["labels"][kq.QUEUE_LABEL] == jobkinds.LOCAL_QUEUE
+    assert jobkinds.spec_fields(jobkinds.QUEUED) == jobkinds.spec_fields(jobkinds.STANDIN)
+    assert jobkinds.known(jobkinds.QUEUED) == jobkinds.known(jobkinds.STANDIN) is not None
+    for kind in set(jobkinds.JOB_KINDS) - {jobkinds.QUEUED}:
+        assert kq.QUEUE_LABEL not in jobkinds.document(kind, "ns")["metadata"]["labels"]
+    assert jobkinds.QUEUED in jobkinds.job_mix(1, len(jobkinds.JOB_KINDS))
+
+
+def test_the_queue_objects_quota_and_preemptor():
+    cq = q.cluster_queue(12)
+    assert cq["spec"]["preemption"] == {"withinClusterQueue": "LowerPriority"}
+    (group,) = cq["spec"]["resourceGroups"]
+    (flavor,) = group["flavors"]
+    assert flavor["name"] == q.flavor()["metadata"]["name"]
+    assert {r["name"]: r["nominalQuota"] for r in flavor["resources"]}[q.GPU] == 12
+    assert set(group["coveredResources"]) == {r["name"] for r in flavor["resources"]}
+    assert q.local_queue("ns")["spec"]["clusterQueue"] == cq["metadata"]["name"]
+    assert q.local_queue("ns")["metadata"] == {"name": jobkinds.LOCAL_QUEUE, "namespace": "ns"}
+    pod = q.preemptor_pod("p", "chaos-kueue-1", 5)
+    assert pod["metadata"]["labels"][kq.QUEUE_LABEL] == jobkinds.LOCAL_QUEUE
+    assert pod["spec"]["priorityClassName"] == q.preemptor_class()["metadata"]["name"]
+    assert q.preemptor_class()["preemptionPolicy"] == "Never"  # Kueue's preemption only
+    assert q.preemptor_class()["value"] > 0 and q.pod_gpus(pod) == 5
+    status = {"flavorsReservation": [{"name": q.FLAVOR, "resources": [
+        {"name": "cpu", "total": "3"}, {"name": q.GPU, "total": "3"}]}]}  # fmt: skip
+    assert q.reserved_gpus({"status": status}) == 3 and q.reserved_gpus({}) == 0
+
+
+def queued_pod(name: str, **status: object) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                         "resourceVersion": "7", "labels": {"tuneop.io/tuningjob": "search"}},
+            "spec": {}, "status": {"phase": "Running", **status}}  # fmt: skip
+
+
+def test_the_watch_takes_the_pods_kueue_marked_and_sees_the_preemptor_admitted():
+    seen = q.Evictions("1")
+    preemptor = ("chaos-kueue-1", "kueue-preemptor-1")
+    gated = {"metadata": {"name": preemptor[1], "namespace": preemptor[0], "uid": "p",
+                          "resourceVersion": "5"},
+             "spec": {"schedulingGates": [{"name": kq.ADMISSION_GATE}]}}  # fmt: skip
+    marked = queued_pod("a", conditions=[{"type": "TerminationTarget", "status": "True",
+                                          "reason": "WorkloadEvictedDueToPreempted"}])  # fmt: skip
+    seen.note({"type": "ADDED", "raw_object": gated}, preemptor)
+    seen.note({"type": "MODIFIED", "raw_object": queued_pod("b")}, preemptor)
+    assert not seen.admitted and not seen.victims
+    seen.note({"type": "MODIFIED", "raw_object": marked}, preemptor)
+    later = {**marked, "metadata": {**marked["metadata"], "deletionTimestamp": "now"}}
+    seen.note({"type": "MODIFIED", "raw_object": later}, preemptor)
+    assert list(seen.victims) == ["uid-a"] and seen.victims["uid-a"] is marked  # first seen
+    assert faults.hit(seen.victims["uid-a"], queue=True).clean
+    admitted = {**gated, "spec": {}}
+    seen.note({"type": "MODIFIED", "raw_object": admitted}, preemptor)
+    assert seen.admitted and seen.resource_version == "5"
+
+
+def context(kind: str, queues: q.Queues | None) -> faults.Context:
+    """A context the Kueue faults can only skip with: no cluster behind it."""
+    nothing: Any = None
+    return faults.Context(nothing, nothing, Ledger(), [faults.SlotJob(0, kind)], 0.0, queues)
+
+
+def test_the_soak_runs_without_kueue_unless_given_one():
+    assert inspect.signature(core.Soak).parameters["kueue"].default is None
+    assert inspect.signature(faults.Context).parameters["queues"].default is None
+
+
+def test_the_kueue_faults_skip_without_kueue_or_a_queued_job():
+    for kind in (s.KUEUE_PREEMPT, s.KUEUE_CONTROLLER_RESTART, s.QUOTA_SHRINK):
+        record = FaultRecord(kind, 0, 50.0)
+        faults.FAULTS[kind](context(jobkinds.QUEUED, None), record, s.Planned(50.0, kind, 0, 10))
+        assert (record.outcome, record.detail) == (SKIPPED, "no Kueue in this soak")
+    queues = q.Queues(kueue=cast(Any, None))
+    for kind in (s.KUEUE_PREEMPT, s.QUOTA_SHRINK):
+        record = FaultRecord(kind, 0, 50.0)
+        faults.FAULTS[kind](context(jobkinds.STANDIN, queues), record,
+                            s.Planned(50.0, kind, 0, 10))  # fmt: skip
+        assert record.outcome == SKIPPED and "not queued" in record.detail
+
+
+def hit(group: str = "trainer", attempt: str = "0", clean: bool = True, queue: bool = False) -> Hit:
+    return Hit("ns", "uid-1", group, attempt, clean, queue)
 
 
 def test_expected_preemptions_count_distinct_pod_groups():
@@ -124,6 +231,35 @@ def test_counters_match_the_faults_or_are_flagged():
     assert {v.invariant for v in failures} == {"failures"}
     restores = inv.check_counters(JOB, status(restores=3), [hit()], 1, False)
     assert [v.invariant for v in restores] == ["restores"]
+
+
+def test_queue_evictions_are_a_range_over_the_groups_kueue_evicted():
+    evicted = [hit(queue=True), hit(queue=True), hit(attempt="1", queue=True, clean=False)]
+    assert inv.expected_queue_evictions(evicted) == (1, 2)
+    assert inv.expected_preemptions(evicted) == (1, 2)
+    # a group another fault hit too is counted under whichever the operator saw first
+    assert inv.expected_queue_evictions([hit(queue=True), hit()]) == (0, 1)
+    assert inv.expected_queue_evictions([hit(), hit(attempt="1")]) == (0, 0)
+    one = status(queueEvictions=1)  # one preemption, one restart, one queue eviction
+    assert inv.check_counters(JOB, one, [hit(queue=True)], 0, False) == []
+    assert inv.check_counters(JOB, status(queueEvictions=0), evicted[2:], 0, False) == []
+    unexpected = inv.check_counters(JOB, one, [hit()], 0, False)
+    assert [v.invariant for v in unexpected] == ["queueEvictions"]
+    assert "expected 0..0" in unexpected[0].detail
+    missed = inv.check_counters(JOB, status(), [hit(queue=True)], 0, False)
+    assert [v.invariant for v in missed] == ["queueEvictions"]
+    beyond = inv.check_counters(JOB, status(queueEvictions=2), evicted, 0, False)
+    assert [v.detail for v in beyond] == ["2 > preemptions 1"]
+    # an eviction is a restart like any disruption: restarts = preemptions + failures + stalls
+    extra = inv.check_counters(JOB, status(queueEvictions=1, restarts=2), [hit(queue=True)], 0,
+                               False)  # fmt: skip
+    assert [v.invariant for v in extra] == ["restarts"]
+
+
+def test_queue_evictions_never_go_backwards():
+    history = inv.StatusHistory(JOB)
+    assert history.observe(status(queueEvictions=1)) == []
+    assert [v.invariant for v in history.observe(status(queueEvictions=0))] == ["monotone"]
 
 
 def test_a_duplicated_or_missing_trial_is_flagged():
