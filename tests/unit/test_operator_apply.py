@@ -73,6 +73,26 @@ def test_apply_order_create_then_status_then_delete_then_events():
     ]
 
 
+def test_a_later_groups_children_are_read_not_created_again():
+    """After the first pod group (status.startTime), the children exist: each is read
+    once, and only a missing one is created; before it, each is created at once."""
+    started = {**JOB, "status": {"startTime": "2026-01-01T00:00:00Z", "attempt": 0}}
+    decision = Decision(ensure_children=True, create_pods=[0, 1], create_attempt=1)
+    first = FakeKube()
+    executor.apply(first, JOB, rendered(decision, JOB, job_spec(JOB)))
+    created = [c for c in first.calls if c[0] == "create" and not c[1].startswith("Pod/")]
+    assert len(created) == 7
+    again = FakeKube({key: obj for key, obj in first.objects.items() if key[0] != "Pod"})
+    del again.objects[("RoleBinding", "j-trainer")]
+    executor.apply(again, started, rendered(decision, started, job_spec(started)))
+    assert [c for c in again.calls if c[0] == "create" and not c[1].startswith("Pod/")] == [
+        ("create", "RoleBinding/j-trainer"),
+    ]
+    assert [c for c in again.calls if c[0] == "create"][-2:] == [
+        ("create", "Pod/j-worker-0"), ("create", "Pod/j-worker-1"),
+    ]  # fmt: skip
+
+
 def test_a_pod_of_an_older_group_blocks_the_status_patch():
     fake = FakeKube(pod_of_group("0"))
     decision = Decision(status={"attemptStarted": True}, create_pods=[0], create_attempt=1)

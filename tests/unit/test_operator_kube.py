@@ -82,18 +82,23 @@ def test_the_status_patch_is_fenced_by_the_resource_version_read():
 
 def test_a_409_on_the_jobs_own_child_is_fine_and_on_someone_elses_a_conflict():
     mine = FakeKube({("ConfigMap", "j-spec"): stored_object("ConfigMap", "j-spec", "u")}, job=JOB)
-    assert not executor.ensure_child(
-        mine, JOB, children.build_configmap(JOB, JobSpec.from_dict(JOB["spec"]))
-    )
+    for read_first in (False, True):
+        assert (
+            executor.ensure_child(
+                mine, JOB, children.build_configmap(JOB, JobSpec.from_dict(JOB["spec"])), read_first
+            )
+            == mine.objects[("ConfigMap", "j-spec")]
+        )
     for owner in ("older-job-uid", None):  # an older job's, or a user's own object
         theirs = FakeKube(
             {("ServiceAccount", "j-trainer"): stored_object("ServiceAccount", "j-trainer", owner)},
             job=JOB,
         )
-        with pytest.raises(
-            kube.ChildConflict, match="ServiceAccount j-trainer exists and is not owned"
-        ):
-            executor.ensure_child(theirs, JOB, children.build_service_account(JOB))
+        for read_first in (False, True):
+            with pytest.raises(
+                kube.ChildConflict, match="ServiceAccount j-trainer exists and is not owned"
+            ):
+                executor.ensure_child(theirs, JOB, children.build_service_account(JOB), read_first)
 
 
 def test_a_retained_claim_of_this_job_name_is_reused():
@@ -102,7 +107,7 @@ def test_a_retained_claim_of_this_job_name_is_reused():
     fake = FakeKube({("PersistentVolumeClaim", "j-ckpt"): claim}, job=JOB)
     spec = JobSpec.from_dict({**JOB["spec"], "checkpoint": {"reclaimPolicy": "Retain"}})
     pvc = children.build_pvc(JOB, spec)
-    assert pvc is not None and not executor.ensure_child(fake, JOB, pvc)
+    assert pvc is not None and executor.ensure_child(fake, JOB, pvc) is claim
 
 
 def test_a_pod_of_an_older_job_of_the_same_name_is_waited_for_not_adopted():

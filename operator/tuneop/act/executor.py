@@ -1,6 +1,7 @@
 """The operator's side effects: `apply` carries out a reconcile Decision, its objects as
 the decision rendered them, in a crash-safe order (create children and pods, 409 =
-exists and must be ours; patch status; release and delete pods; post Events; delete
+exists and must be ours; after the job's first pod group its children are read before
+any create, as they most likely exist; patch status; release and delete pods; post Events; delete
 the job at its TTL), `apply_pass` decides and
 applies one pass (deciding again when the API server refuses the pods), and `cleanup`
 removes what a deleted job owned. Only objects owned by the job's uid are adopted or deleted."""
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..api import names, queue
+from ..api import status as st
 from ..api.owners import owned_by, owner_uids
 from ..api.spec import job_spec
 from ..decide.observed import Refusal
@@ -73,27 +75,34 @@ def create_pod(kube: Kube, job: Obj, pod: Obj) -> None:
         raise StaleGroup(f"pod {meta['name']} of pod group {have} still exists")
 
 
-def ensure_child(kube: Kube, job: Obj, child: Obj) -> bool:
-    """Create `child`; True if created. If the name is taken the object must be the
-    job's own (ChildConflict otherwise: never adopt someone else's object)."""
-    if kube.create(child):
-        return True
-    existing = kube.get(_path_of(child))
+def ensure_child(kube: Kube, job: Obj, child: Obj, read_first: bool = False) -> Obj | None:
+    """Create `child`: None if created, else the object of that name, which must be
+    the job's own (ChildConflict otherwise: never adopt someone else's object).
+    `read_first`: the child most likely exists (a pod group came before, and its
+    children were created then), so it is read before any create: one request
+    instead of a refused create and a read."""
+    existing = kube.get(_path_of(child)) if read_first else None
+    if existing is None:
+        if kube.create(child):
+            return None
+        existing = kube.get(_path_of(child))
     if existing is not None and not owned_by({**existing, "kind": child["kind"]}, job):
         owners = ", ".join(sorted(owner_uids(existing))) or "none"
         raise ChildConflict(
             f"{child['kind']} {child['metadata']['name']} exists and is not owned by this "
             f"TuningJob (owner uids: {owners}); delete or rename it"
         )
-    return False
+    return existing or {}
 
 
-def refresh_child(kube: Kube, child: Obj, field: str, logger: Logger = log) -> None:
-    """Replace (delete + create) the job's own `child` when its `field` differs from the
-    rendered one (decide.desired.REFRESHED). Only asked before a group's pods are
-    created: no trainer mounts, reports to or acts under these objects then."""
+def refresh_child(
+    kube: Kube, child: Obj, field: str, existing: Obj | None, logger: Logger = log
+) -> None:
+    """Replace (delete + create) the job's own `child` (`existing`: as read) when its
+    `field` differs from the rendered one (decide.desired.REFRESHED). Only asked before
+    a group's pods are created: no trainer mounts, reports to or acts under these
+    objects then."""
     meta = child["metadata"]
-    existing = kube.get(_path_of(child))
     if existing is not None and (existing.get(field) or {}) == (child.get(field) or {}):
         return
     uid = ((existing or {}).get("metadata") or {}).get("uid")
@@ -109,11 +118,13 @@ def apply(kube: Kube, job: Obj, decision: Decision, *, logger: Logger = log) -> 
     it (None: no patch)."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    started = bool((job.get("status") or {}).get(st.START_TIME))  # a group came before
     for child in decision.children:
-        if ensure_child(kube, job, child.obj):
+        existing = ensure_child(kube, job, child.obj, read_first=started)
+        if existing is None:
             logger.info("created %s %s", child.obj["kind"], child.obj["metadata"]["name"])
         elif child.refresh is not None:
-            refresh_child(kube, child.obj, child.refresh, logger)
+            refresh_child(kube, child.obj, child.refresh, existing or None, logger)
     for pod in decision.pods:
         create_pod(kube, job, pod)
     _create_probes(kube, job, decision.probes)
