@@ -225,13 +225,10 @@ def restart_manager(kueue: Kueue, down: float, timeout: float = 300.0) -> int:
     restart leaves them (its Service has no endpoint): pod creates and updates are
     refused until it is back. Kueue.stop() would unregister them first, and a queued
     pod created then would run ungated, outside Kueue's quota; so the process alone is
-    stopped here (through Kueue's `_component`: tests/localcluster/kueue.py has no
-    restart of its own). A start that fails (an API server outage) is retried for
+    stopped here (Kueue.stop_manager). A start that fails (an API server outage) is retried for
     `timeout` s; Kueue.start() unregisters the webhooks when it fails, so pods created
     until the next start succeeds do run ungated."""
-    component, kueue._component = kueue._component, None
-    if component is not None:
-        component.stop()
+    kueue.stop_manager()
     time.sleep(down)
     deadline = time.monotonic() + timeout
     starts = 0

@@ -33,6 +33,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -63,11 +64,37 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     """preexec_fn: the kernel SIGKILLs the child if the process that started it dies.
 
     The safety net for a SIGKILLed pytest or daemon: no orphaned etcd/apiserver.  The
-    kernel ties this to the *thread* that forked, so call ``start()`` from a thread that
-    outlives the control plane (normally the main thread).
+    kernel ties this to the *thread* that forked: `popen_owned` forks from a thread
+    that lives as long as the process.
     """
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def popen_owned(args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """`subprocess.Popen(args, preexec_fn=_die_with_parent, **kwargs)` from a thread of
+    its own that lives until the process ends: the kernel ties PR_SET_PDEATHSIG to the
+    thread that forked, and a caller's thread may end first (the chaos soak restarts
+    etcd or Kueue from a fault's thread, which would take the new process with it)."""
+    outcome: list[subprocess.Popen[bytes] | BaseException] = []
+    ready = threading.Event()
+
+    def own() -> None:
+        try:
+            proc = subprocess.Popen(args, preexec_fn=_die_with_parent, **kwargs)
+        except BaseException as exc:  # handed to the caller below
+            outcome.append(exc)
+            ready.set()
+            return
+        outcome.append(proc)
+        ready.set()
+        proc.wait()
+
+    threading.Thread(target=own, name=f"owns-{Path(args[0]).name}", daemon=True).start()
+    ready.wait()
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
 
 
 def free_port() -> int:
@@ -494,14 +521,13 @@ class ControlPlane:
     def _spawn(self, name: str, *args: str) -> None:
         log = self.log_dir / f"{name}.log"
         with log.open("ab") as out:
-            process = subprocess.Popen(
+            process = popen_owned(
                 [str(self.bin_dir / name), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
         self._components.append(_Component(name, process, log))
 

@@ -60,8 +60,8 @@ from tests.localcluster import tools
 from tests.localcluster.controlplane import (
     ControlPlane,
     _Component,
-    _die_with_parent,
     free_port,
+    popen_owned,
 )
 
 Obj = dict[str, Any]
@@ -205,6 +205,14 @@ class Kueue:
             comp.stop()
         _live.discard(self)
 
+    def stop_manager(self) -> None:
+        """Stop the manager's process only: its webhook configurations stay registered,
+        as a real manager's restart leaves them (pod creates and updates are refused
+        until start() again)."""
+        comp, self._component = self._component, None
+        if comp is not None:
+            comp.stop()
+
     # -- internals ----------------------------------------------------------------------
     def _start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -243,7 +251,7 @@ class Kueue:
         unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         with self.log.open("ab") as out:
-            process = subprocess.Popen(
+            process = popen_owned(
                 [*unshare, str(cert_dir), str(METRICS_CERT_PATH), *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -251,7 +259,6 @@ class Kueue:
                 cwd=self.workdir,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
         self._component = _Component("kueue", process, self.log)
         self._wait("kueue /readyz", self._ready)

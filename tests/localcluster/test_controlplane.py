@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -126,7 +128,12 @@ def test_an_etcd_restart_keeps_what_was_written_and_the_api_serves_again(
     control_plane.kubectl("create", "configmap", "before-etcd-restart", "-n", "default",
                           "--from-literal=k=v")  # fmt: skip
     pids = control_plane.alive
-    control_plane.restart_etcd(down_seconds=2)
+    # from a thread that ends right after, as a chaos fault's: the new etcd must not
+    # die with it (PR_SET_PDEATHSIG follows the thread that forked)
+    restart = threading.Thread(target=control_plane.restart_etcd, kwargs={"down_seconds": 2})
+    restart.start()
+    restart.join()
+    time.sleep(1)
     kept = control_plane.kubectl("get", "configmap", "before-etcd-restart", "-n", "default",
                                  "-o", "jsonpath={.data.k}")  # fmt: skip
     assert kept.stdout == "v"

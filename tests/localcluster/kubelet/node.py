@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from hack.images import built_archive
-from tests.localcluster.controlplane import ControlPlane, _die_with_parent, free_port
+from tests.localcluster.controlplane import ControlPlane, free_port, popen_owned
 from tests.localcluster.kubelet import network
 from tests.localcluster.kubelet.runtime import Containerd, mounts_under, unmount_under
 
@@ -92,13 +92,13 @@ class KubeletNode:
         config_path = self._write_config()
         kubeconfig = self._write_kubeconfig()
         with self.log.open("ab") as out:
-            self.kubelet = subprocess.Popen(
+            self.kubelet = popen_owned(
                 [str(self.cp.bin_dir / "kubelet"), f"--config={config_path}",
                  f"--kubeconfig={kubeconfig}", f"--hostname-override={self.config.name}",
                  f"--node-ip={self.ip}", f"--root-dir={self.workdir / 'kubelet'}",
                  f"--node-labels={_labels(self.config.labels)}", "--v=1"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=self.workdir, start_new_session=True, preexec_fn=_die_with_parent,
+                cwd=self.workdir, start_new_session=True,
             )  # fmt: skip
         self._wait_ready()
         self._advertise_gpus()
