@@ -78,6 +78,8 @@ class Soak:
         self.histories: dict[tuple[str, str], inv.StatusHistory] = {}
         self.outcomes: list[JobOutcome] = []
         self.ended: dict[tuple[str, str], dt.datetime] = {}
+        self.seen_ended: dict[tuple[str, str], float] = {}
+        """(namespace, uid) → when (s since the start) the churn first saw it ended."""
         """(namespace, uid) → when the churn saw the job ended (before deleting it)."""
         self.stop = threading.Event()
         self.ctx: Context | None = None
@@ -167,6 +169,7 @@ class Soak:
         record = FaultRecord(planned.kind, planned.slot, planned.at,
                              slot.kind if scoped else matrix.ALL_JOBS,
                              slot.namespace, slot.uid, started=ctx.now())  # fmt: skip
+        self.ledger.begin(record)
         wall = dt.datetime.now(dt.UTC)
         try:
             FAULTS[planned.kind](ctx, record, planned)
@@ -225,13 +228,24 @@ class Soak:
                     continue
                 live += 1
                 with contextlib.suppress(Exception):
-                    if ctx.env.status(slot.namespace).get("phase") in FINISHED:
+                    if self.ended_now(ctx, slot):
                         self.finalize(ctx, slot)
                         if resubmit:
                             self.submit(ctx, slot)
             if not live and not resubmit:
                 return
             time.sleep(5)
+
+    def ended_now(self, ctx: Context, slot: SlotJob) -> bool:
+        """The slot's job has ended and no fault that began before that is still in
+        progress (one may yet record the pod groups it hit: a node fault hits every
+        job on the node, and records its victims only once they are known)."""
+        key = (slot.namespace, slot.uid)
+        if key not in self.seen_ended:
+            if ctx.env.status(slot.namespace).get("phase") not in FINISHED:
+                return False
+            self.seen_ended[key] = ctx.now()
+        return not self.ledger.in_progress_since(self.seen_ended[key])
 
     def run(self) -> Obj:
         cfg = self.cfg

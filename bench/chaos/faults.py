@@ -213,7 +213,11 @@ def scheduler_preempt(ctx: Context, record: FaultRecord, planned: s.Planned) -> 
         record.detail = f"node {node}, preemptor bound: {bool(bound)}"
         time.sleep(planned.hold)
     finally:
-        ctx.env.cluster.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        try:
+            ctx.env.cluster.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+        except client.ApiException as err:
+            if err.status != 404:  # its namespace went with its job
+                raise
 
 
 def _bound(ctx: Context, namespace: str, name: str) -> bool:

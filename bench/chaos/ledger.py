@@ -79,10 +79,23 @@ class Ledger:
         self.violations: list[Violation] = []
         self.suspensions: dict[tuple[str, str], int] = {}
         """(namespace, uid) → suspend-and-resume cycles applied to that job."""
+        self._in_progress: list[FaultRecord] = []
+
+    def begin(self, record: FaultRecord) -> None:
+        """A fault begins: until add_fault, it may still record hits."""
+        with self._lock:
+            self._in_progress.append(record)
 
     def add_fault(self, record: FaultRecord) -> None:
         with self._lock:
             self.faults.append(record)
+            self._in_progress = [r for r in self._in_progress if r is not record]
+
+    def in_progress_since(self, when: float) -> bool:
+        """Whether a fault that began at `when` (s since the start) or before is still
+        in progress."""
+        with self._lock:
+            return any(r.started <= when for r in self._in_progress)
 
     def add_violations(self, violations: list[Violation]) -> None:
         with self._lock:

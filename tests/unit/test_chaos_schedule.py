@@ -213,6 +213,17 @@ def test_a_hit_on_the_pod_group_that_ended_the_job_may_go_uncounted():
     assert all(h.clean for h in inv.settled(hits, {**ended, "phase": "Failed"}))
 
 
+def test_a_fault_in_progress_holds_back_the_check_of_a_job_that_ended_after_it_began():
+    ledger = Ledger()
+    preempt = FaultRecord(s.SCHEDULER_PREEMPT, 2, 198.0, namespace="other", started=198.3)
+    ledger.begin(preempt)
+    assert ledger.in_progress_since(227.0) and not ledger.in_progress_since(198.0)
+    preempt.hits.append(hit())  # its victims, known once the preemptor is bound
+    ledger.add_fault(preempt)
+    assert not ledger.in_progress_since(227.0)
+    assert inv.expected_preemptions(ledger.hits_of("ns", "uid-1")) == (1, 1)
+
+
 def status(**fields: object) -> dict[str, object]:
     base: dict[str, object] = {
         "phase": "Succeeded", "preemptions": 1, "failures": 0, "restarts": 1, "restores": 1,
