@@ -365,6 +365,20 @@ def _queued_job(ctx: Context, record: FaultRecord, slot: SlotJob) -> q.Queues | 
     return ctx.queues
 
 
+def queued_slot(ctx: Context, record: FaultRecord, planned: s.Planned) -> SlotJob:
+    """The planned slot if its job is a queued kind, else the first slot running one (a
+    Kueue fault acts on the queue, which any queued job feels), the record moved to
+    that job; the planned slot when none is."""
+    planned_slot = ctx.slots[planned.slot]
+    if queued(planned_slot.kind):
+        return planned_slot
+    slot = next((sl for sl in ctx.slots if queued(sl.kind) and sl.uid), planned_slot)
+    if slot is not planned_slot:
+        record.slot, record.job_kind = slot.index, slot.kind
+        record.namespace, record.uid = slot.namespace, slot.uid
+    return slot
+
+
 def _admitted_pods(ctx: Context, record: FaultRecord, slot: SlotJob) -> list[Obj]:
     """The slot's trainer pods Kueue admitted (no gate) and running; [] (and the record
     skipped) when there is none."""
@@ -386,7 +400,7 @@ def kueue_preempt(ctx: Context, record: FaultRecord, planned: s.Planned) -> None
     may be another queued job's. They are the queued trainer pods Kueue marks until the
     preemptor is admitted; it is held `hold` s from then, then deleted. The operator
     counts each group evicted in `preemptions` and in `queueEvictions`."""
-    slot = ctx.slots[planned.slot]
+    slot = queued_slot(ctx, record, planned)
     pods = _admitted_pods(ctx, record, slot)
     if not pods or ctx.queues is None:
         return
@@ -426,7 +440,7 @@ def quota_shrink(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     priority, so none preempts another: running groups go on, a group created meanwhile
     (after a disruption, a new job) stays Queued until the quota is back. Adds to no
     counter."""
-    queues = _queued_job(ctx, record, ctx.slots[planned.slot])
+    queues = _queued_job(ctx, record, queued_slot(ctx, record, planned))
     if queues is None:
         return
     queues.set_quota(ctx.env, 0)

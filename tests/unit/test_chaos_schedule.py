@@ -168,6 +168,20 @@ def test_the_kueue_faults_skip_without_kueue_or_a_queued_job():
         assert record.outcome == SKIPPED and "not queued" in record.detail
 
 
+def test_a_kueue_fault_planned_on_an_unqueued_job_moves_to_a_queued_one():
+    ctx = context(jobkinds.STANDIN, None)
+    ctx.slots.append(faults.SlotJob(1, jobkinds.QUEUED, "ns-q", "uid-q"))
+    record = FaultRecord(s.QUOTA_SHRINK, 0, 50.0, jobkinds.STANDIN, "ns-0", "uid-0")
+    slot = faults.queued_slot(ctx, record, s.Planned(50.0, s.QUOTA_SHRINK, 0, 10))
+    assert slot.index == 1 and (record.slot, record.job_kind, record.uid) == (
+        1, jobkinds.QUEUED, "uid-q",
+    )  # fmt: skip
+    alone = context(jobkinds.STANDIN, None)
+    kept = FaultRecord(s.QUOTA_SHRINK, 0, 50.0, jobkinds.STANDIN)
+    assert faults.queued_slot(alone, kept, s.Planned(50.0, s.QUOTA_SHRINK, 0, 10)).index == 0
+    assert kept.job_kind == jobkinds.STANDIN
+
+
 def hit(group: str = "trainer", attempt: str = "0", clean: bool = True, queue: bool = False) -> Hit:
     return Hit("ns", "uid-1", group, attempt, clean, queue)
 
