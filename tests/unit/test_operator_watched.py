@@ -194,6 +194,28 @@ def test_a_resting_job_reads_nothing_until_one_of_its_objects_changes():
     assert server.reads[: 3 * len(LIVE)] == LIVE * 3
 
 
+def test_an_event_during_a_pass_or_a_new_job_of_the_name_ends_the_rest():
+    clock = Clock()
+    runtime, server = suspended_world(clock)
+    runtime.reconcile_once("ns", "j", LOG)
+    view = runtime.watched.snapshot(KEY)
+    assert view is not None
+    # a pod event while a pass decided on `view`: that pass may not rest the job
+    runtime.pod_seen("ns", "j", pod())
+    runtime.watched.settle(KEY, True, view.events)
+    clock.now += RESYNC_SECONDS
+    assert runtime.watched.snapshot(KEY) is None
+    # the same name, a new uid (its deletion lost in a relist), the same generation
+    runtime, server = suspended_world(clock)
+    runtime.reconcile_once("ns", "j", LOG)
+    assert server.job is not None
+    again = {**server.job, "metadata": {**server.job["metadata"], "uid": "u2",
+                                        "resourceVersion": "40"}}  # fmt: skip
+    runtime.watched.job_event(KEY, again, False)
+    clock.now += RESYNC_SECONDS
+    assert runtime.watched.snapshot(KEY) is None
+
+
 def test_a_failed_pass_sends_the_next_to_a_live_read():
     clock = Clock()
     runtime, server, _ = running_world(clock)

@@ -82,17 +82,21 @@ def ensure_child(kube: Kube, job: Obj, child: Obj, read_first: bool = False) -> 
     children were created then), so it is read before any create: one request
     instead of a refused create and a read."""
     existing = kube.get(_path_of(child)) if read_first else None
-    if existing is None:
+    for _ in range(2):  # a create refused, then the object gone before the read: again
+        if existing is not None:
+            break
         if kube.create(child):
             return None
         existing = kube.get(_path_of(child))
-    if existing is not None and not owned_by({**existing, "kind": child["kind"]}, job):
+    if existing is None:
+        raise ApiError(409, "", "POST", _path_of(child))  # the pass fails; the next retries
+    if not owned_by({**existing, "kind": child["kind"]}, job):
         owners = ", ".join(sorted(owner_uids(existing))) or "none"
         raise ChildConflict(
             f"{child['kind']} {child['metadata']['name']} exists and is not owned by this "
             f"TuningJob (owner uids: {owners}); delete or rename it"
         )
-    return existing or {}
+    return existing
 
 
 def refresh_child(
@@ -124,7 +128,7 @@ def apply(kube: Kube, job: Obj, decision: Decision, *, logger: Logger = log) -> 
         if existing is None:
             logger.info("created %s %s", child.obj["kind"], child.obj["metadata"]["name"])
         elif child.refresh is not None:
-            refresh_child(kube, child.obj, child.refresh, existing or None, logger)
+            refresh_child(kube, child.obj, child.refresh, existing, logger)
     for pod in decision.pods:
         create_pod(kube, job, pod)
     _create_probes(kube, job, decision.probes)

@@ -39,7 +39,7 @@ Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 FINISHED_RECHECK_SECONDS = 600.0
 """A finished job, or a suspended one with no pod left, passes this rarely, from what
-the watches hold (run.watched's rest); its spec changes, its pods' events and its TTL
+the watches hold (run.watched's settle); its spec changes, its pods' events and its TTL
 wake it sooner."""
 
 
@@ -173,8 +173,7 @@ class Runtime:
         metrics.JOBS.observe(namespace, name, job.get("spec") or {}, decision.merged_status(job))
         for reason, seconds in decision.recoveries:
             metrics.JOBS.recovered(reason, seconds)
-        if resting(decision, spec, pods):
-            self.watched.rest(key)
+        self.watched.settle(key, resting(decision, spec, pods), view.events)
         return next_pass(decision, spec, pods, self.watched.resync_seconds)
 
     def _read_live(self, namespace: str, name: str) -> Snapshot:

@@ -17,7 +17,7 @@ reads). A pass reads a job's objects live instead when the cache cannot be trust
 - after a pass that failed (a 409, an API error, a freeze): its writes may be half done;
 - every `resync_seconds` (a level-based safety net, as an informer's resync): a watch
   event lost (a relist after `410 Gone` reports no deletions) is corrected then. Not
-  for a resting job (finished, or suspended with no pod left: `rest`): nothing of it
+  for a resting job (finished, or suspended with no pod left: `settle`): nothing of it
   changes by itself, and what would change it (a new spec, a pod, its progress map) is
   a watch event, which ends its rest. Thousands of idle jobs then cost no reads.
 
@@ -94,7 +94,10 @@ class JobObjects:
     read_at: float | None = None
     """When the pass last read them live (monotonic); None: never, or invalidated."""
     resting: bool = False
-    """Its last pass found it finished or suspended with no pod (`Watched.rest`)."""
+    """Its last pass found it finished or suspended with no pod (`Watched.settle`)."""
+    events: int = 0
+    """Events that ended a rest, counted: a pass rests the job only if none came while
+    it ran (its decision was made without them)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +105,8 @@ class Snapshot:
     job: Obj | None
     pods: list[Obj]
     progress: Obj | None
+    events: int = 0
+    """JobObjects.events when it was taken."""
 
 
 class Watched:
@@ -129,15 +134,15 @@ class Watched:
             self._gone.pop(key, None)  # a job of that name (again)
             held = self._objects(key)
             if not_older(job, held.job):
-                if _generation(job) != _generation(held.job):
-                    held.resting = False  # a new spec (resumed, edited)
+                if _generation(job) != _generation(held.job) or _uid(job) != _uid(held.job):
+                    self._unrest(held)  # a new spec (resumed, edited), or a new job
                 held.job = job
 
     def pod_event(self, key: Key, pod: Obj, deleted: bool) -> None:
         meta = pod.get("metadata") or {}
         with self._lock:
             if key in self._jobs:
-                self._jobs[key].resting = False
+                self._unrest(self._jobs[key])
             if deleted:
                 self._tombstones[str(meta.get("uid"))] = (version(pod), self.clock())
                 pods = self._jobs[key].pods if key in self._jobs else {}
@@ -153,7 +158,7 @@ class Watched:
     def progress_event(self, key: Key, configmap: Obj, deleted: bool) -> None:
         with self._lock:
             if key in self._jobs:
-                self._jobs[key].resting = False
+                self._unrest(self._jobs[key])
             if deleted:
                 # the map is replaced before each pod group: only that very one goes
                 held = self._jobs.get(key)
@@ -223,7 +228,7 @@ class Watched:
                 return None
             if now - held.read_at >= self.resync_seconds and not held.resting:
                 return None
-            return Snapshot(held.job, list(held.pods.values()), held.progress)
+            return Snapshot(held.job, list(held.pods.values()), held.progress, held.events)
 
     def read_live(
         self,
@@ -250,7 +255,7 @@ class Watched:
                 held.progress = progress
             held.read_at = self.clock()
             self._expire_tombstones()
-            return Snapshot(held.job, list(held.pods.values()), held.progress)
+            return Snapshot(held.job, list(held.pods.values()), held.progress, held.events)
 
     def applied(self, key: Key, job: Obj | None, wrote_children: bool) -> None:
         """After a pass: `job`, the status patch's answer (None: no patch);
@@ -264,19 +269,22 @@ class Watched:
             if wrote_children:
                 held.read_at = None
 
-    def rest(self, key: Key) -> None:
-        """The job's pass found it finished, or suspended with no pod left: until an
-        event of its objects, what the cache holds of it is trusted past the resync."""
+    def settle(self, key: Key, resting: bool, events: int) -> None:
+        """After a pass on the snapshot taken at `events`: `resting`, it found the job
+        finished or suspended with no pod left, and until an event of its objects what
+        the cache holds of it is trusted past the resync. Not if an event came while
+        the pass ran: its decision did not see it."""
         with self._lock:
-            if key in self._jobs:
-                self._jobs[key].resting = True
+            held = self._jobs.get(key)
+            if held is not None:
+                held.resting = resting and held.events == events
 
     def invalidate(self, key: Key) -> None:
         """The next pass reads live (this one failed or was refused)."""
         with self._lock:
             if key in self._jobs:
                 self._jobs[key].read_at = None
-                self._jobs[key].resting = False
+                self._unrest(self._jobs[key])
 
     def forget(self, key: Key) -> None:
         with self._lock:
@@ -308,6 +316,11 @@ class Watched:
         if held is None:  # a job first seen while the watches stream whole: trusted
             held = self._jobs[key] = JobObjects(read_at=self.clock() if self._listed else None)
         return held
+
+    @staticmethod
+    def _unrest(held: JobObjects) -> None:
+        held.resting = False
+        held.events += 1
 
     def _drop(self, key: Key) -> None:
         self._jobs.pop(key, None)
