@@ -78,9 +78,9 @@ class Soak:
         self.histories: dict[tuple[str, str], inv.StatusHistory] = {}
         self.outcomes: list[JobOutcome] = []
         self.ended: dict[tuple[str, str], dt.datetime] = {}
+        """(namespace, uid) → when the job was checked (before it was deleted)."""
         self.seen_ended: dict[tuple[str, str], float] = {}
         """(namespace, uid) → when (s since the start) the churn first saw it ended."""
-        """(namespace, uid) → when the churn saw the job ended (before deleting it)."""
         self.stop = threading.Event()
         self.ctx: Context | None = None
 

@@ -77,11 +77,11 @@ def trainer_pods(ctx: Context, namespace: str | None = None, node: str | None = 
     return [p for p in items if p["metadata"]["namespace"] in ctx.namespaces]
 
 
-def hit(pod: Obj, finished: bool = False, queue: bool = False) -> Hit:
+def hit(pod: Obj, exit_code: int | None = None, queue: bool = False) -> Hit:
     """The pod group `pod` belongs to, and whether this disruption must be counted: the
     pod was running, nobody was deleting it, and its trainer did not end its search
-    under the signal (`finished`: it exited 0, so the operator rightly saw a success).
-    `queue`: Kueue evicted it."""
+    under the signal (`exit_code` 0, so the operator rightly saw a success; None: not
+    seen). `queue`: Kueue evicted it."""
     meta = pod["metadata"]
     labels = meta.get("labels") or {}
     owner = next((o["uid"] for o in meta.get("ownerReferences") or []
@@ -92,8 +92,9 @@ def hit(pod: Obj, finished: bool = False, queue: bool = False) -> Hit:
         owner,
         labels.get("tuneop.io/group", "trainer"),
         labels.get("tuneop.io/attempt", ""),
-        clean=running and not meta.get("deletionTimestamp") and not finished,
+        clean=running and not meta.get("deletionTimestamp") and exit_code != 0,
         queue=queue,
+        exit_seen=exit_code is not None,
     )
 
 
@@ -104,29 +105,33 @@ def followed_hits(
     `timeout` passed: a trainer that exited 0 meanwhile was finishing its search, and
     whether its disruption counts is a race the soak cannot call."""
     deadline = time.monotonic() + timeout
-    return [hit(p, _exited_zero(ctx, p, max(1.0, deadline - time.monotonic())), queue)
+    return [hit(p, _exit_code(ctx, p, max(1.0, deadline - time.monotonic())), queue)
             for p in pods]  # fmt: skip
 
 
-def _exited_zero(ctx: Context, pod: Obj, timeout: float) -> bool:
-    """Whether every main container of `pod` ended with exit code 0 before the pod was
-    gone: a watch from the listing's resourceVersion sees each status it went through."""
+def _exit_code(ctx: Context, pod: Obj, timeout: float) -> int | None:
+    """How `pod`'s trainer ended before the pod was gone: 0 if every main container
+    exited 0, else the first non-zero code; None if no end was seen (SIGKILLed with the
+    pod, or the watch broke: an API server restart). A watch from the listing's
+    resourceVersion sees each status it went through."""
     meta = pod["metadata"]
     core = ctx.env.cluster.core
-    ended = False
-    stream = watch.Watch().stream(
-        core.list_namespaced_pod, meta["namespace"], field_selector=f"metadata.name={meta['name']}",
-        resource_version=meta.get("resourceVersion"), timeout_seconds=int(timeout),
-    )  # fmt: skip
-    with contextlib.suppress(client.ApiException):
+    code: int | None = None
+    with contextlib.suppress(Exception):  # whatever broke the watch: not seen
+        stream = watch.Watch().stream(
+            core.list_namespaced_pod, meta["namespace"],
+            field_selector=f"metadata.name={meta['name']}",
+            resource_version=meta.get("resourceVersion"), timeout_seconds=int(timeout),
+        )  # fmt: skip
         for event in stream:
             obj = event["object"]
             if obj.metadata.uid != meta["uid"] or event["type"] == "DELETED":
                 break
             codes = [(c.state.terminated.exit_code if c.state and c.state.terminated else None)
                      for c in obj.status.container_statuses or []]  # fmt: skip
-            ended = bool(codes) and all(code == 0 for code in codes)
-    return ended
+            if codes and all(c is not None for c in codes):
+                code = next((c for c in codes if c != 0), 0)
+    return code
 
 
 def _job_phase(ctx: Context, slot: SlotJob) -> str | None:
@@ -209,15 +214,22 @@ def scheduler_preempt(ctx: Context, record: FaultRecord, planned: s.Planned) -> 
         now = {p["metadata"]["uid"]: p for p in trainer_pods(ctx, node=node)}
         victims = [p for uid, p in before.items()
                    if uid not in now or now[uid]["metadata"].get("deletionTimestamp")]  # fmt: skip
+        held_since = time.monotonic()
         _hit_node(ctx, record, victims, follow=True)
         record.detail = f"node {node}, preemptor bound: {bool(bound)}"
-        time.sleep(planned.hold)
+        _hold(planned, held_since)
     finally:
         try:
             ctx.env.cluster.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
         except client.ApiException as err:
             if err.status != 404:  # its namespace went with its job
                 raise
+
+
+def _hold(planned: s.Planned, since: float) -> None:
+    """The rest of the fault's `hold` from `since` (following its victims took some of
+    it): the schedule keeps faults of one group apart by their holds."""
+    time.sleep(max(0.0, planned.hold - (time.monotonic() - since)))
 
 
 def _bound(ctx: Context, namespace: str, name: str) -> bool:
@@ -280,9 +292,10 @@ def node_drain(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
             except client.ApiException as err:
                 if err.status != 404:
                     raise
+        held_since = time.monotonic()
         _hit_node(ctx, record, evicted, follow=True)
         record.detail = f"node {node}, {len(record.hits)} evicted"
-        time.sleep(planned.hold)
+        _hold(planned, held_since)
     finally:
         kubectl("uncordon", node)
 

@@ -75,14 +75,17 @@ def expected_queue_evictions(hits: Iterable[Hit]) -> tuple[int, int]:
 
 def settled(hits: Iterable[Hit], status: Obj) -> list[Hit]:
     """`hits` as the job's end shows them: a hit on the pod group that ended the job (no
-    group came after it) disrupted a trainer that ended its search all the same, so it
-    was finishing, and whether it counts is a race (a SIGKILL leaves no exit code to
-    tell)."""
+    group came after it), whose trainer's exit code was not seen (a SIGKILL leaves none),
+    disrupted a trainer that ended its search all the same, so it was finishing, and
+    whether it counts is a race. A hit whose exit code was seen is judged by it."""
     last = {str(g.get("name")): str(g.get("attempt")) for g in status.get("groups") or []}
     last["trainer"] = str(status.get("attempt"))
     if status.get("phase") != "Succeeded":
         return list(hits)
-    return [dataclasses.replace(h, clean=h.clean and last.get(h.group) != h.attempt) for h in hits]
+    return [
+        dataclasses.replace(h, clean=h.clean and (h.exit_seen or last.get(h.group) != h.attempt))
+        for h in hits
+    ]
 
 
 def check_phase(job: JobRef, status: Obj, budget: int, low: int) -> list[Violation]:

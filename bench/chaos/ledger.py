@@ -33,6 +33,8 @@ class Hit:
     attempt: str
     clean: bool
     queue: bool = False
+    exit_seen: bool = False
+    """Its trainer's exit code was seen (the fault followed the pod to its end)."""
 
 
 @dataclasses.dataclass
@@ -112,7 +114,8 @@ class Ledger:
         with self._lock:
             job = (namespace, uid)
             suspended = [(f.started, f.ended) for f in self.faults
-                         if f.kind == SUSPEND_RESUME and (f.namespace, f.uid) == job]  # fmt: skip
+                         if f.kind == SUSPEND_RESUME and f.outcome == INJECTED
+                         and (f.namespace, f.uid) == job]  # fmt: skip
             return [
                 dataclasses.replace(h, clean=h.clean and not _overlaps(f, suspended))
                 for f in self.faults
@@ -121,5 +124,11 @@ class Ledger:
             ]
 
 
+DISRUPTED_SECONDS = 30.0
+"""From a fault's start, how long its pods take to end (the soak's jobs have a 15-s
+grace period); its record lasts longer (it follows them, holds a node)."""
+
+
 def _overlaps(fault: FaultRecord, windows: list[tuple[float, float]]) -> bool:
-    return any(start <= fault.ended and fault.started <= end for start, end in windows)
+    until = fault.started + DISRUPTED_SECONDS
+    return any(start <= until and fault.started <= end for start, end in windows)

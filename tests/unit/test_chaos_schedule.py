@@ -6,6 +6,7 @@ Kueue, and the soak's own code style (no function over 60 lines)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import itertools
 from pathlib import Path
@@ -198,10 +199,10 @@ def test_a_hit_on_a_trainer_that_ends_its_search_under_the_signal_may_go_uncount
         "status": {"phase": "Running"},
     }  # fmt: skip
     assert faults.hit(pod).clean
-    assert not faults.hit(pod, finished=True).clean
+    assert not faults.hit(pod, exit_code=0).clean and faults.hit(pod, exit_code=75).clean
     terminating = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "now"}}
     assert not faults.hit(terminating).clean
-    assert inv.expected_preemptions([faults.hit(pod, finished=True)]) == (0, 1)
+    assert inv.expected_preemptions([faults.hit(pod, exit_code=0)]) == (0, 1)
 
 
 def test_a_hit_during_a_suspension_of_its_job_may_go_uncounted():
@@ -225,6 +226,8 @@ def test_a_hit_on_the_pod_group_that_ended_the_job_may_go_uncounted():
              "groups": [{"name": "t0", "attempt": 3}, {"name": "t1", "attempt": 2}]}  # fmt: skip
     assert [h.clean for h in inv.settled(hits, ended)] == [True, False, True, False]
     assert all(h.clean for h in inv.settled(hits, {**ended, "phase": "Failed"}))
+    seen = dataclasses.replace(hits[1], exit_seen=True)  # it exited 75: judged by that
+    assert inv.settled([seen], ended)[0].clean
 
 
 def test_a_fault_in_progress_holds_back_the_check_of_a_job_that_ended_after_it_began():
