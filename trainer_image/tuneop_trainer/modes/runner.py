@@ -87,7 +87,6 @@ def run_program(
         tf.config.experimental.enable_op_determinism()
 
     reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
-    reporter.update(force=False, **carried_on(reporter.previous() if write else None))
     reporter.serve()
     rt = runtime.Runtime(
         root=checkpoint_dir,
@@ -104,7 +103,10 @@ def run_program(
         except SpecError as exc:
             reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
             return fail(EXIT_INVALID_SPEC, str(exc))
-        reporter.update(force=True, phase=PHASE_RUNNING, message="")
+        # the search's record so far, once the volume is known to be this job's own (a
+        # job refused for another job's search must not show that search's trials)
+        previous = carried_on(reporter.previous() if write else None)
+        reporter.update(force=True, phase=PHASE_RUNNING, message="", **previous)
         # Python, NumPy and TensorFlow seeded before the program's first line: unseeded
         # random data or an unseeded tf.data shuffle is the same in every process (the
         # script's own seeding, if any, takes over).
