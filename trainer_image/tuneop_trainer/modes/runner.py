@@ -87,6 +87,8 @@ def run_program(
         tf.config.experimental.enable_op_determinism()
 
     reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
+    carried = carried_on(reporter.previous() if write else None)  # before anything writes
+    initial = reporter.progress
     reporter.serve()
     rt = runtime.Runtime(
         root=checkpoint_dir,
@@ -104,9 +106,11 @@ def run_program(
             reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
             return fail(EXIT_INVALID_SPEC, str(exc))
         # the search's record so far, once the volume is known to be this job's own (a
-        # job refused for another job's search must not show that search's trials)
-        previous = carried_on(reporter.previous() if write else None)
-        reporter.update(force=True, phase=PHASE_RUNNING, message="", **previous)
+        # job refused for another job's search must not show that search's trials);
+        # what _start reported itself (the oracle reloaded) stands
+        kept = {k: v for k, v in carried.items()
+                if getattr(reporter.progress, k) == getattr(initial, k)}  # fmt: skip
+        reporter.update(force=True, phase=PHASE_RUNNING, message="", **kept)
         # Python, NumPy and TensorFlow seeded before the program's first line: unseeded
         # random data or an unseeded tf.data shuffle is the same in every process (the
         # script's own seeding, if any, takes over).
