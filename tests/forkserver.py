@@ -255,33 +255,15 @@ class ForkServer:
         self._lock = threading.Lock()
 
     def _start(self) -> None:
-        """Start the server from a thread of its own that lives as long as the server:
-        it dies with the thread that started it (PR_SET_PDEATHSIG), and a caller's
-        thread (a pod worker's) may end before it."""
-        outcome: list[BaseException | None] = []
-        ready = threading.Event()
+        """Start the server from a thread of its own that lives as long as the server
+        (controlplane.popen_owned: it dies with the thread that started it, and a
+        caller's thread, a pod worker's, may end before it), then wait for its "ready"."""
+        from tests.localcluster.controlplane import popen_owned
 
-        def own() -> None:
-            try:
-                proc = self._popen()
-            except BaseException as exc:  # handed to the caller below
-                outcome.append(exc)
-                ready.set()
-                return
-            outcome.append(None)
-            ready.set()
-            proc.wait()
-
-        threading.Thread(target=own, name="forkserver", daemon=True).start()
-        ready.wait()
-        if outcome[0] is not None:
-            raise outcome[0]
-
-    def _popen(self) -> subprocess.Popen[bytes]:
         log = Path(self.path).with_suffix(".log")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)  # a previous server's
-        proc = subprocess.Popen(
+        proc = popen_owned(
             [sys.executable, __file__, self.path],
             stdout=subprocess.PIPE,
             stderr=log.open("ab"),
@@ -293,7 +275,6 @@ class ForkServer:
             proc.kill()
             proc.wait()
             raise RuntimeError(f"the fork server did not start: {log.read_text()[-2000:]}")
-        return proc
 
     def accepts(self, env: dict[str, str]) -> bool:
         if os.environ.get(ENV_SWITCH, "1") == "0":

@@ -99,17 +99,15 @@ def ensure_child(kube: Kube, job: Obj, child: Obj, read_first: bool = False) -> 
     return existing
 
 
-def refresh_child(
-    kube: Kube, child: Obj, field: str, existing: Obj | None, logger: Logger = log
-) -> None:
+def refresh_child(kube: Kube, child: Obj, field: str, existing: Obj, logger: Logger = log) -> None:
     """Replace (delete + create) the job's own `child` (`existing`: as read) when its
     `field` differs from the rendered one (decide.desired.REFRESHED). Only asked before
     a group's pods are created: no trainer mounts, reports to or acts under these
     objects then."""
     meta = child["metadata"]
-    if existing is not None and (existing.get(field) or {}) == (child.get(field) or {}):
+    if (existing.get(field) or {}) == (child.get(field) or {}):
         return
-    uid = ((existing or {}).get("metadata") or {}).get("uid")
+    uid = (existing.get("metadata") or {}).get("uid")
     kube.delete(child["kind"], meta["namespace"], meta["name"], uid=uid)
     kube.create(child)
     logger.info("reset %s %s for the new pod group", child["kind"], meta["name"])
