@@ -9,10 +9,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from tuneop_contract import ENV_POD_NAME, PHASE_RUNNING, read_progress
+from trainer_helpers import SCRIPTS, env
+from tuneop_contract import (
+    ENV_POD_NAME,
+    EXIT_INVALID_SPEC,
+    EXIT_PREEMPTED,
+    PHASE_RUNNING,
+    read_progress,
+)
 from tuneop_trainer.report.progress import Reporter, carried_on
 
 from tests.e2e.harness import fetch_progress
+from tests.forkserver import launch
 
 
 def test_progress_file_and_endpoint(tmp_path: Path) -> None:
@@ -60,6 +68,26 @@ def test_a_new_process_carries_on_the_searchs_record_not_its_trial(tmp_path: Pat
     assert first.top_trials == [{"trialId": "0002", "score": 0.9}]
     assert (first.phase, first.trial_id, first.step) == ("Starting", None, 0)
     assert carried_on(None) == {}
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["own", "refused"])
+def test_no_record_a_restarted_trainer_publishes_says_fewer_trials_done(
+    tmp_path: Path, refused: bool
+) -> None:
+    """The trainer as started after a preemption (modes/runner.run_program): every record
+    it publishes, the first included (the runtime reports its checkpoint cadence as it is
+    made), carries on the search's trials done; a trainer refused the volume (another
+    job's search) shows none of them."""
+    before = Reporter(tmp_path, min_interval=3600)
+    before.update(force=True, phase=PHASE_RUNNING, trial_id="0004", trials_completed=3)
+    before.close()
+    mode = "refuse" if refused else "own"
+    log = tmp_path / "trainer.log"
+    code = launch([str(SCRIPTS / "first_reports.py"), str(tmp_path), mode], env(), log).wait()
+    assert code == (EXIT_INVALID_SPEC if refused else EXIT_PREEMPTED), log.read_text()
+    published = json.loads((tmp_path / "published.json").read_text())
+    assert published, log.read_text()
+    assert set(published) == ({0} if refused else {3}), published
 
 
 def test_progress_names_its_pod_so_a_reader_can_tell_another_answer(

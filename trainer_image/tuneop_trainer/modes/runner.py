@@ -88,29 +88,28 @@ def run_program(
 
     reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
     carried = carried_on(reporter.previous() if write else None)  # before anything writes
-    initial = reporter.progress
-    reporter.serve()
-    rt = runtime.Runtime(
-        root=checkpoint_dir,
-        checkpoint=checkpoint,
-        strategy=created,
-        reporter=reporter,
-        write=write,
-        script=program.name,
-        keep_optimizer=program.keep_optimizer,
-    )
     try:
         try:
+            _check(program, checkpoint_dir, write, role)
+            # The search's record so far, once the volume is known to be this job's own
+            # (a job refused for another job's search must not show that search's
+            # trials), and before anything else reports (the runtime reports its
+            # checkpoint cadence): a new process never says 0 trials done.
+            reporter.update(force=True, phase=PHASE_RUNNING, message="", **carried)
+            reporter.serve()
+            rt = runtime.Runtime(
+                root=checkpoint_dir,
+                checkpoint=checkpoint,
+                strategy=created,
+                reporter=reporter,
+                write=write,
+                script=program.name,
+                keep_optimizer=program.keep_optimizer,
+            )
             _start(program, rt, role)
         except SpecError as exc:
             reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
             return fail(EXIT_INVALID_SPEC, str(exc))
-        # the search's record so far, once the volume is known to be this job's own (a
-        # job refused for another job's search must not show that search's trials);
-        # what _start reported itself (the oracle reloaded) stands
-        kept = {k: v for k, v in carried.items()
-                if getattr(reporter.progress, k) == getattr(initial, k)}  # fmt: skip
-        reporter.update(force=True, phase=PHASE_RUNNING, message="", **kept)
         # Python, NumPy and TensorFlow seeded before the program's first line: unseeded
         # random data or an unseeded tf.data shuffle is the same in every process (the
         # script's own seeding, if any, takes over).
@@ -124,13 +123,17 @@ def run_program(
         reporter.close()
 
 
-def _start(program: Program, rt: Runtime, role: Any) -> None:
-    """The search's record (with parallel trials the oracle records it, the trial
-    groups compare), the tuners' placements, and the patches to Keras and keras-tuner."""
-    write = rt.write
+def _check(program: Program, root: Path, write: bool, role: Any) -> None:
+    """The search on the volume is this job's (with parallel trials the oracle records
+    it, the trial groups compare): SpecError if not."""
     if program.check is not None:
         wait = role.oracle_wait_seconds if role.is_group else 0.0
-        program.check(rt.root, write and not role.is_group, wait)
+        program.check(root, write and not role.is_group, wait)
+
+
+def _start(program: Program, rt: Runtime, role: Any) -> None:
+    """The tuners' placements and the patches to Keras and keras-tuner."""
+    write = rt.write
     rt.projects = Projects(
         rt.root, role.own_file(PROJECTS_RECORD), write=write, parallel=role.parallel
     )
