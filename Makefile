@@ -177,9 +177,11 @@ bench-operator-scale: venv cluster-tools ## 10,000 TuningJobs, 1,000 training, o
 DURATION ?= 900
 SEED ?= 1
 JOBS ?= 6
+# More of run.py's options, e.g. CHAOS_ARGS="--burst-gap 8 24 --nodes 4" (a denser schedule).
+CHAOS_ARGS ?=
 .PHONY: chaos
 chaos: venv cluster-tools ## Chaos soak: JOBS TuningJobs under DURATION s of seeded overlapping faults (SEED) → fault matrix, bench/results/chaos.json
-	$(PY) bench/chaos/run.py --duration $(DURATION) --seed $(SEED) --jobs $(JOBS)
+	$(PY) bench/chaos/run.py --duration $(DURATION) --seed $(SEED) --jobs $(JOBS) $(CHAOS_ARGS)
 
 .PHONY: bench-recovery
 bench-recovery: venv cluster-tools images-cpu ## Eviction → next training step, real container vs node agent process, 5 evictions each → bench/results/recovery.json

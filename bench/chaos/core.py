@@ -23,13 +23,15 @@ import tuneop_contract as contract
 from bench.chaos import invariants as inv
 from bench.chaos import jobkinds, matrix
 from bench.chaos import schedule as s
-from bench.chaos.faults import FAULTS, JOB_LABEL, Context, SlotJob
+from bench.chaos.faults import JOB_LABEL, Context, SlotJob
 from bench.chaos.ledger import ERROR, INJECTED, FaultRecord, Ledger, Violation
 from bench.chaos.queues import Queues
+from bench.chaos.registry import FAULTS
 from bench.chaos.replicas import Replicas
 from tests.e2e.harness import Env, Kubectl, claim_dir
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.kueue import Kueue
+from tests.localcluster.nodeagent import provisioner
 
 Obj = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")
@@ -42,6 +44,8 @@ class SoakConfig:
     jobs: int
     max_faults: int = s.Limits.max_faults
     max_overlap: int = s.Limits.max_overlap
+    burst_gap: tuple[float, float] = s.Limits.burst_gap
+    """Seconds between bursts of faults (low, high): the fault rate."""
     settle_seconds: float = 900.0
     """After the fault window, how long the last jobs may take to end."""
     peering_lifetime: int = 15
@@ -51,7 +55,7 @@ class SoakConfig:
 
     def limits(self) -> s.Limits:
         return s.Limits(self.duration, self.jobs, max_faults=self.max_faults,
-                        max_overlap=self.max_overlap)  # fmt: skip
+                        max_overlap=self.max_overlap, burst_gap=self.burst_gap)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -256,6 +260,7 @@ class Soak:
         ctx = Context(env, self.replicas, self.ledger, [SlotJob(i, k) for i, k in enumerate(kinds)],
                       time.monotonic(), self.queues)  # fmt: skip
         self.ctx = ctx
+        env.kubectl.apply(provisioner.sized_class(jobkinds.STORAGE_CLASS))
         try:
             if self.queues is not None:
                 self.queues.setup(env)
@@ -266,6 +271,7 @@ class Soak:
             self.replicas.stop()
             if self.queues is not None:
                 self.queues.teardown(env)
+            env.kubectl("delete", "storageclass", jobkinds.STORAGE_CLASS, check=False)
 
     def _run(self, ctx: Context, plan: list[s.Planned]) -> Obj:
         for slot in ctx.slots:

@@ -139,18 +139,18 @@ def _job_phase(ctx: Context, slot: SlotJob) -> str | None:
     return None if job is None else str((job.get("status") or {}).get("phase") or "")
 
 
-def _live_pods(ctx: Context, record: FaultRecord, slot: SlotJob) -> list[Obj]:
+def live_pods(ctx: Context, record: FaultRecord, slot: SlotJob) -> list[Obj]:
     """The slot's running trainer pods; [] (and the record skipped) when there is none."""
     phase = _job_phase(ctx, slot)
     if phase in (None, "Succeeded", "Failed"):
-        return _skip(record, f"job {phase or 'absent'}")
+        return skip(record, f"job {phase or 'absent'}")
     pods = [
         p for p in trainer_pods(ctx, slot.namespace) if not p["metadata"].get("deletionTimestamp")
     ]
-    return pods or _skip(record, "no live trainer pod")
+    return pods or skip(record, "no live trainer pod")
 
 
-def _skip(record: FaultRecord, why: str) -> list[Obj]:
+def skip(record: FaultRecord, why: str) -> list[Obj]:
     record.outcome, record.detail = SKIPPED, why
     return []
 
@@ -164,7 +164,7 @@ def pod_fault(grace: int | None, evict: bool) -> Callable[[Context, FaultRecord,
 
     def inject(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
         slot = ctx.slots[planned.slot]
-        pods = _live_pods(ctx, record, slot)
+        pods = live_pods(ctx, record, slot)
         if not pods:
             return
         pod = _rng(record).choice(pods)
@@ -181,14 +181,12 @@ def pod_fault(grace: int | None, evict: bool) -> Callable[[Context, FaultRecord,
 
 
 def _node_of(ctx: Context, record: FaultRecord, planned: s.Planned) -> str | None:
-    pods = [
-        p for p in _live_pods(ctx, record, ctx.slots[planned.slot]) if p["spec"].get("nodeName")
-    ]
+    pods = [p for p in live_pods(ctx, record, ctx.slots[planned.slot]) if p["spec"].get("nodeName")]
     if not pods:
         return None
     node = str(_rng(record).choice(pods)["spec"]["nodeName"])
     if node not in ctx.env.cluster.agents:
-        _skip(record, f"node {node} is not a node agent's")
+        skip(record, f"node {node} is not a node agent's")
         return None
     return node
 
@@ -322,7 +320,7 @@ def operator_kill(ctx: Context, record: FaultRecord, planned: s.Planned) -> None
 def progress_configmap_delete(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     slot = ctx.slots[planned.slot]
     if _job_phase(ctx, slot) in (None, "Succeeded", "Failed"):
-        _skip(record, "job finished or absent")
+        skip(record, "job finished or absent")
         return
     ctx.env.kubectl("delete", "cm", f"{JOB_NAME}-progress", "-n", slot.namespace, check=False)
     record.detail = f"{JOB_NAME}-progress"
@@ -336,7 +334,7 @@ def _patch_suspend(ctx: Context, namespace: str, value: bool) -> None:
 def suspend_resume(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     """spec.suspend set, the job Suspended (its pods gone), `hold` s, then unset."""
     slot = ctx.slots[planned.slot]
-    if not _live_pods(ctx, record, slot):
+    if not live_pods(ctx, record, slot):
         return
     ns, uid = slot.namespace, slot.uid
     _patch_suspend(ctx, ns, True)
@@ -353,7 +351,7 @@ def job_recreate(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     """The job deleted (its claim stays) and applied again under its name, adopting the
     search on the claim: a new job (uid) that continues it."""
     slot = ctx.slots[planned.slot]
-    if not _live_pods(ctx, record, slot):
+    if not live_pods(ctx, record, slot):
         return
     ns = slot.namespace
     ctx.env.kubectl("delete", "tj", JOB_NAME, "-n", ns, "--timeout=120s")
@@ -366,14 +364,14 @@ def _queued_job(ctx: Context, record: FaultRecord, slot: SlotJob) -> q.Queues | 
     """The soak's queues when the slot's job is a queued one still running; None (and
     the record skipped, with why) otherwise."""
     if ctx.queues is None:
-        _skip(record, "no Kueue in this soak")
+        skip(record, "no Kueue in this soak")
         return None
     if not queued(slot.kind):
-        _skip(record, f"a {slot.kind} job is not queued")
+        skip(record, f"a {slot.kind} job is not queued")
         return None
     phase = _job_phase(ctx, slot)
     if phase in (None, "Succeeded", "Failed"):
-        _skip(record, f"job {phase or 'absent'}")
+        skip(record, f"job {phase or 'absent'}")
         return None
     return ctx.queues
 
@@ -397,11 +395,11 @@ def _admitted_pods(ctx: Context, record: FaultRecord, slot: SlotJob) -> list[Obj
     skipped) when there is none."""
     if _queued_job(ctx, record, slot) is None:
         return []
-    live = _live_pods(ctx, record, slot)
+    live = live_pods(ctx, record, slot)
     admitted = [p for p in live if not kq.gated(p)
                 and (p.get("status") or {}).get("phase") == "Running"]  # fmt: skip
     if live and not admitted:
-        return _skip(record, "no admitted trainer pod running (queued or starting)")
+        return skip(record, "no admitted trainer pod running (queued or starting)")
     return admitted
 
 
@@ -440,7 +438,7 @@ def kueue_controller_restart(ctx: Context, record: FaultRecord, planned: s.Plann
     refused meanwhile and the operator retries them). Adds to no counter: admissions
     are Workload objects, read back when it starts."""
     if ctx.queues is None:
-        _skip(record, "no Kueue in this soak")
+        skip(record, "no Kueue in this soak")
         return
     starts = q.restart_manager(ctx.queues.kueue, planned.hold)
     record.detail = f"down {planned.hold} s, back after {starts} start(s)"
@@ -462,23 +460,3 @@ def quota_shrink(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     finally:
         queues.set_quota(ctx.env, queues.gpus, timeout=q.RESTORE_SECONDS)
     record.detail = f"GPU quota {queues.gpus} -> 0 for {planned.hold} s"
-
-
-FAULTS: dict[str, Callable[[Context, FaultRecord, s.Planned], None]] = {
-    s.POD_SIGKILL: pod_fault(0, evict=False),
-    s.POD_SIGTERM: pod_fault(None, evict=False),
-    s.POD_EVICT: pod_fault(None, evict=True),
-    s.SCHEDULER_PREEMPT: scheduler_preempt,
-    s.NODE_CRASH: node_crash,
-    s.NODE_DRAIN: node_drain,
-    s.APISERVER_RESTART: apiserver_restart,
-    s.ETCD_RESTART: etcd_restart,
-    s.OPERATOR_KILL: operator_kill,
-    s.PROGRESS_CONFIGMAP_DELETE: progress_configmap_delete,
-    s.SUSPEND_RESUME: suspend_resume,
-    s.JOB_RECREATE: job_recreate,
-    s.KUEUE_PREEMPT: kueue_preempt,
-    s.KUEUE_CONTROLLER_RESTART: kueue_controller_restart,
-    s.QUOTA_SHRINK: quota_shrink,
-}
-assert set(FAULTS) == set(s.FAULT_KINDS)

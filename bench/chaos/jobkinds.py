@@ -51,6 +51,9 @@ STANDIN_TRIAL_SECONDS = 6.0
 MAX_PREEMPTIONS = 1000
 """Budget of every soak job: the soak's faults are not meant to fail a job."""
 JOB_NAME = "search"
+STORAGE_CLASS = "chaos-sized"
+"""Every soak job's claim comes from this StorageClass: a tmpfs of the claim's size
+(tests/localcluster/nodeagent/provisioner.py), which the claim-full fault can fill."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +126,10 @@ def document(kind: str, namespace: str, name: str = JOB_NAME, adopt: bool = Fals
     kind carries the LocalQueue label, so a re-created job queues again."""
     build = script_sample if kind == SCRIPT else sample
     doc = build(name, namespace, **spec_fields(kind))
+    checkpoint = doc["spec"].setdefault("checkpoint", {})
+    checkpoint["storageClassName"] = STORAGE_CLASS
     if adopt:
-        doc["spec"].setdefault("checkpoint", {})["adopt"] = True
+        checkpoint["adopt"] = True
     doc["metadata"]["labels"] = {"tuneop.io/chaos-kind": kind}
     if queued(kind):
         doc["metadata"]["labels"][QUEUE_LABEL] = LOCAL_QUEUE

@@ -29,6 +29,7 @@ for sub in ("contract", "operator", "trainer_image", "client", "."):
 
 from bench.chaos import matrix  # noqa: E402
 from bench.chaos.core import Soak, SoakConfig  # noqa: E402
+from bench.chaos.schedule import Limits  # noqa: E402
 from tests.e2e.harness import Kubectl  # noqa: E402
 from tests.localcluster import tools  # noqa: E402
 from tests.localcluster.cluster import LocalCluster  # noqa: E402
@@ -54,7 +55,8 @@ def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             kueue = Kueue(cp, kueue_dir=tools.kueue_dir(build=True))
             kueue.start()
         config = SoakConfig(duration=args.duration, seed=args.seed, jobs=args.jobs,
-                            max_faults=args.max_faults)  # fmt: skip
+                            max_faults=args.max_faults,
+                            burst_gap=tuple(args.burst_gap))  # fmt: skip
         return Soak(cluster, kubectl, work, config, kueue).run()
     finally:
         if kueue is not None:
@@ -84,6 +86,14 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=6, help="job slots running at once")
     parser.add_argument("--nodes", type=int, default=3, help="node agents of 4 GPUs")
     parser.add_argument("--max-faults", type=int, default=400)
+    parser.add_argument(
+        "--burst-gap",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        default=list(Limits.burst_gap),
+        help="s between bursts of faults, drawn in [LOW, HIGH]: the fault rate",
+    )
     parser.add_argument(
         "--no-kueue",
         dest="kueue",

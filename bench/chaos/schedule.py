@@ -29,6 +29,7 @@ JOB_RECREATE = "job-recreate"
 KUEUE_PREEMPT = "kueue-preempt"
 KUEUE_CONTROLLER_RESTART = "kueue-controller-restart"
 QUOTA_SHRINK = "quota-shrink"
+CLAIM_FULL = "claim-full"
 
 FAULT_KINDS: tuple[str, ...] = (
     POD_SIGKILL,
@@ -46,6 +47,7 @@ FAULT_KINDS: tuple[str, ...] = (
     KUEUE_PREEMPT,
     KUEUE_CONTROLLER_RESTART,
     QUOTA_SHRINK,
+    CLAIM_FULL,
 )
 """The fault kinds the soak injects (the Kueue ones record themselves skipped when the
 soak runs without Kueue or their slot's job is not queued)."""
@@ -59,10 +61,7 @@ CLUSTER_WIDE: tuple[str, ...] = (
 """Kinds that act on every job at once, not on their slot's: the fault matrix counts
 them against every job (`*`)."""
 
-NOT_BUILT: tuple[str, ...] = (
-    "pod-network-cut",
-    "claim-full",
-)
+NOT_BUILT: tuple[str, ...] = ("pod-network-cut",)
 """Fault kinds the soak does not inject yet."""
 
 HOLD_SECONDS: dict[str, tuple[float, float]] = {
@@ -81,9 +80,11 @@ HOLD_SECONDS: dict[str, tuple[float, float]] = {
     KUEUE_PREEMPT: (10.0, 25.0),
     KUEUE_CONTROLLER_RESTART: (2.0, 10.0),
     QUOTA_SHRINK: (10.0, 40.0),
+    CLAIM_FULL: (5.0, 20.0),
 }
 """How long each kind lasts (uniform in the range): the outage, the cordon, the
-suspension, the preemptor's hold (once Kueue admitted it), the quota shrunk. Instant
+suspension, the preemptor's hold (once Kueue admitted it), the quota shrunk, the claim
+kept full. Instant
 kinds last 0 s (their effect takes its own time)."""
 
 EXCLUSIVE: dict[str, str] = {

@@ -6,7 +6,8 @@ The node agent runs it in place of `python -m tuneop_trainer` for a job whose sp
 is `env(...)` (podspec.MODULE_ENV names this module). Like the real trainer it
 reports through tuneop_trainer.report.progress.Reporter (progress.json on the volume, the
 job's progress ConfigMap, /progress), resumes from results.json on the volume (a
-restore), exits 75 on SIGTERM and, after its last trial, writes results.json and the
+restore), exits 75 on SIGTERM or when the volume refuses a write (full, as the real
+trainer's checkpoint/volume.py) and, after its last trial, writes results.json and the
 final summary in its termination message and exits 0. A "trial" is a sleep; trial i
 scores i / trials, so the last trial is the best.
 
@@ -39,6 +40,7 @@ from tuneop_contract import (
     write_atomic,
     write_termination_message,
 )
+from tuneop_trainer.checkpoint.volume import VOLUME_ERRNOS
 from tuneop_trainer.report.progress import Reporter
 
 from tests.localcluster.nodeagent.podspec import MODULE_ENV
@@ -121,7 +123,12 @@ def run(directory: Path, total: int, seconds: float, step_seconds: float = 0.0) 
             reporter.close()
             return EXIT_PREEMPTED
         done += 1
-        write_atomic(path, json.dumps(results(done, total)).encode())
+        try:
+            write_atomic(path, json.dumps(results(done, total)).encode())
+        except OSError as exc:
+            if exc.errno not in VOLUME_ERRNOS:
+                raise
+            return _volume_failed(reporter, path, exc)
         best = results(done, total)["best"]
         reporter.update(
             force=True,
@@ -137,6 +144,15 @@ def run(directory: Path, total: int, seconds: float, step_seconds: float = 0.0) 
     reporter.update(force=True, phase=PHASE_COMPLETED, trial_id=None, message="search completed")
     reporter.close()
     return EXIT_COMPLETED
+
+
+def _volume_failed(reporter: Reporter, path: Path, exc: OSError) -> int:
+    """The volume refused a write: report it and exit 75; the trials before stay."""
+    message = f"checkpoint volume error: {os.strerror(exc.errno or 0)} writing {path}"
+    write_termination_message(message)
+    reporter.update(force=True, phase=PHASE_PREEMPTED, message=message)
+    reporter.close()
+    return EXIT_PREEMPTED
 
 
 def main() -> int:

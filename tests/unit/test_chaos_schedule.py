@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from tuneop.api import queue as kq
 
-from bench.chaos import core, faults, jobkinds, matrix
+from bench.chaos import core, faults, jobkinds, matrix, registry
 from bench.chaos import invariants as inv
 from bench.chaos import queues as q
 from bench.chaos import schedule as s
@@ -49,6 +49,14 @@ def test_the_schedule_overlaps_faults_and_draws_every_kind_in_an_hour():
     assert len(short) >= 2 and s.overlapping(short) >= 1
 
 
+def test_a_shorter_burst_gap_plans_more_faults_an_hour():
+    dense = dataclasses.replace(LIMITS, burst_gap=(8.0, 24.0))
+    for seed in range(5):
+        assert len(s.plan(seed, dense)) > 1.5 * len(s.plan(seed, LIMITS))
+    config = core.SoakConfig(duration=3600, seed=1, jobs=12, burst_gap=(8.0, 24.0))
+    assert config.limits().burst_gap == (8.0, 24.0)
+
+
 def test_exclusive_kinds_never_overlap():
     plan = s.plan(5, LIMITS)
     for group in set(s.EXCLUSIVE.values()):
@@ -60,7 +68,7 @@ def test_exclusive_kinds_never_overlap():
 def test_the_kueue_kinds_are_built_drawn_and_never_overlap_in_their_groups():
     kueue_kinds = {s.KUEUE_PREEMPT, s.KUEUE_CONTROLLER_RESTART, s.QUOTA_SHRINK}
     assert kueue_kinds <= set(s.FAULT_KINDS) and not kueue_kinds & set(s.NOT_BUILT)
-    assert set(faults.FAULTS) == set(s.FAULT_KINDS) == set(s.HOLD_SECONDS)
+    assert set(registry.FAULTS) == set(s.FAULT_KINDS) == set(s.HOLD_SECONDS)
     assert s.KUEUE_CONTROLLER_RESTART in s.CLUSTER_WIDE
     assert s.EXCLUSIVE[s.KUEUE_PREEMPT] == s.EXCLUSIVE[s.QUOTA_SHRINK] == "quota"
     for seed in range(5):
@@ -159,12 +167,12 @@ def test_the_soak_runs_without_kueue_unless_given_one():
 def test_the_kueue_faults_skip_without_kueue_or_a_queued_job():
     for kind in (s.KUEUE_PREEMPT, s.KUEUE_CONTROLLER_RESTART, s.QUOTA_SHRINK):
         record = FaultRecord(kind, 0, 50.0)
-        faults.FAULTS[kind](context(jobkinds.QUEUED, None), record, s.Planned(50.0, kind, 0, 10))
+        registry.FAULTS[kind](context(jobkinds.QUEUED, None), record, s.Planned(50.0, kind, 0, 10))
         assert (record.outcome, record.detail) == (SKIPPED, "no Kueue in this soak")
     queues = q.Queues(kueue=cast(Any, None))
     for kind in (s.KUEUE_PREEMPT, s.QUOTA_SHRINK):
         record = FaultRecord(kind, 0, 50.0)
-        faults.FAULTS[kind](context(jobkinds.STANDIN, queues), record,
+        registry.FAULTS[kind](context(jobkinds.STANDIN, queues), record,
                             s.Planned(50.0, kind, 0, 10))  # fmt: skip
         assert record.outcome == SKIPPED and "not queued" in record.detail
 

@@ -6,12 +6,20 @@ provisioner is :data:`PROVISIONER` it creates a `local` PersistentVolume under
 kube-controller-manager completes the binding. The directory outlives pods. When a
 PV with reclaimPolicy Delete is Released, the directory and the PV are deleted.
 Polls once a second (the cluster is small).
+
+A StorageClass with the parameter ``tuneop.io/backing: tmpfs`` (:func:`sized_class`)
+backs each claim with a tmpfs of the claim's requested size mounted on its directory,
+so the claim holds what it asked for and no more, and can be made full without filling
+the machine's disk (:func:`fill`, :func:`unfill`: the chaos soak's claim-full fault).
+Memory-backed: only what is written costs RAM.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,8 @@ log = logging.getLogger("tuneop.nodeagent")
 PROVISIONER = "tuneop.io/local-path"
 STORAGE_CLASS = "local-path"
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+BACKING = "tuneop.io/backing"
+TMPFS = "tmpfs"
 
 
 def storage_class() -> dict[str, Any]:
@@ -37,6 +47,54 @@ def storage_class() -> dict[str, Any]:
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "Immediate",
     }
+
+
+def sized_class(name: str) -> dict[str, Any]:
+    """A StorageClass of this provisioner whose claims are tmpfs mounts of their size."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": PROVISIONER,
+        "parameters": {BACKING: TMPFS},
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }
+
+
+_BINARY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def size_bytes(quantity: str) -> int:
+    """A storage quantity ("1Gi", "500M", "1048576") in bytes."""
+    for suffix, factor in (*_BINARY.items(), *_DECIMAL.items()):
+        if quantity.endswith(suffix):
+            return int(float(quantity[: -len(suffix)]) * factor)
+    return int(float(quantity))
+
+
+def fill(path: Path) -> int:
+    """Make the tmpfs claim at `path` full: its size down to what it holds now (tmpfs
+    refuses less). Returns the size to give back to `unfill`."""
+    st = os.statvfs(path)
+    size, used = st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize
+    _remount(path, max(used, st.f_frsize))
+    return size
+
+
+def unfill(path: Path, size: int) -> None:
+    _remount(path, size)
+
+
+def _remount(path: Path, size: int) -> None:
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(path)],
+                   check=True, capture_output=True)  # fmt: skip
+
+
+def _unmount(path: Path) -> None:
+    if os.path.ismount(path):
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
 
 
 def persistent_volume(pvc: dict[str, Any], root: Path, reclaim: str) -> dict[str, Any]:
@@ -98,6 +156,8 @@ class LocalPathProvisioner:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+        for path in self.root.iterdir():  # the tmpfs claims left (their PVs outlive us)
+            _unmount(path)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -109,10 +169,9 @@ class LocalPathProvisioner:
 
     def reconcile(self) -> None:
         classes = {
-            sc.metadata.name: sc.reclaim_policy or "Delete"
-            for sc in self.storage.list_storage_class().items
+            sc.metadata.name: sc for sc in self.storage.list_storage_class().items
             if sc.provisioner == PROVISIONER
-        }
+        }  # fmt: skip
         existing = {pv.metadata.name: pv for pv in self.core.list_persistent_volume().items}
         for pvc in self.core.list_persistent_volume_claim_for_all_namespaces().items:
             cls = pvc.spec.storage_class_name
@@ -120,10 +179,11 @@ class LocalPathProvisioner:
                 continue
             if f"pvc-{pvc.metadata.uid}" in existing:
                 continue
+            sc = classes[cls]
             body = persistent_volume(
-                self.api.sanitize_for_serialization(pvc), self.root, classes[cls]
+                self.api.sanitize_for_serialization(pvc), self.root, sc.reclaim_policy or "Delete"
             )
-            (self.root / body["metadata"]["name"]).mkdir(parents=True, exist_ok=True)
+            self._make_directory(self.root / body["metadata"]["name"], sc, body)
             try:
                 self.core.create_persistent_volume(body, _preload_content=False)
                 log.info("provisioned %s for %s/%s", body["metadata"]["name"],
@@ -142,9 +202,18 @@ class LocalPathProvisioner:
                 if pv.spec.local is not None:
                     path = Path(pv.spec.local.path)
                     if path.parent == self.root:
+                        _unmount(path)
                         shutil.rmtree(path, ignore_errors=True)
                 try:
                     self.core.delete_persistent_volume(pv.metadata.name, _preload_content=False)
                 except client.ApiException as exc:
                     if exc.status != 404:
                         raise
+
+    def _make_directory(self, path: Path, sc: Any, pv: dict[str, Any]) -> None:
+        """The claim's directory; a tmpfs of its size when its class asks for one."""
+        path.mkdir(parents=True, exist_ok=True)
+        if (sc.parameters or {}).get(BACKING) == TMPFS and not os.path.ismount(path):
+            size = size_bytes(pv["spec"]["capacity"]["storage"])
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs",
+                            str(path)], check=True, capture_output=True)  # fmt: skip
