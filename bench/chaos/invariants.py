@@ -8,6 +8,8 @@ evicted by a drain is a disruption: one `preemptions` (and one `restarts`) per p
 group disrupted, however many of its pods or faults hit it, never a `failures`. A
 kube-apiserver or etcd restart, an operator replica killed, the progress ConfigMap deleted and
 a suspension add nothing (the operator's own deletion on suspend is no disruption). A
+claim made full adds one `preemptions` per pod group whose trainer exited 75 for it
+(CheckpointVolumeError: recreated after a backoff). A
 job re-created under its name is a new job (a new uid): its counters start at zero.
 A disruption that lands on a pod not running or already terminating, on a trainer that
 ends its search under the signal (exit 0, or no pod group after it), or while its job

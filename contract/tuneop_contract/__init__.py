@@ -183,6 +183,17 @@ EXIT_INVALID_SPEC = 2
 EXIT_PREEMPTED = 75
 """Stopped by SIGTERM after writing a checkpoint: preempted, resume me (EX_TEMPFAIL)."""
 
+VOLUME_ERROR_PREFIX = "checkpoint volume error:"
+"""How the termination message of a trainer that exited 75 because the checkpoint volume
+refused a write (full, over quota, read-only, an I/O error) begins: the operator tells
+it from a preemption and retries after a backoff, naming the message."""
+
+
+def is_volume_error(message: str) -> bool:
+    """Whether a trainer's termination message says the checkpoint volume failed."""
+    return message.strip().startswith(VOLUME_ERROR_PREFIX)
+
+
 EXIT_CODE_MEANING = {
     EXIT_COMPLETED: "completed",
     EXIT_FAILED: "failed",

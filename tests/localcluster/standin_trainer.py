@@ -35,6 +35,7 @@ from tuneop_contract import (
     PHASE_PREEMPTED,
     PHASE_RUNNING,
     RESULTS_FILE,
+    VOLUME_ERROR_PREFIX,
     FinalSummary,
     now_rfc3339,
     write_atomic,
@@ -148,7 +149,7 @@ def run(directory: Path, total: int, seconds: float, step_seconds: float = 0.0) 
 
 def _volume_failed(reporter: Reporter, path: Path, exc: OSError) -> int:
     """The volume refused a write: report it and exit 75; the trials before stay."""
-    message = f"checkpoint volume error: {os.strerror(exc.errno or 0)} writing {path}"
+    message = f"{VOLUME_ERROR_PREFIX} {os.strerror(exc.errno or 0)} writing {path}"
     write_termination_message(message)
     reporter.update(force=True, phase=PHASE_PREEMPTED, message=message)
     reporter.close()

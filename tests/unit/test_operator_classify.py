@@ -40,6 +40,13 @@ def test_trainer_preempted_exit_code_is_a_preemption():
     assert result.outcome == Outcome.PREEMPTED and result.reason == "TrainerPreempted"
 
 
+def test_exit_75_for_a_volume_that_refused_a_write_says_so():
+    message = f"{contract.VOLUME_ERROR_PREFIX} No space left on device (ENOSPC) writing /x"
+    result = classify(pod("Failed", exit_code=contract.EXIT_PREEMPTED, message=message))
+    assert result.outcome == Outcome.PREEMPTED and result.reason == "CheckpointVolumeError"
+    assert result.message == message
+
+
 def test_deleted_by_someone_else_while_terminating_then_ended():
     assert classify(pod("Running", deleting=True)).outcome == Outcome.TERMINATING
     ended = classify(pod("Failed", exit_code=143, deleting=True))

@@ -143,6 +143,54 @@ def test_preemption_budget_is_separate_and_exhausts():
     assert w.status["preemptions"] == 3 and w.status["failures"] == 0
 
 
+VOLUME_FULL = (
+    f"{contract.VOLUME_ERROR_PREFIX} No space left on device (ENOSPC) writing "
+    "/var/lib/tuneop/checkpoints/progress.json (0.0 MiB free of 1024.0 MiB); nothing was lost"
+)
+
+
+def test_a_full_checkpoint_volume_backs_off_and_says_so_not_a_tight_loop_of_preemptions():
+    """A trainer stopped by its volume refusing writes (exit 75, the contract's message):
+    a preemption, but the group is recreated only after the backoff, doubling, and the
+    Event and status name the volume's message and the claim; the budget still ends it."""
+    policy = {"maxFailures": 2, "backoffSeconds": 10, "maxBackoffSeconds": 300, "maxPreemptions": 2}
+    w = World(failurePolicy=policy)
+    start(w)
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED, VOLUME_FULL)
+    w.step()
+    assert w.status["preemptions"] == 1 and w.status["failures"] == 0
+    assert w.status["restarts"] == 1 and w.reasons()[-1] == "CheckpointVolumeError"
+    assert "No space left on device" in w.events[-1][2] and "claim j-ckpt" in w.events[-1][2]
+    assert w.events[-1][0] == "Warning"
+    w.gc_deleted()
+    assert w.step(5).create_pods == []  # backoff 10 s
+    assert "retrying at" in w.status["message"]
+    assert w.step(6).create_pods == [0]
+    w.run_pods()
+    w.step()
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED, VOLUME_FULL)
+    w.step()
+    w.gc_deleted()
+    assert w.step(15).create_pods == []  # backoff 20 s
+    assert w.step(6).create_pods == [0]
+    w.run_pods()
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED, VOLUME_FULL)
+    w.step()
+    failed = w.condition(st.COND_FAILED)
+    assert w.status["phase"] == st.PHASE_FAILED and failed["reason"] == "PreemptionBudgetExceeded"
+    assert "No space left on device" in failed["message"]
+
+
+def test_a_plain_exit_75_is_recreated_at_once():
+    w = World()
+    start(w)
+    w.terminate("j-worker-0", contract.EXIT_PREEMPTED, "")
+    w.step()
+    assert w.reasons()[-1] == "Preempted" and "nextRetryTime" not in w.status
+    w.gc_deleted()
+    assert w.step(0.1).create_pods == [0]
+
+
 def test_invalid_spec_from_the_trainer_fails_at_once_with_its_message():
     w = World()
     start(w)

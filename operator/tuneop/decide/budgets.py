@@ -15,7 +15,8 @@ from typing import Any
 from ..api import queue
 from ..api import status as st
 from ..api.progress import ProgressView
-from .classify import TRAINER_PREEMPTED, Classification, Outcome
+from ..render import children
+from .classify import TRAINER_EXITS, VOLUME_ERROR, Classification, Outcome
 from .job import delete_alive, finish
 from .patch import Draft
 from .slot import GroupResult, Slot, last_checkpoint
@@ -34,7 +35,7 @@ def preemption_wins(outcomes: Mapping[str, Classification]) -> bool:
     preempted = [c for c in outcomes.values() if c.outcome == Outcome.PREEMPTED]
     if not preempted:
         return False
-    external = any(c.reason != TRAINER_PREEMPTED for c in preempted)
+    external = any(c.reason not in TRAINER_EXITS for c in preempted)
     failed = any(c.outcome == Outcome.FAILED for c in outcomes.values())
     return external or not failed
 
@@ -55,8 +56,7 @@ def count_preemption(
     fp = spec.failure_policy
     gpus = slot.gpus_per_pod
     what = ", ".join(
-        f"{n}: {c.reason}"
-        + (f" ({c.message})" if c.reason == queue.EVICTED_BY_KUEUE and c.message else "")
+        f"{n}: {c.reason}" + (f" ({c.message})" if c.reason in TOLD and c.message else "")
         for n, c in outcomes.items()
         if c.outcome == Outcome.PREEMPTED
     )
@@ -80,12 +80,40 @@ def count_preemption(
             f"{fp.max_preemptions}; last: {what}",
         )
         return GroupResult("ended")
+    if any(c.reason == VOLUME_ERROR for c in outcomes.values()):
+        return _volume_backoff(draft, slot, what, preemptions)
     _recreate_preempted(draft, slot, what)
     return GroupResult(
         "recreate",
         "Preempted",
         what,
         f"preempted ({what}); recreating the {slot.label} pod group",
+    )
+
+
+TOLD = (queue.EVICTED_BY_KUEUE, VOLUME_ERROR)
+"""Preemption reasons whose message the Event and the status repeat."""
+
+
+def _volume_backoff(draft: Draft, slot: Slot, what: str, preemptions: int) -> GroupResult:
+    """The checkpoint volume refused a write (full, most often): nothing was lost, but
+    a group started at once would fail the same way until the volume has room, and
+    spend the preemption budget in a minute. The group is recreated after the failure
+    policy's backoff for the preemptions so far (10 s, doubling, capped), with a Warning
+    Event that names the volume's message; the budget still bounds the retries."""
+    delay = draft.spec.failure_policy.backoff(preemptions)
+    claim = children.claim_name(draft.seen.job, draft.spec)
+    draft.event(
+        "Warning",
+        VOLUME_ERROR,
+        f"{slot.label} pod group {slot.attempt} stopped: {what}; make room on claim "
+        f"{claim} (or expand it); retrying in {delay}s",
+    )
+    slot.restart()
+    slot.put(st.NEXT_RETRY_TIME, st.rfc3339(draft.now + dt.timedelta(seconds=delay)))
+    draft.decision.wake_within(delay)
+    return GroupResult(
+        "recreate", VOLUME_ERROR, what, f"checkpoint volume error ({what}); retrying in {delay}s"
     )
 
 

@@ -60,6 +60,11 @@ TERMINATING_ON_UNREACHABLE_NODE = "TerminatingOnUnreachableNode"
 
 TRAINER_PREEMPTED = "TrainerPreempted"
 """Reason of a trainer that exited with the contract's "preempted" code."""
+VOLUME_ERROR = "CheckpointVolumeError"
+"""Reason of a trainer that exited 75 because the checkpoint volume refused a write
+(full, over quota, read-only): its message says so (contract.is_volume_error)."""
+TRAINER_EXITS = (TRAINER_PREEMPTED, VOLUME_ERROR)
+"""Reasons of a trainer that stopped itself with exit 75 (not disrupted from outside)."""
 
 SIGKILL_EXIT = 137
 """128 + SIGKILL: on a pod nobody deleted or disrupted, the kernel's out-of-memory killer
@@ -257,7 +262,8 @@ def _classify_failed(pod: Obj, term: Obj | None, deleting: bool, message: str) -
     if disruption:
         return Classification(Outcome.PREEMPTED, disruption, message, exit_code)
     if exit_code == contract.EXIT_PREEMPTED:
-        return Classification(Outcome.PREEMPTED, TRAINER_PREEMPTED, message, exit_code)
+        reason = VOLUME_ERROR if contract.is_volume_error(message) else TRAINER_PREEMPTED
+        return Classification(Outcome.PREEMPTED, reason, message, exit_code)
     if status.get("reason") in ("Evicted", "Shutdown", "NodeShutdown", "Terminated"):
         return Classification(
             Outcome.PREEMPTED, "TerminationByKubelet", message or status["reason"], exit_code

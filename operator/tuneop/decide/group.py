@@ -33,14 +33,15 @@ STUCK = (*STUCK_WAITING_REASONS, UNSCHEDULABLE)
 
 
 def backoff_wait(draft: Draft, slot: Slot) -> str | None:
-    """While the group's failure backoff runs: the message to show (and the pass is
-    requeued for its end)."""
+    """While the group's backoff runs (after a trainer's failure, or the checkpoint
+    volume refusing a write): the message to show (and the pass is requeued for its
+    end)."""
     retry = st.parse_time(slot.get(st.NEXT_RETRY_TIME))
     if retry is None or draft.now >= retry:
         return None
     wait = (retry - draft.now).total_seconds()
     draft.decision.wake_within(wait)
-    return f"retrying at {st.rfc3339(retry)} (backoff after a failure)"
+    return f"retrying at {st.rfc3339(retry)} (backing off)"
 
 
 def start_group(draft: Draft, slot: Slot) -> None:

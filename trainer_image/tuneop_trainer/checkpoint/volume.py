@@ -9,6 +9,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from tuneop_contract import VOLUME_ERROR_PREFIX
+
 VOLUME_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 
 
@@ -23,7 +25,7 @@ class VolumeError(BaseException):
         # the system's words for the errno: libraries (h5py) put pages of detail in strerror
         reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
         self.message = (
-            f"checkpoint volume error: {reason} ({code}) writing "
+            f"{VOLUME_ERROR_PREFIX} {reason} ({code}) writing "
             f"{exc.filename or path}{_free_space(path)}; nothing was lost, the search "
             "resumes from its previous checkpoint once the volume has room"
         )
