@@ -18,7 +18,7 @@ from ..act import executor, kube
 from ..act.fence import Frozen
 from ..api import names
 from ..api import status as st
-from . import health, heap, metrics, session
+from . import diffbase, health, heap, metrics, session
 from .runtime import Runtime, job_of
 
 RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
@@ -57,9 +57,7 @@ def retry_delay(
 def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.persistence.finalizer = names.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=names.GROUP, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = diffbase.NoDiffBase()  # no handler diffs
     settings.posting.level = logging.WARNING  # our own Events are posted by act.kube
     # Server-side: the API server streams only the trainer pods, not every pod in the
     # cluster (the handler's `labels=` filter alone would be applied client-side).
