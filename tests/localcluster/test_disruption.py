@@ -105,3 +105,33 @@ def test_crashed_node_goes_not_ready_and_its_pods_are_evicted(cluster: LocalClus
     disruption.recover_node(cluster, "crash-node")
     cluster.wait_for_pod_gone(ns, "doomed", timeout=60)
     cluster.remove_node("crash-node")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_crashed_node_rebooting_while_the_api_server_is_down_comes_back(
+    cluster: LocalCluster,
+) -> None:
+    """A node's reboot may meet an API server outage (the chaos soak's node crash beside
+    its API server restart): like a kubelet, it retries its registration until the
+    server answers, and is Ready again, instead of staying down for good."""
+    cluster.add_node(NodeConfig(name="reboot-node", gpus=1))
+    try:
+        disruption.crash_node(cluster, "reboot-node")
+        cluster.control_plane.kill_apiserver()
+        recovering = threading.Thread(target=disruption.recover_node,
+                                      args=(cluster, "reboot-node"))  # fmt: skip
+        recovering.start()
+        recovering.join(6)
+        assert recovering.is_alive()  # still retrying: the server is down
+        cluster.control_plane.start_apiserver()
+        recovering.join(60)
+        assert not recovering.is_alive()
+
+        def ready() -> bool:
+            node = cluster.core.read_node("reboot-node")
+            return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+        cluster.wait_for(ready, 60, "the rebooted node Ready")
+    finally:
+        cluster.remove_node("reboot-node")

@@ -31,6 +31,8 @@ log = logging.getLogger("tuneop.nodeagent")
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40
 HEARTBEAT_SECONDS = 5.0
+RECOVER_SECONDS = 180.0
+"""How long a crashed node keeps trying to register again (an API server outage)."""
 AGENT_MARKER_ENV = "TUNEOP_LOCAL_NODE_DIR"
 POD_NETWORK_ENV = "TUNEOP_LOCAL_POD_NETWORK"
 """The second octet of this process's pod IPs (``127.<network>.<node+1>.<n>``), 0 by
@@ -150,9 +152,21 @@ class NodeAgent:
         self._halt(crash=True)
         self.crashed = True
 
-    def recover(self) -> None:
-        """Boot the crashed node again (like a kubelet restart)."""
-        self.start()
+    def recover(self, timeout: float = RECOVER_SECONDS) -> None:
+        """Boot the crashed node again (like a kubelet restart, which retries its
+        registration until the API server answers: an outage may overlap the reboot)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.start()
+                return
+            except Exception as exc:
+                self._halt(crash=True)  # undo the partial start (its log server)
+                self.crashed = True
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("node %s recovering: %s (retrying)", self.name, exc)
+                time.sleep(2.0)
 
     def _halt(self, crash: bool) -> None:
         self._stop.set()
