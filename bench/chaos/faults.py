@@ -216,12 +216,9 @@ def scheduler_preempt(ctx: Context, record: FaultRecord, planned: s.Planned) -> 
         _hit_node(ctx, record, victims, follow=True)
         record.detail = f"node {node}, preemptor bound: {bool(bound)}"
         _hold(planned, held_since)
-    finally:
-        try:
-            ctx.env.cluster.core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
-        except client.ApiException as err:
-            if err.status != 404:  # its namespace went with its job
-                raise
+    finally:  # retried through an API server outage: left, it would hold the node
+        q.retried(ctx.env, q.RESTORE_SECONDS, "delete", "pod", name, "-n", ns,
+                  "--grace-period=0", "--wait=false", "--ignore-not-found")  # fmt: skip
 
 
 def _hold(planned: s.Planned, since: float) -> None:
@@ -294,8 +291,8 @@ def node_drain(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
         _hit_node(ctx, record, evicted, follow=True)
         record.detail = f"node {node}, {len(record.hits)} evicted"
         _hold(planned, held_since)
-    finally:
-        kubectl("uncordon", node)
+    finally:  # retried through an API server outage: left cordoned, the node is lost
+        q.retried(ctx.env, q.RESTORE_SECONDS, "uncordon", node)
 
 
 def apiserver_restart(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
@@ -342,8 +339,10 @@ def suspend_resume(ctx: Context, record: FaultRecord, planned: s.Planned) -> Non
     try:
         _wait_quietly(lambda: _job_phase(ctx, slot) in ("Suspended", "Succeeded", "Failed"), 120)
         time.sleep(planned.hold)
-    finally:
-        _patch_suspend(ctx, ns, False)
+    finally:  # retried through an API server outage: left suspended, the job never ends
+        body = json.dumps({"spec": {"suspend": False}})
+        q.retried(ctx.env, q.RESTORE_SECONDS, "patch", "tj", JOB_NAME, "-n", ns,
+                  "--type=merge", "-p", body)  # fmt: skip
     record.detail = f"suspended {planned.hold} s"
 
 

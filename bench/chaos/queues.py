@@ -185,7 +185,7 @@ class Queues:
         """The ClusterQueue's GPU nominalQuota set to `gpus`, retried for `timeout` s
         (Kueue's webhook refuses it while its manager is down)."""
         body = json.dumps({"spec": {"resourceGroups": resource_groups(gpus)}})
-        _retried(env, timeout, "patch", "clusterqueue", CLUSTER_QUEUE, "--type=merge", "-p", body)
+        retried(env, timeout, "patch", "clusterqueue", CLUSTER_QUEUE, "--type=merge", "-p", body)
 
     def create_preemptor(self, env: Env, gpus: int) -> str:
         self.preemptors += 1
@@ -196,7 +196,7 @@ class Queues:
     def delete_preemptor(self, env: Env, name: str) -> None:
         """The preemptor deleted, retried through an API server outage for
         RESTORE_SECONDS: left, it would hold the quota for the rest of the soak."""
-        _retried(env, RESTORE_SECONDS, "delete", "pod", name, "-n", self.namespace,
+        retried(env, RESTORE_SECONDS, "delete", "pod", name, "-n", self.namespace,
                  "--wait=false", "--ignore-not-found")  # fmt: skip
 
     def teardown(self, env: Env) -> None:
@@ -209,11 +209,14 @@ class Queues:
         kubectl("delete", "resourceflavor", FLAVOR, "--wait=false", check=False)
 
 
-def _retried(env: Env, timeout: float, *args: str) -> None:
-    """kubectl `args`, again every 2 s until it succeeds or `timeout` s pass (then its
-    error is raised)."""
+def retried(env: Env, timeout: float, *args: str) -> None:
+    """kubectl `args`, again every 2 s until it succeeds, its object is gone (NotFound:
+    nothing left to restore) or `timeout` s pass (then its error is raised)."""
     deadline = time.monotonic() + timeout
-    while env.kubectl(*args, check=False).returncode != 0:
+    while True:
+        result = env.kubectl(*args, check=False)
+        if result.returncode == 0 or "NotFound" in result.stderr:
+            return
         if time.monotonic() > deadline:
             env.kubectl(*args)  # raises with kubectl's message
         time.sleep(2)
