@@ -15,6 +15,7 @@ from tuneop_contract import (
     EXIT_INVALID_SPEC,
     EXIT_PREEMPTED,
     PHASE_RUNNING,
+    is_volume_error,
     read_progress,
 )
 from tuneop_trainer.report.progress import Reporter, carried_on
@@ -81,13 +82,33 @@ def test_no_record_a_restarted_trainer_publishes_says_fewer_trials_done(
     before = Reporter(tmp_path, min_interval=3600)
     before.update(force=True, phase=PHASE_RUNNING, trial_id="0004", trials_completed=3)
     before.close()
-    mode = "refuse" if refused else "own"
-    log = tmp_path / "trainer.log"
-    code = launch([str(SCRIPTS / "first_reports.py"), str(tmp_path), mode], env(), log).wait()
+    code, log = first_reports(tmp_path, "refuse" if refused else "own")
     assert code == (EXIT_INVALID_SPEC if refused else EXIT_PREEMPTED), log.read_text()
     published = json.loads((tmp_path / "published.json").read_text())
     assert published, log.read_text()
     assert set(published) == ({0} if refused else {3}), published
+
+
+def first_reports(root: Path, mode: str) -> tuple[int, Path]:
+    log = root / "trainer.log"
+    return launch([str(SCRIPTS / "first_reports.py"), str(root), mode], env(), log).wait(), log
+
+
+def test_a_volume_that_refuses_a_write_at_start_up_is_exit_75_with_its_message(
+    tmp_path: Path,
+) -> None:
+    """The search's own start-up writes (its fingerprint, its projects record) meet a
+    full volume: exit 75 and the contract's one-line volume message (the operator backs
+    off and says so), not a traceback and a failure."""
+    before = Reporter(tmp_path, min_interval=3600)
+    before.update(force=True, phase=PHASE_RUNNING, trial_id="0004", trials_completed=3)
+    before.close()
+    code, log = first_reports(tmp_path, "full")
+    assert code == EXIT_PREEMPTED, log.read_text()
+    assert "Traceback" not in log.read_text()
+    line = log.read_text().strip().splitlines()[-1]
+    assert line.startswith("error: ") and is_volume_error(line.removeprefix("error: ")), line
+    assert set(json.loads((tmp_path / "published.json").read_text())) <= {3}  # never fewer
 
 
 def test_progress_names_its_pod_so_a_reader_can_tell_another_answer(

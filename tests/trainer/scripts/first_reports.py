@@ -1,10 +1,11 @@
 """Test helper (not a user script): runs the trainer's `run_program` on a volume with a
 program that does nothing (`refuse`: its ownership check refuses the volume, as for
-another job's search) and writes the trials completed of every record the reporter
+another job's search; `full`: the volume refuses the check's write) and writes the trials completed of every record the reporter
 published, in order, to <dir>/published.json."""
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from tuneop_contract.spec import Checkpoint, SpecError
 from tuneop_trainer.modes import runner
 from tuneop_trainer.report import progress
 
-root, refuse = Path(sys.argv[1]), sys.argv[2] == "refuse"
+root, mode = Path(sys.argv[1]), sys.argv[2]
 published: list[int] = []
 publish = progress.Reporter._publish
 
@@ -26,8 +27,10 @@ def recording(self: progress.Reporter, snapshot: Any, *args: Any, **kwargs: Any)
 
 
 def check(_root: Path, _write: bool, _wait: float) -> None:
-    if refuse:
+    if mode == "refuse":
         raise SpecError("spec.checkpoint.adopt", "the volume holds another job's search")
+    if mode == "full":
+        raise OSError(errno.ENOSPC, "No space left on device", str(_root / "fingerprint"))
 
 
 progress.Reporter._publish = recording  # type: ignore[method-assign]

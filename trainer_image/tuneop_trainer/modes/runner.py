@@ -107,9 +107,8 @@ def run_program(
                 keep_optimizer=program.keep_optimizer,
             )
             _start(program, rt, role)
-        except SpecError as exc:
-            reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
-            return fail(EXIT_INVALID_SPEC, str(exc))
+        except (SpecError, VolumeError, preemption.Preempted, OSError) as exc:
+            return _not_started(reporter, exc)
         # Python, NumPy and TensorFlow seeded before the program's first line: unseeded
         # random data or an unseeded tf.data shuffle is the same in every process (the
         # script's own seeding, if any, takes over).
@@ -121,6 +120,24 @@ def run_program(
     finally:
         runtime.install(None)
         reporter.close()
+
+
+def _not_started(reporter: Reporter, exc: BaseException) -> int:
+    """How a trainer that could not start its search ends: a spec error (exit 2); the
+    volume refusing a write or a SIGTERM during start-up (exit 75: retryable, nothing
+    was lost; no record is published, as the check that lets it carry on the search's
+    may not have run: the termination message says it all). Any other OSError is
+    raised."""
+    if isinstance(exc, SpecError):
+        reporter.update(force=True, phase=PHASE_FAILED, message=str(exc))
+        return fail(EXIT_INVALID_SPEC, str(exc))
+    if isinstance(exc, OSError) and exc.errno not in VOLUME_ERRNOS:
+        raise exc
+    if isinstance(exc, OSError):
+        exc = VolumeError(exc.filename or "/", exc)
+    if isinstance(exc, VolumeError):
+        return fail(EXIT_PREEMPTED, exc.message)
+    return EXIT_PREEMPTED
 
 
 def _check(program: Program, root: Path, write: bool, role: Any) -> None:
