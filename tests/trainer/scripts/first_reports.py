@@ -1,7 +1,8 @@
 """Test helper (not a user script): runs the trainer's `run_program` on a volume with a
 program that does nothing (`refuse`: its ownership check refuses the volume, as for
-another job's search; `full`: the volume refuses the check's write) and writes the trials completed of every record the reporter
-published, in order, to <dir>/published.json."""
+another job's search; `full`: the volume refuses the check's write) and writes the
+trials completed of every record the reporter published, in order, to
+<dir>/published.json."""
 
 from __future__ import annotations
 
