@@ -55,6 +55,8 @@ NODE_MONITOR_GRACE_SECONDS = 20
 POD_EVICTION_TOLERATION_SECONDS = 10
 START_TIMEOUT_SECONDS = 120.0
 STOP_GRACE_SECONDS = 10.0
+SUPERVISE_SECONDS = 2.0
+"""How often a started control plane looks for a component that exited on its own."""
 KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
 
 _PR_SET_PDEATHSIG = 1
@@ -116,6 +118,8 @@ class _Component:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+    args: tuple[str, ...] = ()
+    restarts: int = 0
     pgid: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -187,6 +191,9 @@ class ControlPlane:
         self.etcd_peer_port = 0
         self.server = ""
         self._components: list[_Component] = []
+        self._lock = threading.RLock()  # the components, between a kill and the supervisor
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
 
     # -- public API ---------------------------------------------------------------------
     @property
@@ -211,13 +218,43 @@ class ControlPlane:
         except BaseException:
             self.stop()
             raise
+        self._stopping.clear()
+        self._supervisor = threading.Thread(target=self._supervise, name="cp-supervisor",
+                                            daemon=True)  # fmt: skip
+        self._supervisor.start()
 
     def stop(self) -> None:
         """SIGTERM each component's process group (reverse start order), then SIGKILL."""
-        components, self._components = self._components, []
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(10)
+            self._supervisor = None
+        with self._lock:
+            components, self._components = self._components, []
         for comp in reversed(components):
             comp.stop()
         _live.discard(self)
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        """Components restarted after they exited on their own, by name: how often."""
+        with self._lock:
+            return {c.name: c.restarts for c in self._components if c.restarts}
+
+    def _supervise(self) -> None:
+        """Start again, with the same flags, a component that exited on its own, as the
+        kubelet restarts a control plane's static pods: kube-scheduler exits when it
+        finds its cache corrupted (a pod bound to another node than it assumed, seen
+        after an etcd restart in the chaos soak). A component killed on purpose
+        (`_kill`) is no longer supervised."""
+        while not self._stopping.wait(SUPERVISE_SECONDS):
+            with self._lock:
+                for comp in list(self._components):
+                    if comp.process.poll() is None or self._stopping.is_set():
+                        continue
+                    self._components.remove(comp)
+                    self._spawn(comp.name, *comp.args)
+                    self._components[-1].restarts = comp.restarts + 1
 
     def kill_apiserver(self) -> None:
         """SIGKILL kube-apiserver (a crash): every client sees connection refused until
@@ -239,9 +276,7 @@ class ControlPlane:
     def restart_etcd(self, down_seconds: float = 0.0) -> None:
         """etcd SIGKILLed (its data directory stays, as a crashed member's), `down_seconds`
         of outage, started again on its ports; returns once kube-apiserver is ready on it
-        again. Keep the outage under the controllers' leader-election renew deadline
-        (10 s): nothing here restarts a kube-controller-manager that lost its lease, as a
-        kubelet would restart its static pod."""
+        again. A component that exits meanwhile is started again by the supervisor."""
         self._kill("etcd")
         time.sleep(down_seconds)
         self._start_etcd()
@@ -458,13 +493,14 @@ class ControlPlane:
 
     def _kill(self, name: str) -> None:
         """SIGKILL one component's process group (a crash) and forget it."""
-        (comp,) = [c for c in self._components if c.name == name]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(comp.pgid, signal.SIGKILL)
-        comp.process.wait()
-        while comp.group_alive():
-            time.sleep(0.05)
-        self._components.remove(comp)
+        with self._lock:
+            (comp,) = [c for c in self._components if c.name == name]
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(comp.pgid, signal.SIGKILL)
+            comp.process.wait()
+            while comp.group_alive():
+                time.sleep(0.05)
+            self._components.remove(comp)
 
     def _etcd_healthy(self) -> bool:
         return self._http_ok(f"http://127.0.0.1:{self.etcd_port}/health", b"true")
@@ -529,13 +565,16 @@ class ControlPlane:
                 cwd=self.workdir,
                 start_new_session=True,
             )
-        self._components.append(_Component(name, process, log))
+        with self._lock:
+            self._components.append(_Component(name, process, log, args))
 
     def _wait(self, what: str, probe: Any) -> None:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while True:
             for comp in self._components:
-                if comp.process.poll() is not None:
+                # once started, another component's exit is the supervisor's to mend
+                started = self._supervisor is not None and comp.name != what
+                if comp.process.poll() is not None and not started:
                     raise RuntimeError(
                         f"{comp.name} exited with {comp.process.returncode} while waiting for "
                         f"{what}; last log lines ({comp.log}):\n{comp.log_tail()}"

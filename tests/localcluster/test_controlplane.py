@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -141,6 +143,30 @@ def test_an_etcd_restart_keeps_what_was_written_and_the_api_serves_again(
     after = control_plane.alive
     assert len(after) == 4 and after.pop("etcd") != pids.pop("etcd")
     assert after == pids
+
+
+def test_a_component_that_exits_on_its_own_is_started_again(
+    control_plane: ControlPlane,
+) -> None:
+    """As the kubelet restarts a static pod: kube-scheduler exits when it finds its cache
+    corrupted (seen after an etcd restart); the control plane starts it again with the
+    same flags, and it schedules again."""
+    before = control_plane.alive
+    os.kill(before["kube-scheduler"], signal.SIGKILL)  # not through _kill: on its own
+
+    def restarted() -> bool:
+        now = control_plane.alive
+        return now.get("kube-scheduler", before["kube-scheduler"]) != before["kube-scheduler"]
+
+    deadline = time.monotonic() + 30
+    while not restarted():
+        assert time.monotonic() < deadline, control_plane.alive
+        time.sleep(0.5)
+    assert control_plane.restarts.get("kube-scheduler", 0) >= 1
+    after = control_plane.alive
+    assert {k: v for k, v in after.items() if k != "kube-scheduler"} == {
+        k: v for k, v in before.items() if k != "kube-scheduler"
+    }
 
 
 def test_stop_leaves_no_processes_and_is_idempotent(tmp_path: Path) -> None:
