@@ -57,7 +57,9 @@ def soak(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         config = SoakConfig(duration=args.duration, seed=args.seed, jobs=args.jobs,
                             max_faults=args.max_faults,
                             burst_gap=tuple(args.burst_gap))  # fmt: skip
-        return Soak(cluster, kubectl, work, config, kueue).run()
+        result = Soak(cluster, kubectl, work, config, kueue).run()
+        result["control_plane_restarts"] = cp.restarts  # components that exited on their own
+        return result
     finally:
         if kueue is not None:
             kueue.stop()  # its webhooks first: none may refuse the clean-up's pod updates
@@ -74,6 +76,8 @@ def report(result: dict[str, Any]) -> None:
         f"({result.get('overlapping')} overlapping), {len(result.get('jobs') or [])} jobs, "
         f"{len(violations)} violation(s); not built: {', '.join(result.get('not_built') or [])}"
     )
+    if result.get("control_plane_restarts"):
+        print(f"control plane components started again: {result['control_plane_restarts']}")
     for v in violations:
         print(f"  {v['invariant']:14} {v['namespace']:14} {v['job_kind']:12} {v['detail']}")
     print(f"(JSON: {OUT})")
