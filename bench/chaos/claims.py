@@ -37,17 +37,18 @@ def claim_full(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     slot = ctx.slots[planned.slot]
     if not live_pods(ctx, record, slot):
         return
-    path = claim_path(ctx, slot.namespace)
-    if path is None:
+    claim = claim_path(ctx, slot.namespace)
+    if claim is None:
         skip(record, "its claim is not a tmpfs of the soak's StorageClass")
         return
     core = ctx.env.cluster.core
     since = _resource_version(core, slot.namespace)
-    size = provisioner.fill(path)
+    path, capacity = claim
+    provisioner.fill(path)
     try:
         ended = _preempted_pods(core, slot.namespace, since, planned.hold)
-    finally:
-        provisioner.unfill(path, size)
+    finally:  # its capacity, not the size seen: another fill of it may overlap this one
+        provisioner.unfill(path, capacity)
     ended.update(_preempted_pods(core, slot.namespace, since, TAIL_SECONDS, ended))
     # an exit 75 the operator must count (unless someone else was deleting the pod)
     record.hits.extend(dataclasses.replace(hit(pod, EXIT_PREEMPTED), clean=not _deleting(pod))
@@ -55,15 +56,16 @@ def claim_full(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     record.detail = f"{path.name} full for {planned.hold} s; {len(ended)} pod(s) exited 75"
 
 
-def claim_path(ctx: Context, namespace: str) -> Path | None:
-    """The tmpfs behind the job's checkpoint claim, or None (not bound, not sized)."""
+def claim_path(ctx: Context, namespace: str) -> tuple[Path, int] | None:
+    """The tmpfs behind the job's checkpoint claim and its capacity in bytes, or None
+    (not bound, not sized)."""
     for pvc in ctx.env.cluster.core.list_namespaced_persistent_volume_claim(namespace).items:
         if pvc.spec.storage_class_name != STORAGE_CLASS or not pvc.spec.volume_name:
             continue
         pv = ctx.env.cluster.core.read_persistent_volume(pvc.spec.volume_name)
         path = Path(pv.spec.local.path) if pv.spec.local else None
         if path is not None and path.is_mount():
-            return path
+            return path, provisioner.size_bytes(pv.spec.capacity["storage"])
     return None
 
 
@@ -86,7 +88,7 @@ def _preempted_pods(
     deadline = time.monotonic() + seconds
     version = since
     while (left := deadline - time.monotonic()) > 0:
-        with contextlib.suppress(Exception):  # a cut stream: reconnect from `version`
+        try:
             stream = watch.Watch().stream(
                 core.list_namespaced_pod, namespace, label_selector=JOB_LABEL,
                 resource_version=version, timeout_seconds=max(1, int(left)),
@@ -100,7 +102,11 @@ def _preempted_pods(
                         found[pod.metadata.uid] = core.api_client.sanitize_for_serialization(pod)
                     if time.monotonic() >= deadline:
                         break
-        if version == since and time.monotonic() < deadline:
+        except client.ApiException as err:
+            if err.status == 410:  # too old to resume from: what was seen is all
+                break
+            time.sleep(1.0)
+        except Exception:  # a cut stream (an API server restart): reconnect from `version`
             time.sleep(1.0)
     return found
 

@@ -215,7 +215,8 @@ def retried(env: Env, timeout: float, *args: str) -> None:
     deadline = time.monotonic() + timeout
     while True:
         result = env.kubectl(*args, check=False)
-        if result.returncode == 0 or "NotFound" in result.stderr:
+        gone = "(NotFound)" in result.stderr and '" not found' in result.stderr  # the object
+        if result.returncode == 0 or gone:
             return
         if time.monotonic() > deadline:
             env.kubectl(*args)  # raises with kubectl's message

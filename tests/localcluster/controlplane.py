@@ -119,7 +119,6 @@ class _Component:
     process: subprocess.Popen[bytes]
     log: Path
     args: tuple[str, ...] = ()
-    restarts: int = 0
     pgid: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -194,6 +193,7 @@ class ControlPlane:
         self._lock = threading.RLock()  # the components, between a kill and the supervisor
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
+        self._restarts: dict[str, int] = {}
 
     # -- public API ---------------------------------------------------------------------
     @property
@@ -213,12 +213,12 @@ class ControlPlane:
         if self._components:
             raise RuntimeError("control plane already started")
         _live.add(self)
+        self._stopping.clear()
         try:
             self._start()
         except BaseException:
             self.stop()
             raise
-        self._stopping.clear()
         self._supervisor = threading.Thread(target=self._supervise, name="cp-supervisor",
                                             daemon=True)  # fmt: skip
         self._supervisor.start()
@@ -237,9 +237,9 @@ class ControlPlane:
 
     @property
     def restarts(self) -> dict[str, int]:
-        """Components restarted after they exited on their own, by name: how often."""
+        """Components started again after they exited on their own, by name: how often."""
         with self._lock:
-            return {c.name: c.restarts for c in self._components if c.restarts}
+            return dict(self._restarts)
 
     def _supervise(self) -> None:
         """Start again, with the same flags, a component that exited on its own, as the
@@ -252,9 +252,12 @@ class ControlPlane:
                 for comp in list(self._components):
                     if comp.process.poll() is None or self._stopping.is_set():
                         continue
+                    try:
+                        self._spawn(comp.name, *comp.args)
+                    except OSError:  # kept, and tried again at the next look
+                        continue
                     self._components.remove(comp)
-                    self._spawn(comp.name, *comp.args)
-                    self._components[-1].restarts = comp.restarts + 1
+                    self._restarts[comp.name] = self._restarts.get(comp.name, 0) + 1
 
     def kill_apiserver(self) -> None:
         """SIGKILL kube-apiserver (a crash): every client sees connection refused until
@@ -555,6 +558,8 @@ class ControlPlane:
         )
 
     def _spawn(self, name: str, *args: str) -> None:
+        if self._stopping.is_set():  # a fault's restart racing stop(): nothing to start
+            raise RuntimeError(f"control plane stopped: {name} not started")
         log = self.log_dir / f"{name}.log"
         with log.open("ab") as out:
             process = popen_owned(

@@ -74,16 +74,22 @@ def size_bytes(quantity: str) -> int:
     return int(float(quantity))
 
 
-def fill(path: Path) -> int:
+def fill(path: Path, attempts: int = 5) -> None:
     """Make the tmpfs claim at `path` full: its size down to what it holds now (tmpfs
-    refuses less). Returns the size to give back to `unfill`."""
-    st = os.statvfs(path)
-    size, used = st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize
-    _remount(path, max(used, st.f_frsize))
-    return size
+    refuses less, so a write landing in between is retried). `unfill` gives it back."""
+    for attempt in range(attempts):
+        st = os.statvfs(path)
+        used = (st.f_blocks - st.f_bfree) * st.f_frsize
+        try:
+            _remount(path, max(used, st.f_frsize))
+            return
+        except subprocess.CalledProcessError:
+            if attempt == attempts - 1:
+                raise
 
 
 def unfill(path: Path, size: int) -> None:
+    """The claim's size back (its capacity: two fills overlapping restore the same)."""
     _remount(path, size)
 
 

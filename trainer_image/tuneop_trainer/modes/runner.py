@@ -88,6 +88,7 @@ def run_program(
 
     reporter = Reporter(checkpoint_dir, write=write, tuner_id=role.progress_id)
     carried = carried_on(reporter.previous() if write else None)  # before anything writes
+    reporter.serve()  # /metrics and /progress answer while a trial group waits for its oracle
     try:
         try:
             _check(program, checkpoint_dir, write, role)
@@ -96,7 +97,6 @@ def run_program(
             # trials), and before anything else reports (the runtime reports its
             # checkpoint cadence): a new process never says 0 trials done.
             reporter.update(force=True, phase=PHASE_RUNNING, message="", **carried)
-            reporter.serve()
             rt = runtime.Runtime(
                 root=checkpoint_dir,
                 checkpoint=checkpoint,
