@@ -15,6 +15,8 @@ import numpy as np
 from tuneop_contract import write_atomic
 from tuneop_contract.spec import SpecError
 
+from .. import preemption
+
 RECORD_FILE = "fingerprint.json"
 
 
@@ -98,10 +100,13 @@ def check_or_record(
     `fields` maps each record key to (the field named in the error) and says what it
     is, e.g. {"data": "spec.data"}; the first difference raises SpecError. A process that
     does not write (a parallel search's trial group: the oracle records it) waits up to
-    `wait` seconds for the record to appear, then goes on without one."""
+    `wait` seconds for the record to appear, then goes on without one; a SIGTERM ends
+    the wait (Preempted: exit 75, nothing to save yet)."""
     path = root / RECORD_FILE
     deadline = time.monotonic() + wait
     while not write and not path.exists() and time.monotonic() < deadline:
+        if preemption.requested():
+            raise preemption.Preempted()
         time.sleep(0.2)
     if not path.exists():
         if write:
