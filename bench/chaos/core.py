@@ -28,7 +28,7 @@ from bench.chaos.ledger import ERROR, INJECTED, FaultRecord, Ledger, Violation
 from bench.chaos.queues import Queues
 from bench.chaos.registry import FAULTS
 from bench.chaos.replicas import Replicas
-from tests.e2e.harness import Env, Kubectl, claim_dir
+from tests.e2e.harness import SCRIPT_CONFIGMAP, Env, Kubectl, claim_dir
 from tests.localcluster.cluster import LocalCluster
 from tests.localcluster.kueue import Kueue
 from tests.localcluster.nodeagent import provisioner
@@ -91,15 +91,28 @@ class Soak:
     # --- jobs -------------------------------------------------------------------------
     def submit(self, ctx: Context, slot: SlotJob) -> None:
         """The slot's next job, in a fresh namespace (with the LocalQueue of a queued
-        kind when Kueue runs)."""
+        kind when Kueue runs). A step an API server outage refused is done again at the
+        next pass of the churn (`complete`): a slot never loses its job."""
+        slot.namespace, slot.uid = "", ""
         slot.namespace = ctx.env.namespace(f"chaos-{slot.index}")
         ctx.namespaces.add(slot.namespace)
+        self.complete(ctx, slot)
+
+    def complete(self, ctx: Context, slot: SlotJob) -> None:
+        """The rest of a submission, each step idempotent: the LocalQueue, the script's
+        ConfigMap, the job, its uid."""
+        ns = slot.namespace
         if ctx.queues is not None and jobkinds.queued(slot.kind):
-            ctx.queues.add_local_queue(ctx.env, slot.namespace)
-        if slot.kind == jobkinds.SCRIPT:
-            ctx.env.create_script_configmap(slot.namespace)
-        ctx.env.kubectl.apply(jobkinds.document(slot.kind, slot.namespace))
-        slot.uid = ctx.env.job(slot.namespace, jobkinds.JOB_NAME)["metadata"]["uid"]
+            ctx.queues.add_local_queue(ctx.env, ns)
+        if (
+            slot.kind == jobkinds.SCRIPT
+            and ctx.env.kubectl(
+                "get", "configmap", SCRIPT_CONFIGMAP, "-n", ns, check=False
+            ).returncode
+        ):
+            ctx.env.create_script_configmap(ns)
+        ctx.env.kubectl.apply(jobkinds.document(slot.kind, ns))
+        slot.uid = ctx.env.job(ns, jobkinds.JOB_NAME)["metadata"]["uid"]
 
     def finalize(self, ctx: Context, slot: SlotJob) -> None:
         """Check the slot's ended job, then delete it and its namespace; nothing of it
@@ -229,6 +242,9 @@ class Soak:
             live = 0
             for slot in ctx.slots:
                 if not slot.uid:
+                    if slot.namespace or resubmit:  # a submission an outage cut short
+                        with contextlib.suppress(Exception):
+                            (self.complete if slot.namespace else self.submit)(ctx, slot)
                     continue
                 live += 1
                 with contextlib.suppress(Exception):

@@ -360,3 +360,56 @@ def test_no_function_of_the_soak_is_over_60_lines(path: Path):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             length = (node.end_lineno or node.lineno) - node.lineno + 1
             assert length <= 60, f"{path.name}:{node.name} is {length} lines"
+
+
+class OutageEnv:
+    """An Env (and its kubectl) whose API answers `before` calls, then refuses `down`,
+    as during an API server or etcd restart."""
+
+    def __init__(self, before: int, down: int) -> None:
+        self.before, self.down, self.made, self.jobs = before, down, 0, {}
+        self.kubectl = self
+
+    def _call(self) -> None:
+        if self.before:
+            self.before -= 1
+        elif self.down:
+            self.down -= 1
+            raise RuntimeError("connection refused")
+
+    def namespace(self, prefix: str) -> str:
+        self._call()
+        self.made += 1
+        return f"{prefix}-{self.made}"
+
+    def apply(self, doc: dict[str, Any]) -> None:
+        self._call()
+        self.jobs.setdefault(doc["metadata"]["namespace"], {"metadata": {"uid": "uid-1"}})
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        self._call()
+        return dict(self.jobs[namespace])
+
+    def status(self, namespace: str, name: str = "search") -> dict[str, Any]:
+        return {"phase": "Running"}
+
+
+@pytest.mark.parametrize(("before", "down"), [(0, 2), (1, 1), (1, 3), (2, 2)])
+def test_a_submission_an_outage_cut_short_is_completed_and_the_slot_keeps_a_job(
+    before: int, down: int, monkeypatch: pytest.MonkeyPatch
+):
+    """Cut in making the namespace, applying the job or reading its uid: the churn
+    completes it, in the namespace made (none left behind), and the slot has its job."""
+    env = OutageEnv(before, down)
+    nothing: Any = None
+    ctx = faults.Context(cast(Any, env), nothing, Ledger(), [faults.SlotJob(0, jobkinds.STANDIN)],
+                         0.0)  # fmt: skip
+    soak = core.Soak.__new__(core.Soak)
+    soak.ledger, soak.seen_ended = ctx.ledger, {}
+    monkeypatch.setattr(core.time, "sleep", lambda _s: None)
+    with pytest.raises(RuntimeError):
+        soak.submit(ctx, ctx.slots[0])
+    soak.churn(ctx, ctx.now() + 0.05, resubmit=True)
+    slot = ctx.slots[0]
+    assert slot.uid == "uid-1" and slot.namespace in env.jobs
+    assert env.made == 1
