@@ -354,8 +354,17 @@ def job_recreate(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
         return
     ns = slot.namespace
     ctx.env.kubectl("delete", "tj", JOB_NAME, "-n", ns, "--timeout=120s")
-    ctx.env.kubectl.apply(document(slot.kind, ns, adopt=True))
-    old, slot.uid = slot.uid, ctx.env.job(ns, JOB_NAME)["metadata"]["uid"]
+    deadline = time.monotonic() + q.RESTORE_SECONDS
+    while True:  # applied again through an API server outage: left deleted, the slot is lost
+        try:
+            ctx.env.kubectl.apply(document(slot.kind, ns, adopt=True))
+            uid = ctx.env.job(ns, JOB_NAME)["metadata"]["uid"]
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+    old, slot.uid = slot.uid, uid
     record.detail = f"uid {old} -> {slot.uid}"
 
 
