@@ -31,6 +31,8 @@ PREEMPTOR_NAME = "chaos-preemptor"
 FOLLOW_SECONDS = 90.0
 """How long a fault follows the pods it disrupted to their end (the soak's jobs have a
 15-s grace period; a drain's or a preemption's victims end about together)."""
+LIST_SECONDS = 60.0
+"""How long a listing of the trainer pods is retried (an API server or etcd restart)."""
 ADMIT_SECONDS = 120.0
 """How long a Kueue preemptor may take to be admitted: its victims' graceful ends (15 s),
 Kueue's cycles, a restart of its manager in between."""
@@ -73,7 +75,15 @@ def trainer_pods(ctx: Context, namespace: str | None = None, node: str | None = 
     args += ["-n", namespace] if namespace else ["-A"]
     if node:
         args += ["--field-selector", f"spec.nodeName={node}"]
-    items = ctx.env.kubectl.json(*args)["items"]
+    deadline = time.monotonic() + LIST_SECONDS
+    while True:  # through an API server outage: a fault's victims unlisted go uncounted
+        try:
+            items = ctx.env.kubectl.json(*args)["items"]
+            break
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
     return [p for p in items if p["metadata"]["namespace"] in ctx.namespaces]
 
 
