@@ -12,7 +12,7 @@ import json
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client, watch
 from tuneop.api import queue as kq
@@ -75,16 +75,25 @@ def trainer_pods(ctx: Context, namespace: str | None = None, node: str | None = 
     args += ["-n", namespace] if namespace else ["-A"]
     if node:
         args += ["--field-selector", f"spec.nodeName={node}"]
-    deadline = time.monotonic() + LIST_SECONDS
-    while True:  # through an API server outage: a fault's victims unlisted go uncounted
+    # through an API server outage: a fault's victims unlisted go uncounted
+    items = through_outage(lambda: ctx.env.kubectl.json(*args)["items"], LIST_SECONDS)
+    return [p for p in items if p["metadata"]["namespace"] in ctx.namespaces]
+
+
+T = TypeVar("T")
+
+
+def through_outage(call: Callable[[], T], seconds: float) -> T:
+    """`call()`, again every 2 s while it raises (an API server or etcd restart), for
+    up to `seconds`; then its error."""
+    deadline = time.monotonic() + seconds
+    while True:
         try:
-            items = ctx.env.kubectl.json(*args)["items"]
-            break
-        except RuntimeError:
+            return call()
+        except Exception:
             if time.monotonic() > deadline:
                 raise
             time.sleep(2)
-    return [p for p in items if p["metadata"]["namespace"] in ctx.namespaces]
 
 
 def hit(pod: Obj, exit_code: int | None = None, queue: bool = False) -> Hit:
@@ -364,17 +373,13 @@ def job_recreate(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
         return
     ns = slot.namespace
     ctx.env.kubectl("delete", "tj", JOB_NAME, "-n", ns, "--timeout=120s")
-    deadline = time.monotonic() + q.RESTORE_SECONDS
-    while True:  # applied again through an API server outage: left deleted, the slot is lost
-        try:
-            ctx.env.kubectl.apply(document(slot.kind, ns, adopt=True))
-            uid = ctx.env.job(ns, JOB_NAME)["metadata"]["uid"]
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(2)
-    old, slot.uid = slot.uid, uid
+
+    def apply_again() -> str:
+        ctx.env.kubectl.apply(document(slot.kind, ns, adopt=True))
+        return str(ctx.env.job(ns, JOB_NAME)["metadata"]["uid"])
+
+    # through an API server outage: left deleted, the slot would wait on a job that is gone
+    old, slot.uid = slot.uid, through_outage(apply_again, q.RESTORE_SECONDS)
     record.detail = f"uid {old} -> {slot.uid}"
 
 
