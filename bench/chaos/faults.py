@@ -269,20 +269,38 @@ def node_crash(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
     _hit_node(ctx, record, pods, follow=False)  # SIGKILLed: nothing to follow
     disruption.crash_node(ctx.env.cluster, node)
     try:
-        started = time.monotonic()
         uids = {p["metadata"]["uid"] for p in pods}
-        _wait_quietly(lambda: _all_marked(ctx, node, uids), 180)
-        time.sleep(max(0.0, planned.hold - (time.monotonic() - started)))
+        late = _while_down(ctx, node, uids, planned.hold)
     finally:
         disruption.recover_node(ctx.env.cluster, node)
-    record.detail = f"node {node}, {len(pods)} pod(s)"
+    # bound to the dead node before it was found unreachable, lost with it unstarted: the
+    # operator may count such a group or not
+    record.hits.extend(dataclasses.replace(hit(p), clean=False) for p in late.values())
+    record.detail = f"node {node}, {len(pods)} pod(s), {len(late)} bound while down"
 
 
-def _all_marked(ctx: Context, node: str, uids: set[str]) -> bool:
-    for pod in trainer_pods(ctx, node=node):
-        if pod["metadata"]["uid"] in uids and not pod["metadata"].get("deletionTimestamp"):
-            return False
-    return True
+CRASH_MARK_SECONDS = 180.0
+"""How long a crashed node stays down at most waiting for the taint manager to mark its
+pods (the node controller's grace period, then the eviction)."""
+
+
+def _while_down(ctx: Context, node: str, uids: set[str], hold: float) -> dict[str, Obj]:
+    """Polls the crashed `node` every second until its pods `uids` are all marked for
+    deletion (or CRASH_MARK_SECONDS passed) and `hold` s passed; returns the soak's pods
+    the scheduler bound to it meanwhile (uid → pod)."""
+    late: dict[str, Obj] = {}
+    started, marked = time.monotonic(), False
+    while True:
+        with contextlib.suppress(Exception):  # a listing lost to an outage: poll again
+            on_node = trainer_pods(ctx, node=node)
+            late.update((p["metadata"]["uid"], p) for p in on_node
+                        if p["metadata"]["uid"] not in uids)  # fmt: skip
+            marked = all(p["metadata"].get("deletionTimestamp") for p in on_node
+                         if p["metadata"]["uid"] in uids)  # fmt: skip
+        elapsed = time.monotonic() - started
+        if (marked or elapsed > CRASH_MARK_SECONDS) and elapsed >= hold:
+            return late
+        time.sleep(1.0)
 
 
 def node_drain(ctx: Context, record: FaultRecord, planned: s.Planned) -> None:
