@@ -71,7 +71,8 @@ def test_promtool_unit_tests_pass(promtool: str) -> None:
     never for a job that advances, finished, or has not reported yet; job stalled on the
     operator's condition; checkpoint too old while progress continues (not for a hung
     trainer); failure budget at 80 % (not for a failed job or maxFailures 0); failed for
-    an hour after completionTime; preemption storm; operator down when no replica is up,
+    an hour after completionTime; preemption storm, also split between two replicas'
+    series by a take-over (not at exactly the threshold); operator down when no replica is up,
     none is the leader, or every pass of the leader fails."""
     result = run([promtool, "test", "rules", str(PROMTOOL_TESTS)])
     assert result.returncode == 0, result.stdout + result.stderr

@@ -109,9 +109,13 @@ groups:
             Failed condition says which. The alert resolves {{ $r.jobFailed.windowSeconds }} s
             after the failure.
           runbook_url: {{ $r.runbookBaseUrl }}#tuneopjobfailed
+      {{- /* the count within the window across every series of the job: each operator
+      replica that exported it (another instance after a take-over or a restart) holds
+      part of it; no extrapolation, so exactly the threshold does not fire */}}
       - alert: TuneopPreemptionStorm
         expr: |-
-          max by (namespace, tuningjob) (increase(tuneop_tuningjob_preemptions_total[{{ $r.preemptionStorm.window }}]))
+          max by (namespace, tuningjob) (max_over_time(tuneop_tuningjob_preemptions_total[{{ $r.preemptionStorm.window }}]))
+          - min by (namespace, tuningjob) (min_over_time(tuneop_tuningjob_preemptions_total[{{ $r.preemptionStorm.window }}]))
           > {{ $r.preemptionStorm.threshold }}
         for: {{ $r.preemptionStorm.for }}
         labels:
