@@ -20,9 +20,10 @@ from typing import Any
 
 import tuneop_contract as contract
 
+from bench.chaos import alerts, jobkinds, matrix
 from bench.chaos import invariants as inv
-from bench.chaos import jobkinds, matrix
 from bench.chaos import schedule as s
+from bench.chaos.alerts import Alerts
 from bench.chaos.faults import JOB_LABEL, Context, SlotJob
 from bench.chaos.ledger import ERROR, INJECTED, FaultRecord, Ledger, Violation
 from bench.chaos.queues import Queues
@@ -52,6 +53,8 @@ class SoakConfig:
     memory_limit_mib: float = 1024.0
     fault_kinds: tuple[str, ...] = s.FAULT_KINDS
     job_kinds: tuple[str, ...] = jobkinds.JOB_KINDS
+    alerts: bool = True
+    """A prometheus evaluates the shipped alert rules on the replicas (bench/chaos/alerts.py)."""
 
     def limits(self) -> s.Limits:
         return s.Limits(self.duration, self.jobs, max_faults=self.max_faults,
@@ -87,6 +90,9 @@ class Soak:
         """(namespace, uid) → when (s since the start) the churn first saw it ended."""
         self.stop = threading.Event()
         self.ctx: Context | None = None
+        self.alerts: Alerts | None = None
+        self.scrapes = 0
+        """Scrapes of a replica that prometheus took (0 without alerts)."""
 
     # --- jobs -------------------------------------------------------------------------
     def submit(self, ctx: Context, slot: SlotJob) -> None:
@@ -177,7 +183,11 @@ class Soak:
                     )
                     if ctx.env.job(ns, jobkinds.JOB_NAME)["metadata"]["uid"] == uid:
                         self.ledger.add_violations(history.observe(status))
+                        if self.alerts is not None:
+                            self.alerts.observe(ns, status, ctx.now())
             self.replicas.sample_rss()
+            if self.alerts is not None:
+                self.alerts.poll(ctx.now())
 
     def inject(self, ctx: Context, planned: s.Planned) -> None:
         """One fault on its own thread: recorded whatever happens."""
@@ -270,6 +280,9 @@ class Soak:
     def run(self) -> Obj:
         cfg = self.cfg
         plan = s.plan(cfg.seed, cfg.limits(), cfg.fault_kinds)
+        if cfg.alerts:
+            self.alerts = Alerts(self.work / "prometheus")
+            self.replicas.on_change = self.alerts.targets
         self.replicas.start()
         env = Env(self.cluster, self.kubectl, self.replicas.alive[0][0])
         kinds = jobkinds.job_mix(cfg.seed, cfg.jobs, cfg.job_kinds)
@@ -285,6 +298,8 @@ class Soak:
         finally:
             self.stop.set()
             self.replicas.stop()
+            if self.alerts is not None:
+                self.alerts.stop()
             if self.queues is not None:
                 self.queues.teardown(env)
             env.kubectl("delete", "storageclass", jobkinds.STORAGE_CLASS, check=False)
@@ -313,6 +328,11 @@ class Soak:
         sampler.join(timeout=30)
         for name, samples in self.replicas.rss.items():
             self.ledger.add_violations(inv.check_memory(samples, self.cfg.memory_limit_mib, name))
+        if self.alerts is not None:
+            self.alerts.poll(ctx.now(), force=True)  # the last word
+            self.ledger.add_violations(alerts.check(self.alerts.fired, self.alerts.facts,
+                                                    ctx.namespaces))  # fmt: skip
+            self.scrapes = self.alerts.scrapes()
         return self.result(plan)
 
     def result(self, plan: list[s.Planned]) -> Obj:
@@ -331,6 +351,11 @@ class Soak:
                 for k, v in self.replicas.rss.items()
             },
             "matrix": matrix.build(faults, self.ledger.violations),
+            "alerts_scrapes": self.scrapes,
+            "alerts_fired": [
+                {"alert": a, "namespace": ns, "first_seen": when}
+                for (a, ns), when in sorted((self.alerts.fired if self.alerts else {}).items())
+            ],
         }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.operator import apimeasure as am
@@ -29,6 +30,12 @@ class Replicas:
         self.rss: dict[str, list[float]] = {}
         self._started = 0
         self._lock = threading.Lock()
+        self.on_change: Callable[[list[int]], None] | None = None
+        """Told the live replicas' metrics ports whenever one starts or is killed."""
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change([op.metrics_port for op, _ in self.alive])
 
     def _start(self, priority: int) -> Operator:
         self._started += 1
@@ -41,6 +48,7 @@ class Replicas:
         ).start()
         self.alive.append((operator, priority))
         self.rss[name] = []
+        self._changed()
         return operator
 
     def start(self) -> None:
@@ -58,6 +66,7 @@ class Replicas:
             leader = wait_for(self.active, 120, "a leading replica", every=0.5)
             leader.kill()
             self.alive = [(op, p) for op, p in self.alive if op is not leader]
+            self._changed()
             start = time.monotonic()
             ((standby, _),) = self.alive
             wait_for(standby.leads, timeout, "the standby taking over", every=0.5)

@@ -76,6 +76,8 @@ def report(result: dict[str, Any]) -> None:
         f"({result.get('overlapping')} overlapping), {len(result.get('jobs') or [])} jobs, "
         f"{len(violations)} violation(s); not built: {', '.join(result.get('not_built') or [])}"
     )
+    fired = [f"{a['alert']} {a['namespace']}".strip() for a in result.get("alerts_fired") or []]
+    print(f"alerts: {result.get('alerts_scrapes', 0)} scrapes, fired: {', '.join(fired) or 'none'}")
     if result.get("control_plane_restarts"):
         print(f"control plane components started again: {result['control_plane_restarts']}")
     for v in violations:

@@ -1,6 +1,7 @@
 """The chaos soak's short lane: bench/chaos/core.py on the session's cluster with a fixed
 seed, about three minutes, a handful of overlapping faults over three job slots of the
-stand-in and spec kinds; no invariant may break. Two node agents are added for it (node
+stand-in and spec kinds; no invariant may break, and no shipped alert fires that the
+faults do not explain (a prometheus scrapes the replicas). Two node agents are added for it (node
 faults act on them and the session's own node alike) and removed after. Its name sorts
 after test_install.py: the cluster's modules run in name order, and the chart's
 operator test must run before anything starts the harness's operator."""
@@ -49,5 +50,6 @@ def test_a_short_soak_breaks_no_invariant(e2e: Env, tmp_path: Path):
     faults = [f for f in result["faults"] if f.get("namespace") in hit or not f.get("namespace")]
     assert not result["violations"], json.dumps([result["violations"], faults], indent=1)
     assert all(job["phase"] == "Succeeded" for job in result["jobs"]), result["jobs"]
+    assert result["alerts_scrapes"] > 10, "prometheus scraped no replica: no alert was judged"
     wait_for(e2e.operator.leads, 120,
              "the session's operator leading again")  # fmt: skip
