@@ -91,6 +91,8 @@ class Soak:
         self.stop = threading.Event()
         self.ctx: Context | None = None
         self.alerts: Alerts | None = None
+        self.latest: dict[tuple[str, str], Obj] = {}
+        """(namespace, uid) → the job's status as last sampled (replaced, never changed)."""
         self.scrapes = 0
         """Scrapes of a replica that prometheus took (0 without alerts)."""
 
@@ -183,6 +185,7 @@ class Soak:
                     )
                     if ctx.env.job(ns, jobkinds.JOB_NAME)["metadata"]["uid"] == uid:
                         self.ledger.add_violations(history.observe(status))
+                        self.latest[key] = status
                         if self.alerts is not None:
                             self.alerts.observe(ns, status, ctx.now())
             self.replicas.sample_rss()
@@ -198,6 +201,7 @@ class Soak:
                              slot.namespace, slot.uid, started=ctx.now())  # fmt: skip
         self.ledger.begin(record)
         wall = dt.datetime.now(dt.UTC)
+        before = dict(self.latest)  # each job's last sampled status
         try:
             FAULTS[planned.kind](ctx, record, planned)
         except Exception as err:  # recorded: the soak goes on
@@ -205,33 +209,39 @@ class Soak:
         record.ended = ctx.now()
         self.ledger.add_fault(record)
         if record.outcome == INJECTED and record.hits:
-            record.recovery_seconds = self.recovery(ctx, record, wall)
+            record.recovery_seconds, after = self.recovery(ctx, record, wall)
+            hit = (record.hits[0].namespace, record.hits[0].uid)
+            if after is not None and hit in before:
+                record.steps_redone = matrix.steps_redone(before[hit], after)
 
-    def recovery(self, ctx: Context, record: FaultRecord, since: dt.datetime) -> float | None:
+    def recovery(
+        self, ctx: Context, record: FaultRecord, since: dt.datetime
+    ) -> tuple[float | None, Obj | None]:
         """Seconds from the fault to the hit job's next progress in its status (or its
-        end, which the churn may see first and delete the job); None if the job went
-        (deleted, or re-created under its name) or nothing came within 600 s."""
+        end, which the churn may see first and delete the job), and that status (None:
+        seen ended); (None, None) if the job went (deleted, or re-created under its
+        name) or nothing came within 600 s."""
         ns, uid = record.hits[0].namespace, record.hits[0].uid
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not self.stop.is_set():
             ended = self.ended.get((ns, uid))
             if ended is not None:
-                return round(max(0.0, (ended - since).total_seconds()), 1)
+                return round(max(0.0, (ended - since).total_seconds()), 1), None
             try:
                 job = ctx.env.job(ns, jobkinds.JOB_NAME)
             except AssertionError:  # not found
-                return None
+                return None, None
             except Exception:  # the API server may be down
                 job = None
             if job is not None:
                 if job["metadata"]["uid"] != uid:
-                    return None
+                    return None, None
                 status = job.get("status") or {}
                 last = status.get("lastProgressTime")
                 if status.get("phase") in FINISHED or (last and _parse(last) > since):
-                    return round((dt.datetime.now(dt.UTC) - since).total_seconds(), 1)
+                    return round((dt.datetime.now(dt.UTC) - since).total_seconds(), 1), status
             time.sleep(2)
-        return None
+        return None, None
 
     def run_faults(self, ctx: Context, plan: list[s.Planned]) -> list[threading.Thread]:
         threads = []

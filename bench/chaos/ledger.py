@@ -55,6 +55,8 @@ class FaultRecord:
     hits: list[Hit] = dataclasses.field(default_factory=list)
     recovery_seconds: float | None = None
     """From the fault to the hit job's next progress (its status moving again)."""
+    steps_redone: int | None = None
+    """Steps the hit job redid (matrix.steps_redone); None: not measurable."""
 
     def to_json(self) -> Obj:
         return dataclasses.asdict(self)

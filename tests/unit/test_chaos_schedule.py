@@ -342,15 +342,29 @@ def test_phase_memory_and_leftovers():
 
 def test_the_matrix_counts_by_fault_and_job_kind():
     injected = FaultRecord(s.POD_EVICT, 0, 50.0, jobkinds.STANDIN, "ns", "uid-1",
-                           hits=[hit()], recovery_seconds=4.0)  # fmt: skip
+                           hits=[hit()], recovery_seconds=4.0, steps_redone=7)  # fmt: skip
     skipped = FaultRecord(s.POD_EVICT, 0, 60.0, jobkinds.STANDIN, outcome=SKIPPED)
     rows = matrix.build([injected, skipped], [])
     assert rows == [{"fault": s.POD_EVICT, "job": jobkinds.STANDIN, "injected": 1,
                      "skipped": 1, "errors": 0, "survived": 1, "violations": 0,
-                     "recovery_p50": 4.0, "recovery_max": 4.0}]  # fmt: skip
+                     "recovery_p50": 4.0, "recovery_max": 4.0,
+                     "redone_p50": 7, "redone_max": 7}]  # fmt: skip
     bad = matrix.build([injected], [JOB.violation("trials-once", "x")])
     assert bad[0]["violations"] == 1 and bad[0]["survived"] == 0
     assert s.POD_EVICT in matrix.table(rows)
+
+
+def test_steps_redone_are_counted_only_for_a_restore_of_the_trial_and_epoch_it_was_in():
+    before = {"currentTrial": "0003", "progress": {"epoch": 2, "step": 40, "restores": 1}}
+    resumed = {"resumedFromEpoch": 2, "resumedFromStep": 32, "restores": 2}
+    restored = {"currentTrial": "0003", "progress": resumed}
+    assert matrix.steps_redone(before, restored) == 8
+    not_restored = {**restored, "progress": {**restored["progress"], "restores": 1}}
+    assert matrix.steps_redone(before, not_restored) is None  # a stale resumedFromStep
+    assert matrix.steps_redone(before, {**restored, "currentTrial": "0004"}) is None
+    other_epoch = {**restored, "progress": {**restored["progress"], "resumedFromEpoch": 1}}
+    assert matrix.steps_redone(before, other_epoch) is None
+    assert matrix.steps_redone({"progress": {}}, restored) is None
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "bench" / "chaos").glob("*.py")), ids=str)
