@@ -240,6 +240,50 @@ def test_a_worker_crashing_because_its_peer_was_preempted_is_no_failure():
     assert w.reasons()[-1] == "Preempted"
 
 
+def _fail_now(w: Any, name: str, message: str = "") -> None:
+    """The worker's trainer exits 1 now (finishedAt set, as a kubelet reports it)."""
+    w.terminate(name, 1, message)
+    w.pods[name]["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = (
+        st.rfc3339(w.now)
+    )
+
+
+def test_a_worker_failing_before_its_peers_node_is_seen_lost_waits_and_counts_a_preemption():
+    """A node crash: the worker elsewhere fails at once (its collective broke), while the
+    peer on the crashed node still reads Running until the node controller's grace
+    period; then the taint manager evicts it. Disruption, not failure."""
+    w = World(workers=2)
+    start(w)
+    _fail_now(w, "j-worker-0", "UnknownError: collective op aborted")
+    d = w.step()
+    assert (w.status["failures"], w.status["preemptions"]) == (0, 0)
+    assert not d.delete_pods and "waiting up to" in w.status["message"]
+    assert 0 < d.requeue_after <= 90
+    lost = w.pods["j-worker-1"]
+    lost["metadata"]["deletionTimestamp"] = st.rfc3339(w.now)
+    lost["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+    ]
+    w.step(seconds=60)
+    assert (w.status["failures"], w.status["preemptions"]) == (0, 0)
+    assert "is being lost" in w.status["message"]
+    w.vanish("j-worker-1")
+    w.step()
+    assert (w.status["failures"], w.status["preemptions"]) == (0, 1)
+    assert w.reasons()[-1] == "Preempted"
+
+
+def test_a_worker_failing_beside_a_peer_that_keeps_running_counts_after_the_grace():
+    w = World(workers=2)
+    start(w)
+    _fail_now(w, "j-worker-0", "ValueError: bad batch")
+    w.step()
+    assert w.status["failures"] == 0
+    d = w.step(seconds=91)
+    assert (w.status["failures"], w.status["preemptions"]) == (1, 0)
+    assert sorted(ref.name for ref in d.delete_pods) == ["j-worker-0", "j-worker-1"]
+
+
 def test_suspend_stops_pods_without_counting_and_resume_restarts():
     w = World()
     start(w)

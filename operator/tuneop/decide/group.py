@@ -23,6 +23,7 @@ from .classify import (
     classify_missing,
 )
 from .patch import UNWATCHED_RECHECK_SECONDS, Draft
+from .peers import wait_for_peers
 from .slot import GroupResult, Slot
 
 Obj = dict[str, Any]
@@ -130,6 +131,8 @@ def run_group(
         return GroupResult("invalid", message=f"trainer rejected the spec: {bad}")
     if budgets.preemption_wins(outcomes):
         return budgets.count_preemption(draft, slot, outcomes, group, held)
+    if Outcome.FAILED in kinds and (waiting := wait_for_peers(draft, outcomes, current)):
+        return waiting  # a peer's loss may yet explain the failure
     if Outcome.FAILED in kinds and budgets.trial_out_of_memory(draft, outcomes, progress):
         return budgets.record_trial_oom(draft, slot, outcomes, progress, group, held)
     if Outcome.FAILED in kinds:
