@@ -4,6 +4,7 @@ replacement, a pod the API server refuses."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -49,6 +50,32 @@ def test_a_pod_terminating_on_an_unreachable_node_says_what_to_do():
     assert "node.kubernetes.io/out-of-service" in c.message
     ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     assert classify(pod, node=ready, node_known=True).reason == "DeletedExternally"
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Restart", "Fail"])
+def test_a_long_running_group_being_evicted_is_not_stalled_until_its_end_lasts(policy: str):
+    """The group trained for 800 s (past pendingTimeoutSeconds 600 since its start);
+    a drain evicts its pod with a grace period. That wait is judged from the eviction,
+    not the group's start: no Stalled, and stallPolicy Fail does not end the job."""
+    w = World(stallPolicy=policy)
+    start(w)
+    for _ in range(8):
+        w.progress(trial_id="0001", step=3)
+        w.step(seconds=100)
+    pod = w.pods["j-worker-0"]
+    pod["metadata"]["deletionTimestamp"] = st.rfc3339(w.now + dt.timedelta(seconds=30))
+    pod["metadata"]["deletionGracePeriodSeconds"] = 30
+    evicted = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    pod["status"]["conditions"] = [evicted]
+    w.step()
+    assert w.status["phase"] != st.PHASE_FAILED and w.status.get("stallRestarts", 0) == 0
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+    assert "being deleted" in w.status["message"]
+    w.step(seconds=601)  # a pod that never goes is stalled, from its eviction on
+    if policy == "Fail":
+        assert w.status["phase"] == st.PHASE_FAILED and "Terminating for 60" in w.status["message"]
+    else:
+        assert w.condition(st.COND_STALLED)["status"] == "True"
 
 
 def test_an_unschedulable_group_is_named_then_stalled():

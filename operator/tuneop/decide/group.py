@@ -5,6 +5,7 @@ restore, say whether Kueue holds it. Its bookkeeping is a `Slot` (decide.slot)."
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -138,7 +139,7 @@ def run_group(
     if Outcome.FAILED in kinds:
         return budgets.count_failure(draft, slot, outcomes, group, held)
     if Outcome.TERMINATING in kinds:
-        return _terminating(outcomes)
+        return _terminating(outcomes, current)
     draft.ledger.holding(group, gpus)
     if all(c.outcome in (Outcome.RUNNING, Outcome.COMPLETED) for c in outcomes.values()):
         report_restore(draft, slot, progress)
@@ -147,20 +148,35 @@ def run_group(
     return _pending(draft, outcomes, group)
 
 
-def _terminating(outcomes: Mapping[str, Classification]) -> GroupResult:
+def _terminating(outcomes: Mapping[str, Classification], current: Mapping[str, Obj]) -> GroupResult:
     """A pod of the group is being deleted: wait for it (its trainer writes its
     checkpoint), naming a node that is not ready if it is stuck there."""
+    since = deletion_began([current[n] for n, c in outcomes.items()
+                            if c.outcome == Outcome.TERMINATING and n in current])  # fmt: skip
     lost = [c for c in outcomes.values() if c.reason == TERMINATING_ON_UNREACHABLE_NODE]
     if lost:
-        return GroupResult(
-            "terminating", TERMINATING_ON_UNREACHABLE_NODE, lost[0].message, lost[0].message
-        )
+        return GroupResult("terminating", TERMINATING_ON_UNREACHABLE_NODE, lost[0].message,
+                           lost[0].message, since=since)  # fmt: skip
     return GroupResult(
         "terminating",
         "Terminating",
         "a pod is being deleted; waiting for its checkpoint",
         "a trainer pod is being deleted; waiting for its checkpoint",
+        since=since,
     )
+
+
+def deletion_began(pods: list[Obj]) -> str | None:
+    """When the first of `pods` was asked to go (RFC 3339): its deletionTimestamp is
+    that moment plus its grace period."""
+    began = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        at = st.parse_time(meta.get("deletionTimestamp"))
+        if at is not None:
+            grace = st.int_of(meta.get("deletionGracePeriodSeconds"))
+            began.append(at - dt.timedelta(seconds=grace))
+    return st.rfc3339(min(began)) if began else None
 
 
 def _pending(draft: Draft, outcomes: Mapping[str, Classification], group: list[Obj]) -> GroupResult:

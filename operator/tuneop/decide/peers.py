@@ -51,12 +51,13 @@ def wait_for_peers(
     open_ = [n for n, c in outcomes.items() if not c.ended and n in current]
     lost = [n for n in open_ if _being_lost(draft, outcomes[n], current[n])]
     who = ", ".join(failed)
+    ended = [t for n in failed if (t := _finished_at(current.get(n))) is not None]
+    since = st.rfc3339(min(ended)) if ended else None  # the stall rules judge from here
     if lost:
         text = (f"{who} failed while {', '.join(lost)} is being lost (deleted, or its node "
                 "not ready): waiting for its end before counting")  # fmt: skip
-        return GroupResult("terminating", PEER_LOST, text, text)
+        return GroupResult("terminating", PEER_LOST, text, text, since=since)
     running = [n for n in open_ if outcomes[n].outcome == Outcome.RUNNING]
-    ended = [t for n in failed if (t := _finished_at(current.get(n))) is not None]
     if not running or not ended:
         return None
     left = PEER_GRACE_SECONDS - (draft.now - max(ended)).total_seconds()
@@ -65,7 +66,7 @@ def wait_for_peers(
     draft.decision.wake_within(left)
     text = (f"{who} failed; waiting up to {left:.0f} s for {', '.join(running)} before "
             "counting (a peer lost with its node shows once the node is not ready)")  # fmt: skip
-    return GroupResult("terminating", PEER_RUNNING, text, text)
+    return GroupResult("terminating", PEER_RUNNING, text, text, since=since)
 
 
 def _being_lost(draft: Draft, outcome: Classification, pod: Obj) -> bool:

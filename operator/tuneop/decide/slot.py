@@ -125,6 +125,10 @@ class GroupResult:
     summary: str = ""
     """status.message of a sequential job."""
     chief: Classification | None = None
+    since: str | None = None
+    """terminating: when its pods' end began (RFC 3339): the stall rules judge the wait
+    from then, not from the group's start (a group that trained an hour is not stuck
+    the moment a pod of it is deleted)."""
 
 
 def last_checkpoint(draft: Draft, slot: Slot) -> Any:

@@ -1,7 +1,7 @@
 """Stall: a pod group judged against its timeouts in every non-terminal state (a
 running group against `stallTimeoutSeconds` since its last progress, a group not
-started, or not finished terminating, against `pendingTimeoutSeconds` since it was
-created), condition Stalled with one Warning Event per stall, and `spec.stallPolicy`
+started against `pendingTimeoutSeconds` since it was created, one not finished
+terminating as long since its end began), condition Stalled with one Warning Event per stall, and `spec.stallPolicy`
 (Ignore, Restart, Fail) for a group that just became Stalled."""
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ def running_stuck(draft: Draft, slot: Slot, last_progress: Any) -> Stuck:
 
 
 def waiting_stuck(draft: Draft, slot: Slot, result: GroupResult) -> Stuck:
-    """A group whose pods have not started (or cannot finish terminating) since it was
-    created: judged against pendingTimeoutSeconds, with the reason it waits."""
+    """A group whose pods have not started since it was created (or have not finished
+    terminating since their end began): judged against pendingTimeoutSeconds, with the
+    reason it waits."""
     spec = draft.spec
-    idle = idle_seconds(draft, None, slot.get(st.START_TIME))
+    idle = idle_seconds(draft, None, result.since or slot.get(st.START_TIME))
     return Stuck(
         slot, idle, spec.pending_timeout_seconds, result.reason, result.message,
         "pendingTimeoutSeconds",
