@@ -1,8 +1,9 @@
 """Stall: a pod group judged against its timeouts in every non-terminal state (a
 running group against `stallTimeoutSeconds` since its last progress, a group not
 started against `pendingTimeoutSeconds` since it was created, one not finished
-terminating as long since its end began), condition Stalled with one Warning Event per stall, and `spec.stallPolicy`
-(Ignore, Restart, Fail) for a group that just became Stalled."""
+terminating as long since its end began), condition Stalled with one Warning Event
+per stall, and `spec.stallPolicy` (Ignore, Restart, Fail) for a group that just became
+Stalled."""
 
 from __future__ import annotations
 
