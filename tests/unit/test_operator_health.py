@@ -9,6 +9,7 @@ from typing import Any
 
 import kopf
 import pytest
+import urllib3
 from prometheus_client import CollectorRegistry, generate_latest
 from tuneop.act import kube
 from tuneop.run import handlers, health, metrics
@@ -61,6 +62,26 @@ def test_every_loop_failing_long_enough_fails_the_probe() -> None:
     runtime.failing = set()  # the API is back: one good pass mends it
     run_pass(runtime, loops, "a")
     assert loops.check(unhealthy_after=300)["failing"] == {"ns/b": 1}
+
+
+def test_an_unreachable_api_server_is_one_log_line_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An API server restarting: the pass fails (counted, backing off) and says so in one
+    line; a traceback is for what the operator does not expect."""
+
+    class Restarting(Runtime):
+        async def run_pass(self, namespace: str, name: str, logger: Any) -> None:
+            raise urllib3.exceptions.ProtocolError(
+                "Connection aborted.", ConnectionResetError("reset by peer")
+            )
+
+    loops = health.LoopHealth(Clock())
+    with caplog.at_level("WARNING", logger="tuneop.run.handlers"):
+        assert run_pass(Restarting(), loops, "a") == 1  # type: ignore[arg-type]
+    (record,) = caplog.records
+    assert "API server unreachable" in record.getMessage() and record.exc_info is None
+    assert loops.check(unhealthy_after=300)["failing"] == {"ns/a": 1}
 
 
 def test_a_deleted_job_is_forgotten() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
+import urllib3
 
 from ..act import executor, kube
 from ..act.fence import Frozen
@@ -167,6 +168,11 @@ async def _pass(
             loops.succeeded(key)
             return 0, 0.0
         log.warning("%s: reconcile: %s (failure %d, backing off)", job, err, errors + 1)
+        _failed(loops, key)
+        return errors + 1, 0.0
+    except (urllib3.exceptions.HTTPError, ConnectionError) as err:  # API server unreachable
+        log.warning("%s: reconcile: API server unreachable: %s (failure %d, backing off)",
+                    job, err, errors + 1)  # fmt: skip
         _failed(loops, key)
         return errors + 1, 0.0
     except Exception as err:
