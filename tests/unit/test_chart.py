@@ -321,7 +321,7 @@ def test_prometheus_rule_settings_reach_the_rules(helm: str) -> None:
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus"
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     storm = alerts["TuneopPreemptionStorm"]["expr"]
-    assert "[30m]" in storm and storm.rstrip().endswith("> 9")
+    assert "[30m:]" in storm and storm.rstrip().endswith("> 9")
     down = alerts["TuneopOperatorDown"]["expr"]
     assert 'up{job="my-scrape-job"}' in down
     assert 'tuneop_operator_leader{job="my-scrape-job"}' in down

@@ -284,6 +284,23 @@ def test_a_worker_failing_beside_a_peer_that_keeps_running_counts_after_the_grac
     assert sorted(ref.name for ref in d.delete_pods) == ["j-worker-0", "j-worker-1"]
 
 
+def test_the_wait_for_a_running_peer_is_no_stall_and_ends_in_the_failure():
+    """pendingTimeoutSeconds shorter than the peer wait: the wait is bounded by its own
+    deadline, so stallPolicy Fail neither ends the job nor a Restart hides the failure."""
+    w = World(workers=2, pendingTimeoutSeconds=30, stallPolicy="Fail")
+    start(w)
+    w.step(seconds=700)
+    _fail_now(w, "j-worker-0", "ValueError: bad batch")
+    w.vanish("j-worker-0")  # gone already: read from its last version seen
+    for _ in range(4):
+        w.step(seconds=20)
+        assert w.status["phase"] != st.PHASE_FAILED and w.status["failures"] == 0
+        assert w.condition(st.COND_STALLED)["status"] == "False"
+    w.step(seconds=20)
+    assert (w.status["failures"], w.status["preemptions"]) == (1, 0)
+    assert w.status.get("stallRestarts", 0) == 0
+
+
 def test_suspend_stops_pods_without_counting_and_resume_restarts():
     w = World()
     start(w)

@@ -71,11 +71,25 @@ def test_a_long_running_group_being_evicted_is_not_stalled_until_its_end_lasts(p
     assert w.status["phase"] != st.PHASE_FAILED and w.status.get("stallRestarts", 0) == 0
     assert w.condition(st.COND_STALLED)["status"] == "False"
     assert "being deleted" in w.status["message"]
-    w.step(seconds=601)  # a pod that never goes is stalled, from its eviction on
+    w.step(seconds=600)  # within its grace period and the timeout after it
+    assert w.condition(st.COND_STALLED)["status"] == "False"
+    w.step(seconds=32)  # a pod that never goes is stalled, from when it was due on
     if policy == "Fail":
         assert w.status["phase"] == st.PHASE_FAILED and "Terminating for 60" in w.status["message"]
     else:
         assert w.condition(st.COND_STALLED)["status"] == "True"
+
+
+def test_a_pod_with_a_long_grace_period_is_not_stalled_while_it_may_still_checkpoint():
+    w = World(stallPolicy="Fail")
+    start(w)
+    w.step(seconds=700)
+    pod = w.pods["j-worker-0"]
+    pod["metadata"]["deletionTimestamp"] = st.rfc3339(w.now + dt.timedelta(seconds=900))
+    pod["metadata"]["deletionGracePeriodSeconds"] = 900
+    w.step(seconds=890)
+    assert w.status["phase"] != st.PHASE_FAILED
+    assert w.condition(st.COND_STALLED)["status"] == "False"
 
 
 def test_an_unschedulable_group_is_named_then_stalled():

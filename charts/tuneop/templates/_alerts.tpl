@@ -109,13 +109,13 @@ groups:
             Failed condition says which. The alert resolves {{ $r.jobFailed.windowSeconds }} s
             after the failure.
           runbook_url: {{ $r.runbookBaseUrl }}#tuneopjobfailed
-      {{- /* the count within the window across every series of the job: each operator
+      {{- /* the increase of the job's count over every series of it: each operator
       replica that exported it (another instance after a take-over or a restart) holds
-      part of it; no extrapolation, so exactly the threshold does not fire */}}
+      part of it, so the series are joined before the increase (a subquery); a job
+      re-created under its name restarts from 0, which increase() takes as a reset */}}
       - alert: TuneopPreemptionStorm
         expr: |-
-          max by (namespace, tuningjob) (max_over_time(tuneop_tuningjob_preemptions_total[{{ $r.preemptionStorm.window }}]))
-          - min by (namespace, tuningjob) (min_over_time(tuneop_tuningjob_preemptions_total[{{ $r.preemptionStorm.window }}]))
+          increase((max by (namespace, tuningjob) (tuneop_tuningjob_preemptions_total))[{{ $r.preemptionStorm.window }}:])
           > {{ $r.preemptionStorm.threshold }}
         for: {{ $r.preemptionStorm.for }}
         labels:

@@ -5,7 +5,6 @@ restore, say whether Kueue holds it. Its bookkeeping is a `Slot` (decide.slot)."
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -151,8 +150,8 @@ def run_group(
 def _terminating(outcomes: Mapping[str, Classification], current: Mapping[str, Obj]) -> GroupResult:
     """A pod of the group is being deleted: wait for it (its trainer writes its
     checkpoint), naming a node that is not ready if it is stuck there."""
-    since = deletion_began([current[n] for n, c in outcomes.items()
-                            if c.outcome == Outcome.TERMINATING and n in current])  # fmt: skip
+    since = deletion_due([current[n] for n, c in outcomes.items()
+                          if c.outcome == Outcome.TERMINATING and n in current])  # fmt: skip
     lost = [c for c in outcomes.values() if c.reason == TERMINATING_ON_UNREACHABLE_NODE]
     if lost:
         return GroupResult("terminating", TERMINATING_ON_UNREACHABLE_NODE, lost[0].message,
@@ -166,17 +165,13 @@ def _terminating(outcomes: Mapping[str, Classification], current: Mapping[str, O
     )
 
 
-def deletion_began(pods: list[Obj]) -> str | None:
-    """When the first of `pods` was asked to go (RFC 3339): its deletionTimestamp is
-    that moment plus its grace period."""
-    began = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        at = st.parse_time(meta.get("deletionTimestamp"))
-        if at is not None:
-            grace = st.int_of(meta.get("deletionGracePeriodSeconds"))
-            began.append(at - dt.timedelta(seconds=grace))
-    return st.rfc3339(min(began)) if began else None
+def deletion_due(pods: list[Obj]) -> str | None:
+    """When the first of `pods` was due to be gone (RFC 3339): its deletionTimestamp,
+    the deletion plus its grace period, within which a trainer may take its time to
+    write its checkpoint."""
+    due = [t for p in pods if (t := st.parse_time((p.get("metadata") or {}).get(
+        "deletionTimestamp"))) is not None]  # fmt: skip
+    return st.rfc3339(min(due)) if due else None
 
 
 def _pending(draft: Draft, outcomes: Mapping[str, Classification], group: list[Obj]) -> GroupResult:

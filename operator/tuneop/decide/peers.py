@@ -23,7 +23,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api import status as st
-from .classify import Classification, Outcome, node_unreachable, trainer_termination
+from .classify import (
+    TERMINATING_ON_UNREACHABLE_NODE,
+    Classification,
+    Outcome,
+    node_unreachable,
+    trainer_termination,
+)
 from .patch import Draft
 from .slot import GroupResult
 
@@ -51,22 +57,28 @@ def wait_for_peers(
     open_ = [n for n, c in outcomes.items() if not c.ended and n in current]
     lost = [n for n in open_ if _being_lost(draft, outcomes[n], current[n])]
     who = ", ".join(failed)
-    ended = [t for n in failed if (t := _finished_at(current.get(n))) is not None]
-    since = st.rfc3339(min(ended)) if ended else None  # the stall rules judge from here
+    # a failed pod gone since is read from its last version seen
+    seen = [current.get(n) or draft.seen.last_seen.get(n) for n in failed]
+    ended = [t for pod in seen if (t := _finished_at(pod)) is not None]
     if lost:
         text = (f"{who} failed while {', '.join(lost)} is being lost (deleted, or its node "
                 "not ready): waiting for its end before counting")  # fmt: skip
+        advice = [outcomes[n].message for n in lost
+                  if outcomes[n].reason == TERMINATING_ON_UNREACHABLE_NODE]  # fmt: skip
+        text += f"; {advice[0]}" if advice else ""
+        since = st.rfc3339(min(ended)) if ended else None  # the stall rules judge from here
         return GroupResult("terminating", PEER_LOST, text, text, since=since)
     running = [n for n in open_ if outcomes[n].outcome == Outcome.RUNNING]
     if not running or not ended:
         return None
-    left = PEER_GRACE_SECONDS - (draft.now - max(ended)).total_seconds()
+    left = min(PEER_GRACE_SECONDS, PEER_GRACE_SECONDS - (draft.now - max(ended)).total_seconds())
     if left <= 0:
         return None
     draft.decision.wake_within(left)
     text = (f"{who} failed; waiting up to {left:.0f} s for {', '.join(running)} before "
             "counting (a peer lost with its node shows once the node is not ready)")  # fmt: skip
-    return GroupResult("terminating", PEER_RUNNING, text, text, since=since)
+    # bounded by its own deadline, after which the failure counts: no stall to judge
+    return GroupResult("terminating", PEER_RUNNING, text, text, judged=False)
 
 
 def _being_lost(draft: Draft, outcome: Classification, pod: Obj) -> bool:

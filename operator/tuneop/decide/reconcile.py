@@ -293,7 +293,8 @@ def _judge_stalls(draft: Draft, groups: JobGroups, results: dict[str, GroupResul
             continue
         if outcome.kind == "running" and not slot.group.oracle:
             candidates.append(running_stuck(draft, slot, slot.get(st.LAST_PROGRESS_TIME)))
-        elif outcome.kind in ("pending", "terminating") and outcome.reason != QUEUED:
+        elif (outcome.kind in ("pending", "terminating") and outcome.reason != QUEUED
+              and outcome.judged):  # fmt: skip
             candidates.append(waiting_stuck(draft, slot, outcome))
         elif outcome.kind == "refused":
             candidates.append(refused_stuck(draft, slot, outcome))

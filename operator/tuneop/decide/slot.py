@@ -126,9 +126,11 @@ class GroupResult:
     """status.message of a sequential job."""
     chief: Classification | None = None
     since: str | None = None
-    """terminating: when its pods' end began (RFC 3339): the stall rules judge the wait
-    from then, not from the group's start (a group that trained an hour is not stuck
-    the moment a pod of it is deleted)."""
+    """terminating: from when (RFC 3339) the stall rules judge its wait (its pods' end
+    due, a failure's), not from the group's start: a group that trained an hour is not
+    stuck the moment a pod of it is deleted."""
+    judged: bool = True
+    """False: a wait bounded by its own deadline, which the stall rules leave alone."""
 
 
 def last_checkpoint(draft: Draft, slot: Slot) -> Any:
