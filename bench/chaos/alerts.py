@@ -12,8 +12,8 @@ judged against what the sampler saw of its job (`check`):
   failures (no soak fault is a trainer failure).
 - TuneopJobStalled and TuneopTrialStalled only for a job seen with Stalled=True.
 - TuneopPreemptionStorm only for a job with more than STORM_THRESHOLD preemptions, and
-  it must fire for a job that held more than that for STORM_SECONDS (a scrape and an
-  evaluation) before it ended. The soak's fault rates seldom make one.
+  it must fire for a job that held more than that within an hour for STORM_SECONDS (a
+  scrape and an evaluation) before it ended. The soak's fault rates seldom make one.
 
 An alert the soak does not know is a violation too: judge it, then teach `allowed`."""
 
@@ -38,6 +38,8 @@ INTERVAL = "5s"
 POLL_SECONDS = 10.0
 STORM_THRESHOLD = 5
 """The chart's default preemptionStorm.threshold (the rules file's)."""
+STORM_WINDOW = 3600.0
+"""The rule's window (preemptionStorm.window, 1h)."""
 STORM_SECONDS = 30.0
 NEVER = ("TuneopOperatorDown", "TuneopReconcileFailing", "TuneopCheckpointTooOld")
 
@@ -52,7 +54,10 @@ class JobFacts:
     failures: int = 0
     preemptions: int = 0
     storm_since: float | None = None
+    """When it first had more than STORM_THRESHOLD preemptions within STORM_WINDOW."""
     last_seen: float = 0.0
+    counts: list[tuple[float, int]] = dataclasses.field(default_factory=list)
+    """(when, preemptions) at each change: the count within the window."""
 
     def observe(self, status: Obj, now: float) -> None:
         conditions = status.get("conditions") or []
@@ -61,9 +66,13 @@ class JobFacts:
         )
         self.failed |= status.get("phase") == "Failed"
         self.failures = max(self.failures, int(status.get("failures") or 0))
-        self.preemptions = max(self.preemptions, int(status.get("preemptions") or 0))
-        if self.preemptions > STORM_THRESHOLD and self.storm_since is None:
-            self.storm_since = now
+        preemptions = int(status.get("preemptions") or 0)
+        if not self.counts or preemptions != self.counts[-1][1]:
+            self.counts.append((now, preemptions))
+        self.preemptions = max(self.preemptions, preemptions)
+        before = [c for t, c in self.counts if t <= now - STORM_WINDOW]
+        if preemptions - (before[-1] if before else 0) > STORM_THRESHOLD:
+            self.storm_since = self.storm_since if self.storm_since is not None else now
         self.last_seen = now
 
 

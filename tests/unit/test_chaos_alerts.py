@@ -52,6 +52,17 @@ def test_an_unexplained_alert_and_a_storm_that_never_fired_are_violations():
     assert alerts.check(fired, seen, {"calm", "storm"}) == []
 
 
+def test_a_storm_is_counted_within_the_rules_hour():
+    slow = alerts.JobFacts()
+    for now, count in ((0.0, 0), (100.0, 3), (4000.0, 6), (4100.0, 6)):
+        slow.observe({"preemptions": count}, now)
+    assert slow.storm_since is None  # 3 within the hour before 4000 s
+    fast = alerts.JobFacts()
+    for now, count in ((0.0, 0), (100.0, 3), (200.0, 6)):
+        fast.observe({"preemptions": count}, now)
+    assert fast.storm_since == 200.0
+
+
 @pytest.mark.slow
 def test_the_soaks_prometheus_finds_a_replica_by_its_targets_and_evaluates_the_rules(
     promtool: str, tmp_path: Path
