@@ -153,6 +153,8 @@ def test_each_stuck_reason_fires_tuneop_job_stalled(e2e: Env, prometheus: Promet
             distribution={"gpusPerWorker": 0},
             nodeSelector={"kubernetes.io/hostname": LOST_NODE},
             pendingTimeoutSeconds=10,
+            # judged from when the evicted pod was due to be gone: its grace period's end
+            terminationGracePeriodSeconds=5,
         )
         expected[lost] = "TerminatingOnUnreachableNode"
         # the local node has 4 GPUs
