@@ -84,6 +84,24 @@ def test_an_unreachable_api_server_is_one_log_line_not_a_traceback(
     assert loops.check(unhealthy_after=300)["failing"] == {"ns/a": 1}
 
 
+def test_a_loop_that_stopped_failing_is_dropped_not_exported_for_ever() -> None:
+    """A job deleted while another replica led (it ran the clean-up): this replica's
+    loop of it last failed and never passes again. After LOOP_STALE_SECONDS it is gone
+    from the report and the metrics; a loop still failing every minute stays."""
+    clock, runtime = Clock(), Runtime()
+    loops = health.LoopHealth(clock)
+    runtime.failing = {"gone", "broken"}
+    run_pass(runtime, loops, "gone")
+    for _ in range(6):
+        clock.now += 60
+        run_pass(runtime, loops, "broken")
+    registry = CollectorRegistry()
+    registry.register(metrics.LoopSeries(loops, metrics.JobMetrics()))
+    text = generate_latest(registry).decode()
+    assert 'tuningjob="broken"' in text and 'tuningjob="gone"' not in text
+    assert loops.report()["failing"] == {"ns/broken": 6}
+
+
 def test_a_deleted_job_is_forgotten() -> None:
     loops, runtime = health.LoopHealth(Clock()), Runtime()
     runtime.failing = {"gone"}

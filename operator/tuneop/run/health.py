@@ -12,6 +12,11 @@ operator as a whole is stuck, which a restart can mend. One job whose passes fai
 others succeed is named in the probe's report and in its metrics (and alerted on), but
 does not restart the operator: a restart would not mend that job and would pause all
 the others.
+
+A loop with no pass for LOOP_STALE_SECONDS has stopped (its job was deleted while
+another replica led and ran the clean-up, or this replica paused): it is dropped, so a
+deleted job's last failure is not exported for ever (and TuneopReconcileFailing does not
+fire for a job that is gone).
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 Key = tuple[str, str]
+LOOP_STALE_SECONDS = 300.0
+"""Five times the longest error backoff of a loop (60 s): a loop that still runs, even
+failing, passes well within it."""
 
 
 @dataclasses.dataclass
@@ -32,6 +40,8 @@ class _Loop:
     started: float
     last_success: float | None = None
     errors: int = 0
+    last_pass: float = 0.0
+    """When a pass of it last ended, good or failed."""
 
 
 class Unhealthy(Exception):
@@ -51,23 +61,31 @@ class LoopHealth:
         now = self._clock()
         with self._lock:
             loop = self._loops.setdefault(key, _Loop(started=now))
-            loop.last_success, loop.errors = now, 0
+            loop.last_success, loop.errors, loop.last_pass = now, 0, now
             self._last_success = now
 
     def failed(self, key: Key) -> int:
         """A pass of `key`'s loop failed; returns its consecutive failures."""
+        now = self._clock()
         with self._lock:
-            loop = self._loops.setdefault(key, _Loop(started=self._clock()))
-            loop.errors += 1
+            loop = self._loops.setdefault(key, _Loop(started=now))
+            loop.errors, loop.last_pass = loop.errors + 1, now
             return loop.errors
 
     def forget(self, key: Key) -> None:
         with self._lock:
             self._loops.pop(key, None)
 
+    def _drop_stale(self) -> None:
+        """Forget the loops that stopped (caller holds the lock)."""
+        oldest = self._clock() - LOOP_STALE_SECONDS
+        for key in [k for k, loop in self._loops.items() if loop.last_pass < oldest]:
+            del self._loops[key]
+
     def report(self) -> dict[str, object]:
         """The probe's body: loops, the failing ones and their consecutive failures."""
         with self._lock:
+            self._drop_stale()
             loops = len(self._loops)
             failing = {f"{ns}/{n}": loop.errors for (ns, n), loop in self._loops.items()}
         return {"loops": loops, "failing": {k: v for k, v in sorted(failing.items()) if v}}
@@ -90,6 +108,7 @@ class LoopHealth:
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
+            self._drop_stale()
             loops = {key: dataclasses.replace(loop) for key, loop in self._loops.items()}
         last = GaugeMetricFamily(
             "tuneop_tuningjob_last_reconcile_success_timestamp_seconds",
