@@ -224,8 +224,14 @@ def scheduler_preempt(ctx: Context, record: FaultRecord, planned: s.Planned) -> 
         return
     api, ns = ctx.env.cluster.api, ctx.slots[planned.slot].namespace
     before = {p["metadata"]["uid"]: p for p in trainer_pods(ctx, node=node)}
-    gpus = int(ctx.env.cluster.core.read_node(node).status.allocatable["nvidia.com/gpu"])
-    name = disruption.preempt_with_priority(api, ns, gpus, name=PREEMPTOR_NAME, node=node)
+    try:
+        gpus = int(ctx.env.cluster.core.read_node(node).status.allocatable["nvidia.com/gpu"])
+        name = disruption.preempt_with_priority(api, ns, gpus, name=PREEMPTOR_NAME, node=node)
+    except Exception:  # cut by an outage, the preemptor may yet have been made
+        record.hits.extend(dataclasses.replace(hit(p), clean=False) for p in before.values())
+        q.retried(ctx.env, q.RESTORE_SECONDS, "delete", "pod", PREEMPTOR_NAME, "-n", ns,
+                  "--grace-period=0", "--wait=false", "--ignore-not-found")  # fmt: skip
+        raise
     try:
         bound = _wait_quietly(lambda: _bound(ctx, ns, name), planned.hold + 30)
         now = {p["metadata"]["uid"]: p for p in trainer_pods(ctx, node=node)}

@@ -129,10 +129,13 @@ def check_counters(
     if restarts != got + int(status.get("failures") or 0) + int(status.get("stallRestarts") or 0):
         out.append(job.violation("restarts", f"{restarts} != preemptions + failures + stalls"))
     restores = int(status.get("restores") or 0)
-    if restores > restarts + suspensions + int(adopted):
+    # an elastic job's change of shape starts a new pod group (status.attempt) that
+    # restores, and is no restart
+    groups = max(restarts, int(status.get("attempt") or 0))
+    if restores > groups + suspensions + int(adopted):
         out.append(job.violation(
-            "restores", f"{restores} > restarts {restarts} + suspensions {suspensions}"
-            f" + adopted {int(adopted)}",
+            "restores", f"{restores} > pod groups after the first {groups} + suspensions "
+            f"{suspensions} + adopted {int(adopted)}",
         ))  # fmt: skip
     return out
 

@@ -267,6 +267,9 @@ def test_counters_match_the_faults_or_are_flagged():
     assert {v.invariant for v in failures} == {"failures"}
     restores = inv.check_counters(JOB, status(restores=3), [hit()], 1, False)
     assert [v.invariant for v in restores] == ["restores"]
+    # an elastic job's shape changes started pod groups 2..6, each restoring
+    reshaped = status(restores=3, attempt=6)
+    assert inv.check_counters(JOB, reshaped, [hit()], 0, False) == []
 
 
 def test_queue_evictions_are_a_range_over_the_groups_kueue_evicted():

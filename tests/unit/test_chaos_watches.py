@@ -135,3 +135,26 @@ def test_a_claim_fault_whose_watch_cannot_resume_lists_again_and_keeps_the_unsee
     assert list(exits.preempted) == ["w-0"]
     assert list(exits.unseen) == ["w-1"]
     assert exits.version == "10" and list(exits.alive) == ["g-2"]
+
+
+def test_a_scheduler_preemption_cut_by_an_outage_keeps_the_nodes_pods_as_possible_hits(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The preemptor's creation failed on a dropped connection: it may have been made,
+    and the scheduler may have preempted any trainer on the node."""
+
+    def no_node(_name: str) -> None:
+        raise ConnectionError("connection refused")
+
+    cluster = types.SimpleNamespace(api=None, core=types.SimpleNamespace(read_node=no_node))
+    ctx = cast(Any, types.SimpleNamespace(env=types.SimpleNamespace(cluster=cluster),
+                                          slots=[faults.SlotJob(0, "standin", "ns", "job")]))  # fmt: skip
+    monkeypatch.setattr(faults, "_node_of", lambda *_a: "node-1")
+    monkeypatch.setattr(faults, "trainer_pods", lambda *_a, **_k: [pod("w-0")])
+    deleted: list[tuple[str, ...]] = []
+    monkeypatch.setattr(faults.q, "retried", lambda _env, _s, *args: deleted.append(args))
+    record = faults.FaultRecord("scheduler-preempt", 0, 10.0)
+    with pytest.raises(ConnectionError):
+        faults.scheduler_preempt(ctx, record, faults.s.Planned(10.0, "scheduler-preempt", 0, 5))
+    assert [(h.attempt, h.clean) for h in record.hits] == [("0", False)]
+    assert deleted and deleted[0][:3] == ("delete", "pod", faults.PREEMPTOR_NAME)
