@@ -147,8 +147,8 @@ def test_a_scheduler_preemption_cut_by_an_outage_keeps_the_nodes_pods_as_possibl
         raise ConnectionError("connection refused")
 
     cluster = types.SimpleNamespace(api=None, core=types.SimpleNamespace(read_node=no_node))
-    ctx = cast(Any, types.SimpleNamespace(env=types.SimpleNamespace(cluster=cluster),
-                                          slots=[faults.SlotJob(0, "standin", "ns", "job")]))  # fmt: skip
+    slots = [faults.SlotJob(0, "standin", "ns", "job")]
+    ctx = cast(Any, types.SimpleNamespace(env=types.SimpleNamespace(cluster=cluster), slots=slots))
     monkeypatch.setattr(faults, "_node_of", lambda *_a: "node-1")
     monkeypatch.setattr(faults, "trainer_pods", lambda *_a, **_k: [pod("w-0")])
     deleted: list[tuple[str, ...]] = []
