@@ -112,18 +112,18 @@ def check(fired: dict[tuple[str, str], float], facts: dict[str, JobFacts],
 class Alerts:
     """A prometheus under `workdir` scraping the replicas' metrics ports (`targets`)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, interval: str = INTERVAL) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.targets_file = workdir / "targets.json"
         self.targets([])
         config = {
-            "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL},
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "rule_files": [str(RULES)],
             "scrape_configs": [{
                 "job_name": SCRAPE_JOB,
                 "honor_labels": True,
                 "file_sd_configs": [{"files": [str(self.targets_file)],
-                                     "refresh_interval": INTERVAL}],
+                                     "refresh_interval": interval}],
             }],
         }  # fmt: skip
         self.prometheus = Prometheus(config, workdir)

@@ -70,7 +70,7 @@ def test_the_soaks_prometheus_finds_a_replica_by_its_targets_and_evaluates_the_r
     """A replica (the operator's own collector on a port) named in the targets file
     after prometheus started: it is scraped, and a job whose preemptions go from 0 to 7
     within the window fires TuneopPreemptionStorm, which the poll records."""
-    watch = alerts.Alerts(tmp_path)
+    watch = alerts.Alerts(tmp_path, interval="1s")  # the soak's 5 s, shortened
     jobs = JobMetrics()
     jobs.observe("ml", "search", {}, {"phase": "Running", "preemptions": 0})
     registry = CollectorRegistry()

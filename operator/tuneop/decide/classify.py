@@ -19,6 +19,7 @@ from typing import Any
 import tuneop_contract as contract
 
 from ..api import names, queue
+from ..api import status as st
 
 Obj = dict[str, Any]
 
@@ -187,6 +188,15 @@ def node_unreachable(node: Obj | None) -> bool:
         if cond.get("type") == "Ready":
             return bool(cond.get("status") != "True")
     return False
+
+
+def deletion_due(pods: list[Obj]) -> str | None:
+    """When the first of `pods` was due to be gone (RFC 3339): its deletionTimestamp,
+    the deletion plus its grace period, within which a trainer may take its time to
+    write its checkpoint."""
+    due = [t for p in pods if (t := st.parse_time((p.get("metadata") or {}).get(
+        "deletionTimestamp"))) is not None]  # fmt: skip
+    return st.rfc3339(min(due)) if due else None
 
 
 def attempt_of(pod: Obj) -> str | None:

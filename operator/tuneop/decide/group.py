@@ -21,6 +21,7 @@ from .classify import (
     attempt_of,
     classify,
     classify_missing,
+    deletion_due,
 )
 from .patch import UNWATCHED_RECHECK_SECONDS, Draft
 from .peers import wait_for_peers
@@ -163,15 +164,6 @@ def _terminating(outcomes: Mapping[str, Classification], current: Mapping[str, O
         "a trainer pod is being deleted; waiting for its checkpoint",
         since=since,
     )
-
-
-def deletion_due(pods: list[Obj]) -> str | None:
-    """When the first of `pods` was due to be gone (RFC 3339): its deletionTimestamp,
-    the deletion plus its grace period, within which a trainer may take its time to
-    write its checkpoint."""
-    due = [t for p in pods if (t := st.parse_time((p.get("metadata") or {}).get(
-        "deletionTimestamp"))) is not None]  # fmt: skip
-    return st.rfc3339(min(due)) if due else None
 
 
 def _pending(draft: Draft, outcomes: Mapping[str, Classification], group: list[Obj]) -> GroupResult:

@@ -27,6 +27,8 @@ from .classify import (
     TERMINATING_ON_UNREACHABLE_NODE,
     Classification,
     Outcome,
+    deletion_due,
+    node_lost,
     node_unreachable,
     trainer_termination,
 )
@@ -66,7 +68,8 @@ def wait_for_peers(
         advice = [outcomes[n].message for n in lost
                   if outcomes[n].reason == TERMINATING_ON_UNREACHABLE_NODE]  # fmt: skip
         text += f"; {advice[0]}" if advice else ""
-        since = st.rfc3339(min(ended)) if ended else None  # the stall rules judge from here
+        # the stall rules judge from the failure, else from when the lost peer was due
+        since = st.rfc3339(min(ended)) if ended else deletion_due([current[n] for n in lost])
         return GroupResult("terminating", PEER_LOST, text, text, since=since)
     running = [n for n in open_ if outcomes[n].outcome == Outcome.RUNNING]
     if not running or not ended:
@@ -82,13 +85,12 @@ def wait_for_peers(
 
 
 def _being_lost(draft: Draft, outcome: Classification, pod: Obj) -> bool:
+    """Being deleted, or on a node gone or not ready."""
     if outcome.outcome == Outcome.TERMINATING:
         return True
     node_name = (pod.get("spec") or {}).get("nodeName")
-    if not node_name or node_name not in draft.seen.nodes:
-        return False
-    node = draft.seen.nodes[node_name]
-    return node is None or node_unreachable(node)
+    node = draft.seen.nodes.get(node_name) if node_name else None
+    return node_lost(pod, node, node_name in draft.seen.nodes) or node_unreachable(node)
 
 
 def _finished_at(pod: Obj | None) -> Any:
