@@ -1,9 +1,9 @@
 """Stall: a pod group judged against its timeouts in every non-terminal state (a
 running group against `stallTimeoutSeconds` since its last progress, a group not
 started against `pendingTimeoutSeconds` since it was created, one not finished
-terminating as long since its end began), condition Stalled with one Warning Event
-per stall, and `spec.stallPolicy` (Ignore, Restart, Fail) for a group that just became
-Stalled."""
+terminating as long since its pods were due to be gone), condition Stalled with one
+Warning Event per stall, and `spec.stallPolicy` (Ignore, Restart, Fail) for a group that
+just became Stalled."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ def running_stuck(draft: Draft, slot: Slot, last_progress: Any) -> Stuck:
 
 def waiting_stuck(draft: Draft, slot: Slot, result: GroupResult) -> Stuck:
     """A group whose pods have not started since it was created (or have not finished
-    terminating since their end began): judged against pendingTimeoutSeconds, with the
-    reason it waits."""
+    terminating since they were due to be gone, GroupResult.since): judged against
+    pendingTimeoutSeconds, with the reason it waits."""
     spec = draft.spec
     idle = idle_seconds(draft, None, result.since or slot.get(st.START_TIME))
     return Stuck(
